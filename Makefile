@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CROSS_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu libc6-dev-arm64-cross \
+                  libc6-dev-riscv64-cross qemu-user
+CROSS_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64
+
+.PHONY: demo test cross-tools clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+# Installs the Debian cross toolchains and qemu-user when missing and running as
+# root; otherwise the tests that need them skip with a one-line reason.
+cross-tools:
+	@missing=""; for t in $(CROSS_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing cross toolchains and qemu-user (missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CROSS_PACKAGES) >/dev/null; \
+	else \
+	  echo "cross toolchains missing ($$missing) and not root: neon/rvv runs will be skipped"; \
+	fi
+
+demo: $(BIN)/.installed cross-tools
+	$(BIN)/autoconfig demo
+
+test: $(BIN)/.installed cross-tools
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,173 @@
+"""The ``autoconfig`` command line.
+
+Every user-facing error is an AutoconfigError: it is printed as one line on stderr
+and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from autoconfig import __version__
+from autoconfig.errors import AutoconfigError
+
+DESCRIPTION = """\
+autoconfig generates fast CPU SIMD kernels for deep-learning operators without
+search-based tuning: analytic models read a measured hardware profile and choose
+each kernel's algorithm and parameters; an MLIR vector code generator emits the
+kernels for AVX2, AVX-512, NEON or RVV.
+"""
+
+EPILOG = "Run 'autoconfig COMMAND --help' for a command's options."
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--vlen", type=int, default=None, metavar="BITS",
+        help="RVV vector register length in bits (rvv only; default 256)",
+    )  # fmt: skip
+
+
+def _cmd_targets(args: argparse.Namespace) -> int:
+    from kernels.target import all_targets, host_target
+
+    rows = [("target", "triple", "cpu / features", "f32 lanes", "vregs", "runs here")]
+    for t in all_targets(args.vlen):
+        lanes = f"{t.f32_lanes} (scalable)" if t.scalable else str(t.f32_lanes)
+        cpu = t.cpu + (f" {t.features}" if t.features else "")
+        execution = t.execution()
+        runs = execution.mode if execution.mode != "unavailable" else f"no: {execution.reason}"
+        if execution.mode == "emulated":
+            runs = f"emulated ({execution.reason})"
+        rows.append((t.name, t.triple, cpu, lanes, str(t.vector_registers), runs))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    try:
+        print(f"host = {host_target().name}")
+    except AutoconfigError as err:
+        print(f"host = none ({err})")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from autoconfig.demo import run_demo
+    from kernels.target import all_targets, get_target
+
+    if args.n < 0:
+        raise AutoconfigError(f"--n must be >= 0, got {args.n}")
+    if args.target:
+        targets = [get_target(name, args.vlen if name == "rvv" else None) for name in args.target]
+    else:
+        targets = all_targets(args.vlen)
+    return 0 if run_demo(targets, args.n) else 1
+
+
+def _cmd_lower(args: argparse.Namespace) -> int:
+    from autoconfig.fileio import write_atomically
+    from kernels.lower import compile_object, parse_mlir, to_llvm_ir
+    from kernels.target import get_target
+
+    target = get_target(args.target, args.vlen)
+    try:
+        text = args.input.read_text()
+    except OSError as err:
+        raise AutoconfigError(f"cannot read {args.input}: {err.strerror}") from None
+    llvm_ir = to_llvm_ir(parse_mlir(text, str(args.input)))
+    if args.emit == "llvm":
+        result: bytes | str = llvm_ir
+    else:
+        with tempfile.TemporaryDirectory(prefix="autoconfig-lower-") as tmp:
+            obj = compile_object(llvm_ir, target, Path(tmp))
+            result = obj.assembly if args.emit == "asm" else obj.path.read_bytes()
+    if args.output is None:
+        if isinstance(result, bytes):
+            raise AutoconfigError("--emit obj needs -o FILE (an object file is binary)")
+        sys.stdout.write(result)
+    else:
+        write_atomically(args.output, result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``autoconfig`` command and its subcommands."""
+    from kernels.target import TARGET_NAMES
+
+    parser = argparse.ArgumentParser(
+        prog="autoconfig",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"autoconfig {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    targets = sub.add_parser(
+        "targets",
+        help="list the targets and how this host runs each",
+        description="List the code-generation targets: LLVM triple, CPU and features, "
+        "f32 lanes per vector register, vector registers, and whether this host runs "
+        "the code natively, under qemu-user, or not at all (with the reason).",
+    )
+    _add_target_options(targets)
+    targets.set_defaults(run=_cmd_targets)
+
+    demo = sub.add_parser(
+        "demo",
+        help="build and run the demo kernel on every target this host can run",
+        description="Generate the vectorized f32 fused multiply-add kernel for each "
+        "target, build it, run it natively or under qemu-user, and check it against "
+        "numpy. One line per target; exit status 1 if any result is wrong.",
+    )
+    demo.add_argument(
+        "--target", action="append", default=[], choices=TARGET_NAMES, metavar="T",
+        help=f"only this target (repeatable; one of {', '.join(TARGET_NAMES)})",
+    )  # fmt: skip
+    demo.add_argument("--n", type=int, default=4097, help="array length (default 4097)")
+    _add_target_options(demo)
+    demo.set_defaults(run=_cmd_demo)
+
+    lower = sub.add_parser(
+        "lower",
+        help="compile an MLIR file for a target",
+        description="Lower an MLIR module written with the func, scf, vector, memref, "
+        "arith, math and affine dialects to LLVM IR, assembly or an object file for "
+        "the target. The module is verified first; errors name the first diagnostic.",
+    )
+    lower.add_argument("input", type=Path, help="the .mlir file")
+    lower.add_argument("--target", required=True, metavar="T", help=", ".join(TARGET_NAMES))
+    lower.add_argument(
+        "--emit", choices=("llvm", "asm", "obj"), default="asm",
+        help="what to produce (default asm)",
+    )  # fmt: skip
+    lower.add_argument(
+        "-o", "--output", type=Path, default=None,
+        help="output file, written atomically (default: stdout for llvm and asm)",
+    )  # fmt: skip
+    _add_target_options(lower)
+    lower.set_defaults(run=_cmd_lower)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``autoconfig`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args)
+    except AutoconfigError as err:
+        print(f"autoconfig: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autoconfig: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The demo job: generate, build and run the FMA kernel on every target this
+machine can run (natively or under qemu-user) and check it against numpy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from kernels import fma
+from kernels.library import build_library
+from kernels.target import Target
+
+
+def run_demo(targets: list[Target], n: int, say: Callable[[str], None] = print) -> bool:
+    """Print one line per target; return True when every runnable target was correct."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+    expected = a * b + c
+    all_ok = True
+    for target in targets:
+        label = f"{target.name:<7} {target.vector_bits:>4}-bit"
+        execution = target.execution()
+        if execution.mode == "unavailable":
+            say(f"{label}  skipped: {execution.reason}")
+            continue
+        start = time.perf_counter()
+        config = fma.FmaConfig.widest(target)
+        library = build_library(fma.generate(config, target))
+        built = time.perf_counter() - start
+        out = np.empty(n, np.float32)
+        library.kernel(fma.SIGNATURE.symbol)(out, a, b, c, n)
+        error = float(np.max(np.abs(out - expected))) if n else 0.0
+        ok = bool(np.allclose(out, expected, rtol=1e-6, atol=1e-6))
+        all_ok &= ok
+        say(
+            f"{label}  {execution.mode:<8}  {config.lanes:>2} lanes  n={n}  "
+            f"max|err|={error:.2g}  {'ok' if ok else 'WRONG'}  (built in {built:.1f} s)"
+        )
+    return all_ok

@@ -1,0 +1,156 @@
+"""Small MLIR emit helpers shared by the operator-family generators.
+
+They hide three details so that a generator reads like the loop nest it produces:
+the C ABI (raw pointers and int64 sizes turned into memrefs), constants, and the
+target's vector shape (fixed-length ``vector<8xf32>`` on x86 and NEON, scalable
+``vector<[2]xf32>`` on RVV, whose step is a multiple of ``vector.vscale``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from autoconfig.errors import AutoconfigError
+from kernels.abi import KernelSignature
+from kernels.mlir import MLIRError, arith, func, ir, llvm, vector
+from kernels.target import Target
+
+
+@dataclass
+class KernelModule:
+    """A verified MLIR module holding kernels with the C ABI, for one target."""
+
+    module: ir.Module
+    signatures: tuple[KernelSignature, ...]
+    target: Target
+
+
+@contextmanager
+def new_module() -> Iterator[ir.Module]:
+    """An empty module in a fresh context; ops built inside get unknown locations."""
+    with ir.Context(), ir.Location.unknown():
+        yield ir.Module.create()
+
+
+def verify(module: ir.Module) -> None:
+    """Raise AutoconfigError naming the first diagnostic if `module` is invalid."""
+    try:
+        module.operation.verify()
+    except MLIRError as err:
+        raise AutoconfigError(f"generated MLIR failed verification: {first_diagnostic(err)}")
+
+
+def first_diagnostic(err: MLIRError) -> str:
+    """The first error diagnostic of an MLIR exception on one line, led by its
+    ``line:column`` when it has one (e.g. ``3:12: 'arith.addf' op ...``)."""
+    diags = getattr(err, "error_diagnostics", None)
+    if not diags:
+        return " ".join(str(err).split()) or type(err).__name__
+    place = re.fullmatch(r'loc\(".*":(\d+):(\d+)\)', str(diags[0].location))
+    message = " ".join(diags[0].message.split())
+    return f"{place[1]}:{place[2]}: {message}" if place else message
+
+
+@contextmanager
+def kernel_body(module: ir.Module, sig: KernelSignature) -> Iterator[dict[str, ir.Value]]:
+    """Add ``func.func @symbol`` with the C ABI of `sig` and build its body.
+
+    Yields the arguments by name (buffers are ``!llvm.ptr``, sizes ``i64``) with the
+    insertion point in the entry block; the function is closed with `func.return`.
+    """
+    ptr = llvm.PointerType.get()
+    i64 = ir.IntegerType.get_signless(64)
+    types = [ptr if p.role.is_buffer else i64 for p in sig.params]
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(sig.symbol, ir.FunctionType.get(types, []))
+    entry = fn.add_entry_block()
+    with ir.InsertionPoint(entry):
+        yield {p.name: arg for p, arg in zip(sig.params, entry.arguments, strict=True)}
+        func.return_([])
+
+
+def index(value: int | ir.Value) -> ir.Value:
+    """An ``index`` value from a Python int or an i64 value."""
+    idx = ir.IndexType.get()
+    if isinstance(value, int):
+        return arith.constant(idx, value)
+    return arith.index_cast(idx, value)
+
+
+def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value]) -> ir.Value:
+    """A dense row-major ``memref<?x...xf32>`` over `pointer` with i64 sizes `dims`.
+
+    Builds the memref descriptor (allocated and aligned pointer, offset 0, sizes,
+    row-major strides) in the LLVM dialect and casts it to the memref type; the
+    cast disappears when the memref is lowered to the same descriptor.
+    """
+    i64 = ir.IntegerType.get_signless(64)
+    rank = len(dims)
+    desc_type = ir.Type.parse(
+        f"!llvm.struct<(ptr, ptr, i64, array<{rank} x i64>, array<{rank} x i64>)>"
+    )
+    strides = [llvm.mlir_constant(ir.IntegerAttr.get(i64, 1))]
+    for dim in reversed(dims[1:]):
+        strides.insert(0, llvm.mul(strides[0], dim))
+    desc = llvm.mlir_poison(desc_type)
+    desc = llvm.insertvalue(desc, pointer, [0])
+    desc = llvm.insertvalue(desc, pointer, [1])
+    desc = llvm.insertvalue(desc, llvm.mlir_constant(ir.IntegerAttr.get(i64, 0)), [2])
+    for axis, (dim, stride) in enumerate(zip(dims, strides, strict=True)):
+        desc = llvm.insertvalue(desc, dim, [3, axis])
+        desc = llvm.insertvalue(desc, stride, [4, axis])
+    memref_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] * rank, ir.F32Type.get())
+    cast = ir.Operation.create(
+        "builtin.unrealized_conversion_cast", results=[memref_type], operands=[desc]
+    )
+    return cast.result
+
+
+def check_lanes(target: Target, lanes: int) -> None:
+    """Reject a lane count the target cannot hold in one vector register."""
+    if lanes < 1 or lanes & (lanes - 1) or lanes > target.f32_lanes:
+        raise AutoconfigError(
+            f"lanes={lanes} is invalid for {target.name}: use a power of two from 1 "
+            f"to {target.f32_lanes} (its {target.vector_bits}-bit registers hold "
+            f"{target.f32_lanes} f32)"
+        )
+    if target.scalable and lanes % target.vscale:
+        raise AutoconfigError(
+            f"lanes={lanes} is invalid for {target.name} at VLEN {target.vector_bits}: "
+            f"scalable vectors hold a multiple of vscale={target.vscale} lanes"
+        )
+
+
+def f32_vector_type(target: Target, lanes: int) -> ir.VectorType:
+    """The vector type of `lanes` f32 on `target` (scalable on RVV, at its VLEN)."""
+    return _vector_type(target, lanes, ir.F32Type.get())
+
+
+def mask_type(target: Target, lanes: int) -> ir.VectorType:
+    """The i1 mask type matching `f32_vector_type(target, lanes)`."""
+    return _vector_type(target, lanes, ir.IntegerType.get_signless(1))
+
+
+def _vector_type(target: Target, lanes: int, element: ir.Type) -> ir.VectorType:
+    if target.scalable:
+        return ir.VectorType.get([lanes // target.vscale], element, scalable=[True])
+    return ir.VectorType.get([lanes], element)
+
+
+def lane_step(target: Target, lanes: int) -> ir.Value:
+    """Elements one vector covers at run time: `lanes`, or (lanes/vscale)·vscale on RVV.
+
+    The scalable form keeps RVV code correct on any VLEN, not only the planned one.
+    """
+    if target.scalable:
+        return arith.muli(index(lanes // target.vscale), vector.vscale())
+    return index(lanes)
+
+
+def f32_splat(target: Target, lanes: int, value: float) -> ir.Value:
+    """A vector of `lanes` copies of `value`."""
+    return vector.broadcast(f32_vector_type(target, lanes), arith.constant(ir.F32Type.get(), value))
+

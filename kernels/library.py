@@ -1,0 +1,175 @@
+"""Build generated kernels into something that runs, and call them from Python.
+
+On a target this host runs natively, the object is linked into a shared library
+with the system ``cc -shared`` and called through ctypes (which releases the GIL,
+so a thread pool can use every core). On a target it runs only under emulation, the
+object is linked statically with a generated C driver (`kernels.abi.c_driver`) by
+the cross gcc and run under qemu-user, buffers passing through files. Both paths are
+behind one `Kernel` interface: ``kernel(*args)`` with numpy arrays and ints in the
+order of the kernel's signature; written buffers are updated in place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import signal
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from kernels.abi import KernelSignature, Role, c_driver, c_header
+from kernels.emit import KernelModule
+from kernels.lower import ObjectFile, compile_object, to_llvm_ir
+from kernels.target import Target
+
+
+@dataclass
+class KernelLibrary:
+    """Compiled kernels for one target, ready to call."""
+
+    target: Target
+    signatures: tuple[KernelSignature, ...]
+    object: ObjectFile
+    header: Path
+    mode: str  # "native" or "emulated"
+    binary: Path  # the shared library (native) or the static driver executable
+    _workdir: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    _cdll: ctypes.CDLL | None = field(default=None, repr=False)
+
+    @property
+    def assembly(self) -> str:
+        return self.object.assembly
+
+    def kernel(self, symbol: str) -> Kernel:
+        """The callable for `symbol`."""
+        for sig in self.signatures:
+            if sig.symbol == symbol:
+                return Kernel(self, sig)
+        known = ", ".join(s.symbol for s in self.signatures)
+        raise AutoconfigError(f"no kernel {symbol!r} in this library (it has {known})")
+
+
+def build_library(kmod: KernelModule, out_dir: Path | None = None) -> KernelLibrary:
+    """Lower, compile and link `kmod` for running on this host, natively or emulated.
+
+    Files go to `out_dir`, or to a temporary directory removed with the library.
+    """
+    target = kmod.target
+    execution = target.execution()
+    if execution.mode == "unavailable":
+        raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")
+    workdir = None
+    if out_dir is None:
+        workdir = tempfile.TemporaryDirectory(prefix=f"autoconfig-{target.name}-")
+        out_dir = Path(workdir.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    obj = compile_object(to_llvm_ir(kmod.module), target, out_dir)
+    signatures = list(kmod.signatures)
+    header = out_dir / "kernels.h"
+    header.write_text(c_header(signatures))
+    if execution.mode == "native":
+        binary = out_dir / "libkernels.so"
+        _run_tool(["cc", "-shared", "-o", str(binary), str(obj.path)], "linking")
+        cdll = ctypes.CDLL(str(binary))
+    else:
+        driver = out_dir / "driver.c"
+        driver.write_text(c_driver(signatures))
+        binary = out_dir / "driver"
+        command = [target.cross_cc, "-static", "-O2", f"-I{out_dir}", "-o", str(binary)]
+        _run_tool([*command, str(driver), str(obj.path), "-lm"], "linking the driver")
+        cdll = None
+    return KernelLibrary(
+        target, tuple(signatures), obj, header, execution.mode, binary, workdir, cdll
+    )
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a library; call it with arguments in signature order."""
+
+    library: KernelLibrary
+    signature: KernelSignature
+
+    def __call__(self, *args: np.ndarray | int, emulator: Sequence[str] | None = None) -> None:
+        """Run the kernel; `emulator` overrides the qemu command line (emulated only)."""
+        self._check(args)
+        if self.library.mode == "native":
+            fn = getattr(self.library._cdll, self.signature.symbol)
+            fn.restype = None
+            fn.argtypes = [
+                ctypes.c_void_p if p.role.is_buffer else ctypes.c_int64
+                for p in self.signature.params
+            ]
+            fn(*(a.ctypes.data if isinstance(a, np.ndarray) else int(a) for a in args))
+        else:
+            self._run_emulated(args, tuple(emulator or self.library.target.emulator))
+
+    def _check(self, args: Sequence[np.ndarray | int]) -> None:
+        sig = self.signature
+        if len(args) != len(sig.params):
+            raise AutoconfigError(
+                f"{sig.symbol} takes {len(sig.params)} arguments "
+                f"({', '.join(p.name for p in sig.params)}), got {len(args)}"
+            )
+        sizes = {}
+        for p, a in zip(sig.params, args, strict=True):
+            if p.role is Role.SIZE:
+                if not isinstance(a, (int, np.integer)) or a < 0:
+                    raise AutoconfigError(f"{sig.symbol}: {p.name} must be an int >= 0, got {a!r}")
+                sizes[p.name] = int(a)
+        for p, a in zip(sig.params, args, strict=True):
+            if not p.role.is_buffer:
+                continue
+            if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+                got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+                raise AutoconfigError(f"{sig.symbol}: {p.name} must be a float32 array, got {got}")
+            if not a.flags.c_contiguous or (p.role.is_written and not a.flags.writeable):
+                raise AutoconfigError(f"{sig.symbol}: {p.name} must be C-contiguous and writeable")
+            needed = math.prod(sizes[s] for s in p.extent)
+            if a.size < needed:
+                raise AutoconfigError(
+                    f"{sig.symbol}: {p.name} has {a.size} elements, needs {needed}"
+                )
+
+    def _run_emulated(self, args: Sequence[np.ndarray | int], emulator: tuple[str, ...]) -> None:
+        sig = self.signature
+        with tempfile.TemporaryDirectory(prefix="autoconfig-run-") as tmp:
+            argv = [*emulator, str(self.library.binary), sig.symbol]
+            for p, a in zip(sig.params, args, strict=True):
+                if p.role is Role.SIZE:
+                    argv.append(str(int(a)))
+                    continue
+                path = Path(tmp) / f"{p.name}.bin"
+                a.tofile(path)
+                argv.append(f"{path}:{a.size}")
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise AutoconfigError(
+                    f"{sig.symbol} failed under {emulator[0]}: {_exit_reason(done)}"
+                )
+            for p, a in zip(sig.params, args, strict=True):
+                if p.role.is_buffer and p.role.is_written:
+                    a[...] = np.fromfile(Path(tmp) / f"{p.name}.bin", np.float32).reshape(a.shape)
+
+
+def _exit_reason(done: subprocess.CompletedProcess) -> str:
+    """'killed by SIGILL' or 'exit status N: last stderr line'."""
+    code = done.returncode
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    if code > 128 and code - 128 in signal.Signals._value2member_map_:
+        return f"killed by {signal.Signals(code - 128).name}"
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return f"exit status {code}: {last}"
+
+
+def _run_tool(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AutoconfigError(f"{what} failed ({command[0]}): {_exit_reason(done)}")

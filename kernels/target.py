@@ -1,0 +1,202 @@
+"""The code-generation targets: avx2, avx512, neon, rvv (VLEN a parameter) and host.
+
+A target says how to ask LLVM for code (triple, CPU, features, ABI), what the vector
+unit looks like to the generators (register width and count, scalable or not), and
+how this machine can run the result: natively when the host CPU has the required
+features, under qemu-user when a cross compiler and emulator are installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import shutil
+from dataclasses import dataclass
+from typing import Literal
+
+from autoconfig.errors import AutoconfigError
+
+DEFAULT_RVV_VLEN = 256
+"""VLEN assumed for RVV when none is given: the width of common RVV 1.0 cores."""
+
+RVV_VLEN_RANGE = (128, 1024)
+"""RVV 1.0 application processors have VLEN >= 128; qemu-user emulates up to 1024."""
+
+ExecutionMode = Literal["native", "emulated", "unavailable"]
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How this host can run a target's code, and why."""
+
+    mode: ExecutionMode
+    reason: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """A code-generation target: everything codegen and lowering need to know."""
+
+    name: str
+    arch: str  # Linux machine name of the ISA: x86_64, aarch64, riscv64
+    triple: str
+    cpu: str
+    features: str
+    vector_bits: int  # register width; VLEN for RVV
+    vector_registers: int
+    scalable: bool  # vectors are vscale-scaled (RVV); fixed-length otherwise
+    host_flags: frozenset[str]  # py-cpuinfo flags a CPU needs to run this code natively
+    abi: str = ""
+    cross_cc: str = ""  # gcc that links static executables for this ISA on another host
+    emulator: tuple[str, ...] = ()  # qemu-user command line, without the program
+
+    @property
+    def f32_lanes(self) -> int:
+        """f32 lanes in one full vector register."""
+        return self.vector_bits // 32
+
+    @property
+    def vscale(self) -> int:
+        """LLVM's vscale on this target: VLEN/64 for RVV, 1 for fixed-length ISAs."""
+        return self.vector_bits // 64 if self.scalable else 1
+
+    def execution(self) -> Execution:
+        """Whether this host runs the target's code natively, emulated, or not at all."""
+        host = _host_cpu()
+        if host.arch == self.arch:
+            missing = sorted(self.host_flags - host.flags)
+            if not missing:
+                return Execution("native", f"host CPU has {', '.join(sorted(self.host_flags))}")
+            if not self.emulator:
+                return Execution("unavailable", f"host CPU lacks {', '.join(missing)}")
+        if not self.emulator:
+            return Execution("unavailable", f"{self.arch} code cannot run on a {host.arch} host")
+        tools = [self.emulator[0], self.cross_cc]
+        absent = [tool for tool in tools if shutil.which(tool) is None]
+        if absent:
+            return Execution(
+                "unavailable", f"{' and '.join(absent)} not installed (see README: make test)"
+            )
+        return Execution("emulated", " ".join(self.emulator))
+
+
+_X86_64_V3_FLAGS = frozenset({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"})
+_X86_64_V4_FLAGS = _X86_64_V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+def _avx2() -> Target:
+    return Target(
+        name="avx2",
+        arch="x86_64",
+        triple="x86_64-unknown-linux-gnu",
+        cpu="x86-64-v3",
+        features="",
+        vector_bits=256,
+        vector_registers=16,
+        scalable=False,
+        host_flags=_X86_64_V3_FLAGS,
+    )
+
+
+def _avx512() -> Target:
+    return Target(
+        name="avx512",
+        arch="x86_64",
+        triple="x86_64-unknown-linux-gnu",
+        cpu="x86-64-v4",
+        features="",
+        vector_bits=512,
+        vector_registers=32,
+        scalable=False,
+        host_flags=_X86_64_V4_FLAGS,
+    )
+
+
+def _neon() -> Target:
+    return Target(
+        name="neon",
+        arch="aarch64",
+        triple="aarch64-unknown-linux-gnu",
+        cpu="generic",
+        features="+neon",
+        vector_bits=128,
+        vector_registers=32,
+        scalable=False,
+        host_flags=frozenset({"asimd"}),
+        cross_cc="aarch64-linux-gnu-gcc",
+        emulator=("qemu-aarch64",),
+    )
+
+
+def _rvv(vlen: int) -> Target:
+    if not (RVV_VLEN_RANGE[0] <= vlen <= RVV_VLEN_RANGE[1]) or vlen & (vlen - 1):
+        raise AutoconfigError(
+            f"invalid RVV VLEN {vlen}: must be a power of two from "
+            f"{RVV_VLEN_RANGE[0]} to {RVV_VLEN_RANGE[1]}"
+        )
+    return Target(
+        name="rvv",
+        arch="riscv64",
+        triple="riscv64-unknown-linux-gnu",
+        cpu="generic-rv64",
+        features="+m,+a,+f,+d,+c,+v",
+        vector_bits=vlen,
+        vector_registers=32,
+        scalable=True,
+        host_flags=frozenset({"v"}),
+        abi="lp64d",
+        cross_cc="riscv64-linux-gnu-gcc",
+        emulator=("qemu-riscv64", "-cpu", f"rv64,v=true,vlen={vlen},vext_spec=v1.0"),
+    )
+
+
+TARGET_NAMES = ("avx2", "avx512", "neon", "rvv", "host")
+
+
+def get_target(name: str, vlen: int | None = None) -> Target:
+    """The target called `name`; `vlen` sets RVV's VLEN (only valid for rvv)."""
+    if vlen is not None and name != "rvv":
+        raise AutoconfigError(f"--vlen applies only to the rvv target, not {name!r}")
+    if name == "host":
+        return host_target()
+    factories = {"avx2": _avx2, "avx512": _avx512, "neon": _neon}
+    if name == "rvv":
+        return _rvv(DEFAULT_RVV_VLEN if vlen is None else vlen)
+    if name not in factories:
+        raise AutoconfigError(
+            f"unknown target {name!r}; known targets: {', '.join(TARGET_NAMES)}"
+        )
+    return factories[name]()
+
+
+def all_targets(vlen: int | None = None) -> list[Target]:
+    """The four ISA targets (host excluded: it is one of them)."""
+    return [get_target(n, vlen if n == "rvv" else None) for n in TARGET_NAMES if n != "host"]
+
+
+def host_target() -> Target:
+    """The widest target this CPU runs natively (e.g. avx512 on Zen 4, else avx2)."""
+    for candidate in (_avx512(), _avx2(), _neon(), _rvv(DEFAULT_RVV_VLEN)):
+        if candidate.execution().mode == "native":
+            return candidate
+    host = _host_cpu()
+    raise AutoconfigError(
+        f"this {host.arch} CPU supports none of the targets {', '.join(TARGET_NAMES[:-1])}"
+    )
+
+
+@dataclass(frozen=True)
+class _HostCpu:
+    arch: str
+    flags: frozenset[str]
+
+
+@functools.lru_cache(maxsize=1)
+def _host_cpu() -> _HostCpu:
+    """The host's ISA and feature flags, from py-cpuinfo (cached: it takes ~1 s)."""
+    import cpuinfo  # py-cpuinfo; imported lazily because it spawns helper processes
+
+    info = cpuinfo.get_cpu_info()
+    arch = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    return _HostCpu(arch=arch, flags=frozenset(info.get("flags", [])))

@@ -1,0 +1,32 @@
+"""Shared fixtures: targets by test id, skipping with a one-line reason when this
+host cannot run a target's code."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.target import Target, get_target
+
+# (test id, target name, VLEN): the four ISAs, RVV at two register lengths.
+TARGET_CASES = [
+    ("avx2", "avx2", None),
+    ("avx512", "avx512", None),
+    ("neon", "neon", None),
+    ("rvv128", "rvv", 128),
+    ("rvv256", "rvv", 256),
+]
+
+CASE_IDS_ALL = [case[0] for case in TARGET_CASES]
+
+
+def target_for(case_id: str) -> Target:
+    """The Target of a TARGET_CASES id."""
+    _, name, vlen = next(case for case in TARGET_CASES if case[0] == case_id)
+    return get_target(name, vlen)
+
+
+def require_runnable(target: Target) -> None:
+    """Skip the calling test when this host can run `target` neither natively nor emulated."""
+    execution = target.execution()
+    if execution.mode == "unavailable":
+        pytest.skip(f"{target.name}: {execution.reason}")

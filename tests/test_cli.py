@@ -1,0 +1,97 @@
+"""The command line: help, version, targets, demo, lower, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from autoconfig import __version__
+from autoconfig.cli import main
+from kernels.target import get_target
+
+GOOD_MLIR = """
+func.func @scale(%m: memref<16xf32>) {
+  %c0 = arith.constant 0 : index
+  %v = vector.load %m[%c0] : memref<16xf32>, vector<16xf32>
+  %w = arith.mulf %v, %v : vector<16xf32>
+  vector.store %w, %m[%c0] : memref<16xf32>, vector<16xf32>
+  return
+}
+"""
+
+
+def autoconfig(*args: str) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would, in a fresh interpreter."""
+    command = [sys.executable, "-m", "autoconfig.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_version_and_help():
+    assert autoconfig("--version").stdout.strip() == f"autoconfig {__version__}"
+    help_text = autoconfig("--help").stdout
+    for command in ("targets", "demo", "lower"):
+        assert command in help_text
+
+
+def test_targets_lists_every_isa_and_how_it_runs():
+    done = autoconfig("targets")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    for name in ("avx2", "avx512", "neon", "rvv"):
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert any(word in row for word in ("native", "emulated", "no:"))
+    assert lines[-1].startswith("host = ")
+
+
+def test_unknown_target_is_one_line_exit_2(tmp_path):
+    source = tmp_path / "k.mlir"
+    source.write_text(GOOD_MLIR)
+    done = autoconfig("lower", str(source), "--target", "sse9")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "unknown target 'sse9'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_invalid_mlir_is_one_line_exit_2(tmp_path):
+    source = tmp_path / "bad.mlir"
+    source.write_text(GOOD_MLIR.replace("arith.mulf %v, %v", "arith.mulf %v, %c0"))
+    done = autoconfig("lower", str(source), "--target", "avx2")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "invalid MLIR in " in done.stderr and "bad.mlir:" in done.stderr
+
+
+def test_missing_input_file_is_one_line_exit_2(tmp_path):
+    done = autoconfig("lower", str(tmp_path / "absent.mlir"), "--target", "avx2")
+    assert done.returncode == 2 and "cannot read" in done.stderr
+
+
+def test_lower_writes_the_object_and_nothing_else(tmp_path):
+    source = tmp_path / "k.mlir"
+    source.write_text(GOOD_MLIR)
+    out = tmp_path / "out" / "k.o"
+    assert main(["lower", str(source), "--target", "avx512", "--emit", "obj", "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["k.o"]
+
+
+def test_lower_prints_assembly(tmp_path, capsys):
+    source = tmp_path / "k.mlir"
+    source.write_text(GOOD_MLIR)
+    assert main(["lower", str(source), "--target", "avx512"]) == 0
+    assert "zmm" in capsys.readouterr().out
+
+
+def test_demo_runs_on_the_host_target():
+    host = get_target("host")
+    done = autoconfig("demo", "--target", host.name, "--n", "100")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(host.name) and done.stdout.rstrip().endswith(")")
+    assert " ok " in done.stdout
+
+
+@pytest.mark.parametrize("args", [["demo", "--n", "-1"], ["targets", "--vlen", "96"]])
+def test_bad_numbers_are_one_line_exit_2(args):
+    done = autoconfig(*args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1

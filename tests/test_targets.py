@@ -1,0 +1,51 @@
+"""The target table, name lookup and host detection."""
+
+import pytest
+
+from autoconfig.errors import AutoconfigError
+from kernels.target import TARGET_NAMES, all_targets, get_target, host_target
+
+
+def test_table_matches_design():
+    table = {t.name: t for t in all_targets()}
+    assert set(table) == {"avx2", "avx512", "neon", "rvv"}
+    assert (table["avx2"].cpu, table["avx2"].f32_lanes, table["avx2"].vector_registers) == (
+        "x86-64-v3", 8, 16)
+    assert (table["avx512"].cpu, table["avx512"].f32_lanes, table["avx512"].vector_registers) == (
+        "x86-64-v4", 16, 32)
+    assert table["neon"].triple.startswith("aarch64") and table["neon"].f32_lanes == 4
+    rvv = table["rvv"]
+    assert rvv.scalable and rvv.vector_bits == 256 and rvv.abi == "lp64d" and "+v" in rvv.features
+    assert not any(t.scalable for t in (table["avx2"], table["avx512"], table["neon"]))
+
+
+def test_rvv_vlen_is_a_parameter():
+    rvv = get_target("rvv", vlen=128)
+    assert (rvv.vector_bits, rvv.f32_lanes, rvv.vscale) == (128, 4, 2)
+    assert "vlen=128" in " ".join(rvv.emulator)
+
+
+@pytest.mark.parametrize("vlen", [64, 100, 2048])
+def test_bad_vlen_rejected(vlen):
+    with pytest.raises(AutoconfigError, match="VLEN"):
+        get_target("rvv", vlen=vlen)
+
+
+def test_unknown_target_names_the_known_ones():
+    with pytest.raises(AutoconfigError, match=r"unknown target 'sse9'.*avx2, avx512, neon, rvv"):
+        get_target("sse9")
+
+
+def test_vlen_only_for_rvv():
+    with pytest.raises(AutoconfigError, match="only to the rvv"):
+        get_target("avx2", vlen=256)
+
+
+def test_host_is_a_natively_running_target():
+    host = host_target()
+    assert host.name in TARGET_NAMES
+    assert host.execution().mode == "native"
+    assert get_target("host") == host
+    # An x86 host that runs avx512 code runs avx2 code too.
+    if host.name == "avx512":
+        assert get_target("avx2").execution().mode == "native"
