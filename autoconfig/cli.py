@@ -92,6 +92,25 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from autoconfig.probe import default_profile_path, probe
+    from autoconfig.profile import save_profile, summary
+
+    profile = probe(quick=args.quick, progress=not args.no_progress)
+    out = args.out or default_profile_path(profile.model)
+    save_profile(profile, out)
+    print(summary(profile))
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_profile_show(args: argparse.Namespace) -> int:
+    from autoconfig.profile import load_profile, summary
+
+    print(summary(load_profile(args.path)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoconfig`` command and its subcommands."""
     from kernels.target import TARGET_NAMES
@@ -149,6 +168,36 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_target_options(lower)
     lower.set_defaults(run=_cmd_lower)
+
+    probe = sub.add_parser(
+        "probe",
+        help="measure this machine and write its hardware profile",
+        description="Write this machine's hardware profile (YAML): ISA, features, vector "
+        "unit, cores, clock and cache geometry from py-cpuinfo, procfs and sysfs; FMA "
+        "latency and throughput per vector width and the load-bandwidth curve (1 thread "
+        "and all threads) measured by generated micro-benchmarks. About 20 s; --quick "
+        "about 10 s. The file is written atomically: an interrupted probe leaves none.",
+    )
+    probe.add_argument("--quick", action="store_true", help="fewer, shorter measurements")
+    probe.add_argument(
+        "--out", type=Path, default=None,
+        help="profile path (default hwprofiles/<cpu-model-slug>.yaml)",
+    )  # fmt: skip
+    probe.add_argument("--no-progress", action="store_true", help="no progress bar")
+    probe.set_defaults(run=_cmd_probe)
+
+    profile = sub.add_parser(
+        "profile", help="inspect hardware profiles", description="Inspect hardware profiles."
+    )
+    profile_sub = profile.add_subparsers(dest="profile_command", metavar="ACTION", required=True)
+    show = profile_sub.add_parser(
+        "show",
+        help="validate a profile and print its summary",
+        description="Validate a hardware profile and print peak GFLOP/s per core and in "
+        "total, and load bandwidth per memory level.",
+    )
+    show.add_argument("path", type=Path, help="the profile (.yaml)")
+    show.set_defaults(run=_cmd_profile_show)
     return parser
 
 

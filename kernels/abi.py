@@ -44,13 +44,14 @@ class Role(Enum):
 class Param:
     """One argument of a generated kernel.
 
-    A buffer's `extent` names the size arguments whose product is the number of
-    elements the kernel touches, so callers can be checked before the call.
+    A buffer's `extent` lists the size arguments (by name) and constants whose
+    product is the number of elements the kernel touches, so callers can be checked
+    before the call.
     """
 
     name: str
     role: Role
-    extent: tuple[str, ...] = ()
+    extent: tuple[str | int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class KernelSignature:
             raise ValueError(f"{self.symbol}: buffers must precede sizes in the C ABI")
         sizes = {p.name for p in self.params if p.role is Role.SIZE}
         for p in self.buffers:
-            if not p.extent or not set(p.extent) <= sizes:
+            names = {e for e in p.extent if isinstance(e, str)}
+            if not p.extent or not names <= sizes:
                 raise ValueError(f"{self.symbol}: extent of {p.name} must name size arguments")
 
     @property

@@ -80,14 +80,16 @@ def index(value: int | ir.Value) -> ir.Value:
     return arith.index_cast(idx, value)
 
 
-def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value]) -> ir.Value:
-    """A dense row-major ``memref<?x...xf32>`` over `pointer` with i64 sizes `dims`.
+def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
+    """A dense row-major ``memref<?x...xf32>`` over `pointer` with sizes `dims`
+    (i64 values or constants).
 
     Builds the memref descriptor (allocated and aligned pointer, offset 0, sizes,
     row-major strides) in the LLVM dialect and casts it to the memref type; the
     cast disappears when the memref is lowered to the same descriptor.
     """
     i64 = ir.IntegerType.get_signless(64)
+    dims = [llvm.mlir_constant(ir.IntegerAttr.get(i64, d)) if isinstance(d, int) else d for d in dims]
     rank = len(dims)
     desc_type = ir.Type.parse(
         f"!llvm.struct<(ptr, ptr, i64, array<{rank} x i64>, array<{rank} x i64>)>"

@@ -131,7 +131,7 @@ class Kernel:
                 raise AutoconfigError(f"{sig.symbol}: {p.name} must be a float32 array, got {got}")
             if not a.flags.c_contiguous or (p.role.is_written and not a.flags.writeable):
                 raise AutoconfigError(f"{sig.symbol}: {p.name} must be C-contiguous and writeable")
-            needed = math.prod(sizes[s] for s in p.extent)
+            needed = math.prod(sizes[e] if isinstance(e, str) else e for e in p.extent)
             if a.size < needed:
                 raise AutoconfigError(
                     f"{sig.symbol}: {p.name} has {a.size} elements, needs {needed}"

@@ -1,0 +1,171 @@
+"""Micro-benchmark kernels for `autoconfig probe`, generated like every other kernel.
+
+Two families, each a loop nest whose work is known exactly so that a timing turns
+into a rate:
+
+FMA chains (latency with one chain, throughput with enough independent chains)::
+
+    acc[0..chains) = 0
+    for it in 0 .. iters:                       # `unroll` copies of the body
+        for j in 0 .. chains: acc[j] = fma(acc[j], x, y)
+    out[0] = sum over chains and lanes of acc
+
+Streaming loads (bandwidth of the level holding `data`)::
+
+    acc[0..accumulators) = 0
+    for r in 0 .. reps:
+        for i in 0 .. n - n % block, block:     # block = step * accumulators
+            for j in 0 .. accumulators: acc[j] += data[i + j*step : ... + step]
+    out[0] = sum over accumulators and lanes of acc   # data past the last block is not read
+
+`step` is the run-time vector length (lanes, or a multiple of vscale on RVV) and the
+result is one scalar, so both kernels are correct on any VLEN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from autoconfig.errors import AutoconfigError
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import (
+    KernelModule,
+    check_lanes,
+    f32_memref,
+    f32_splat,
+    f32_vector_type,
+    index,
+    kernel_body,
+    lane_step,
+    new_module,
+    verify,
+)
+from kernels.mlir import arith, ir, memref, scf, vector
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class FmaChainConfig:
+    """`chains` independent dependent-FMA chains of `lanes`-wide vectors."""
+
+    lanes: int
+    chains: int
+    unroll: int = 4  # copies of the body per loop trip, to hide the loop's own cost
+
+    @property
+    def fmas_per_iteration(self) -> int:
+        """Vector FMAs one loop trip (one unit of `iters`) performs."""
+        return self.chains * self.unroll
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Sum `data` with `accumulators` independent vector adds of `lanes` f32."""
+
+    lanes: int
+    accumulators: int
+
+    @property
+    def block(self) -> int:
+        """Elements read per inner-loop trip."""
+        return self.lanes * self.accumulators
+
+
+def fma_chain_signature(config: FmaChainConfig) -> KernelSignature:
+    return KernelSignature(
+        symbol="ac_fmachain_f32",
+        params=(
+            Param("out", Role.OUT, extent=(1,)),
+            Param("xy", Role.IN, extent=(2,)),
+            Param("iters", Role.SIZE),
+        ),
+        doc=f"{config.chains} chains x {config.unroll} of acc = fma(acc, xy[0], xy[1]) "
+        f"per iteration on {config.lanes} lanes; out[0] = sum of all lanes of all chains.",
+    )
+
+
+def stream_signature(config: StreamConfig) -> KernelSignature:
+    return KernelSignature(
+        symbol="ac_stream_f32",
+        params=(
+            Param("out", Role.OUT, extent=(1,)),
+            Param("data", Role.IN, extent=("n",)),
+            Param("n", Role.SIZE),
+            Param("reps", Role.SIZE),
+        ),
+        doc=f"out[0] = sum of data[0 : n - n % block] over reps passes, block = "
+        f"{config.accumulators} vectors of {config.lanes} lanes.",
+    )
+
+
+def _check_counts(**counts: int) -> None:
+    for name, count in counts.items():
+        if count < 1:
+            raise AutoconfigError(f"{name} must be >= 1, got {count}")
+
+
+def _store_sum(accumulators: list[ir.Value], out: ir.Value) -> None:
+    """out[0] = the sum of every lane of every accumulator."""
+    total = vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD, reduce(arith.addf, accumulators))
+    memref.store(total, out, [index(0)])
+
+
+def generate_fma_chain(config: FmaChainConfig, target: Target) -> KernelModule:
+    """The FMA chain kernel: latency with chains=1, throughput with many chains."""
+    check_lanes(target, config.lanes)
+    _check_counts(chains=config.chains, unroll=config.unroll)
+    if config.chains + 2 > target.vector_registers:
+        raise AutoconfigError(
+            f"{config.chains} chains + 2 operands exceed {target.name}'s "
+            f"{target.vector_registers} vector registers"
+        )
+    sig = fma_chain_signature(config)
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            out = f32_memref(args["out"], [1])
+            xy = f32_memref(args["xy"], [2])
+            vec = f32_vector_type(target, config.lanes)
+            x, y = (vector.broadcast(vec, memref.load(xy, [index(k)])) for k in (0, 1))
+            zero = f32_splat(target, config.lanes, 0.0)
+            loop = scf.ForOp(index(0), index(args["iters"]), index(1), [zero] * config.chains)
+            with ir.InsertionPoint(loop.body):
+                acc = list(loop.inner_iter_args)
+                for _ in range(config.unroll):
+                    acc = [vector.fma(a, x, y) for a in acc]
+                scf.yield_(acc)
+            _store_sum(list(loop.results), out)
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
+
+
+def generate_stream(config: StreamConfig, target: Target) -> KernelModule:
+    """The streaming-load kernel whose rate is the bandwidth of the level holding data."""
+    check_lanes(target, config.lanes)
+    _check_counts(accumulators=config.accumulators)
+    sig = stream_signature(config)
+    with new_module() as module:
+        vec = f32_vector_type(target, config.lanes)
+        with kernel_body(module, sig) as args:
+            out = f32_memref(args["out"], [1])
+            data = f32_memref(args["data"], [args["n"]])
+            count = index(args["n"])
+            step = lane_step(target, config.lanes)
+            block = arith.muli(step, index(config.accumulators))
+            full = arith.subi(count, arith.remui(count, block))
+            zero = f32_splat(target, config.lanes, 0.0)
+            passes = scf.ForOp(index(0), index(args["reps"]), index(1), [zero] * config.accumulators)
+            with ir.InsertionPoint(passes.body):
+                sweep = scf.ForOp(index(0), full, block, list(passes.inner_iter_args))
+                with ir.InsertionPoint(sweep.body):
+                    i = sweep.induction_variable
+                    acc = [
+                        arith.addf(a, vector.load(vec, data, [arith.addi(i, arith.muli(step, index(j)))]))
+                        for j, a in enumerate(sweep.inner_iter_args)
+                    ]
+                    scf.yield_(acc)
+                scf.yield_(list(sweep.results))
+            _store_sum(list(passes.results), out)
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
+
