@@ -5,4 +5,13 @@ from autoconfig.errors import AutoconfigError
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoconfigError", "__version__"]
+__all__ = ["AutoconfigError", "__version__", "compile_matmul", "plan_matmul"]
+
+
+def __getattr__(name: str):
+    """Lazy API: importing the package stays cheap (no MLIR, no LLVM) until used."""
+    if name in ("compile_matmul", "plan_matmul"):
+        from autoconfig import compile as api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'autoconfig' has no attribute {name!r}")

@@ -111,6 +111,15 @@ def _cmd_profile_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain_matmul(args: argparse.Namespace) -> int:
+    from autoconfig.compile import plan_matmul
+
+    choice = plan_matmul(args.m, args.n, args.k, profile=args.profile, target=args.target,
+                         threads=args.threads)  # fmt: skip
+    print(choice.explain())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoconfig`` command and its subcommands."""
     from kernels.target import TARGET_NAMES
@@ -198,6 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("path", type=Path, help="the profile (.yaml)")
     show.set_defaults(run=_cmd_profile_show)
+
+    explain = sub.add_parser(
+        "explain", help="show the model's choice for an operator and why",
+        description="Print the algorithm and parameters the analytic model chooses for an "
+        "operator, the predicted GFLOP/s, and every parameter and cost term with its "
+        "reason. Nothing is built or timed.",
+    )  # fmt: skip
+    explain_sub = explain.add_subparsers(dest="operator", metavar="OPERATOR", required=True)
+    matmul = explain_sub.add_parser(
+        "matmul", help="C[MxN] = A[MxK] . B[KxN]", description="Explain the matmul choice."
+    )
+    for dim in ("m", "n", "k"):
+        matmul.add_argument(dim, type=int, metavar=dim.upper())
+    matmul.add_argument("--profile", type=Path, default=None,
+                        help="hardware profile (default: this machine's)")  # fmt: skip
+    matmul.add_argument("--target", default=None, metavar="T",
+                        help="code-generation target (default: the profile's)")  # fmt: skip
+    matmul.add_argument("--threads", type=int, default=None,
+                        help="most threads to use (default: all cores; the model may use fewer)")  # fmt: skip
+    matmul.set_defaults(run=_cmd_explain_matmul)
     return parser
 
 

@@ -89,21 +89,29 @@ def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
     cast disappears when the memref is lowered to the same descriptor.
     """
     i64 = ir.IntegerType.get_signless(64)
-    dims = [llvm.mlir_constant(ir.IntegerAttr.get(i64, d)) if isinstance(d, int) else d for d in dims]
+
+    def value(x: ir.Value | int) -> ir.Value:
+        return llvm.mlir_constant(ir.IntegerAttr.get(i64, x)) if isinstance(x, int) else x
+
+    strides: list[ir.Value | int] = [1]
+    for dim in reversed(dims[1:]):  # row-major; constant-folded when the sizes are static
+        inner = strides[0]
+        if isinstance(dim, int) and isinstance(inner, int):
+            strides.insert(0, dim * inner)
+        else:
+            no_wrap = ir.Attribute.parse("#llvm.overflow<none>")
+            strides.insert(0, llvm.mul(value(inner), value(dim), no_wrap))
     rank = len(dims)
     desc_type = ir.Type.parse(
         f"!llvm.struct<(ptr, ptr, i64, array<{rank} x i64>, array<{rank} x i64>)>"
     )
-    strides = [llvm.mlir_constant(ir.IntegerAttr.get(i64, 1))]
-    for dim in reversed(dims[1:]):
-        strides.insert(0, llvm.mul(strides[0], dim))
     desc = llvm.mlir_poison(desc_type)
     desc = llvm.insertvalue(desc, pointer, [0])
     desc = llvm.insertvalue(desc, pointer, [1])
-    desc = llvm.insertvalue(desc, llvm.mlir_constant(ir.IntegerAttr.get(i64, 0)), [2])
+    desc = llvm.insertvalue(desc, value(0), [2])
     for axis, (dim, stride) in enumerate(zip(dims, strides, strict=True)):
-        desc = llvm.insertvalue(desc, dim, [3, axis])
-        desc = llvm.insertvalue(desc, stride, [4, axis])
+        desc = llvm.insertvalue(desc, value(dim), [3, axis])
+        desc = llvm.insertvalue(desc, value(stride), [4, axis])
     memref_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] * rank, ir.F32Type.get())
     cast = ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[memref_type], operands=[desc]

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.probe.bench import aligned_array, working_sets
+from autoconfig.probe.bench import working_sets
+from autoconfig.runtime import aligned_array
 from autoconfig.probe.curve import find_plateaus
 from autoconfig.profile import load_profile
 from kernels import microbench as mb

@@ -49,6 +49,25 @@ def default_profile_path(model: str) -> Path:
     return Path("hwprofiles") / f"{slug(model)}.yaml"
 
 
+def host_profile(progress: bool = True) -> HardwareProfile:
+    """This machine's profile: $AUTOCONFIG_PROFILE, else hwprofiles/<slug>.yaml under
+    the current directory, else the user cache; probed quickly (and cached) if none."""
+    import os
+
+    from autoconfig.profile import load_profile, save_profile
+
+    if os.environ.get("AUTOCONFIG_PROFILE"):
+        return load_profile(os.environ["AUTOCONFIG_PROFILE"])
+    model = read_host_static().model
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autoconfig"
+    for path in (default_profile_path(model), cache / f"{slug(model)}.yaml"):
+        if path.exists():
+            return load_profile(path)
+    profile = probe(quick=True, progress=progress)
+    save_profile(profile, cache / f"{slug(model)}.yaml")
+    return profile
+
+
 def read_host_static() -> StaticInfo:
     """Static information of this machine (py-cpuinfo plus procfs and sysfs)."""
     import cpuinfo  # py-cpuinfo

@@ -20,13 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoconfig.runtime import aligned_array
 from kernels import microbench
 from kernels.library import build_library
 from kernels.target import Target
-
-CACHE_LINE_ALIGNMENT = 64
-"""Buffers start on a cache line: unaligned vector loads that split lines halve L1
-bandwidth on the development machine (measured 88 vs 165 GB/s at 16 KiB)."""
 
 FMA_X, FMA_Y = 0.999, 0.001
 """acc = acc*x + y converges to y/(1-x) = 1: no overflow, no denormals, no shortcut."""
@@ -49,16 +46,6 @@ class Settings:
     @classmethod
     def quick(cls) -> Settings:
         return cls(repetitions=2, call_seconds=0.006, points_per_octave=2, dram_factor=4, sweeps=2)
-
-
-def aligned_array(count: int, fill: float) -> np.ndarray:
-    """A float32 array of `count` elements starting on a cache-line boundary."""
-    pad = CACHE_LINE_ALIGNMENT // 4
-    raw = np.empty(count + pad, np.float32)
-    offset = (-raw.ctypes.data % CACHE_LINE_ALIGNMENT) // 4
-    array = raw[offset : offset + count]
-    array[:] = fill
-    return array
 
 
 def _best_seconds(call: Callable[[], object], repetitions: int) -> float:

@@ -1,0 +1,1 @@
+"""Analytic models: from a hardware profile to kernel configurations, no timing."""

@@ -1,0 +1,495 @@
+"""The matmul model: from the hardware profile alone, each algorithm's parameters and
+predicted time as named terms; the fastest prediction is the choice.
+
+Parameters (BLIS analytic model, Low et al. 2016, DESIGN §4, with corrections):
+- register tile mr×nv: every tile with mr·nv + nv + 1 ≤ vector registers is scored;
+  fewer than latency×throughput (FMAs in flight, from the profile) accumulators
+  leave the FMA units idle, and edge tiles compute padded lanes and rows;
+- kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
+  ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. DESIGN §4 writes
+  nr/mr; that gave kc=64 on the development machine, measured 0.68× OpenBLAS at
+  1024³ against 0.96× for kc=256 (this rule: kc=320);
+- mc: the A block (mc×kc) fills the L2 ways left after two B micro-panels, counted
+  on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
+  (random 4 KiB page placement conflicts in a physically indexed L2 before it is
+  full: the knee was 0.6-0.9× of 1 MiB on the development machine);
+- nc: the B block (kc×nc) in the L3 ways left after the A block, per core sharing it.
+
+Time terms (ns): the micro-kernel's FMA issue, its latency floor and its loads
+(L1 bandwidth); masked edge loads; data traffic per memory level against that
+level's bandwidth (the largest is the memory term); packing; C tile load/store; call
+and thread dispatch. Inputs are taken as warm, as in a model run where each layer's
+operands were just produced or are reused: the whole problem is read once from the
+innermost level that holds it (charging DRAM for a 4 MB problem predicted 127 µs
+where the measured best was 106 µs, and tied every configuration).
+Compute and memory overlap, so the total is their soft maximum (an OVERLAP-norm:
+the larger, plus a little of the smaller) plus the rest —
+except when an unpacked B micro-panel cannot stay in L1: then its loads miss on the
+FMA chain's critical path and the L2 term adds instead of overlapping (at 1024³ the
+overlapping form predicted 88 GFLOP/s; the kernel measured 46-50).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.profile import FmaFigures, HardwareProfile
+from kernels.matmul import ALGORITHMS, MatmulConfig, MatmulShape, round_up
+from kernels.target import Target
+
+F32 = 4  # bytes per element
+
+UNROLL = 4
+"""K-loop copies per trip: hides the loop's own instructions; measured at 512³ on the
+development machine, packed 6x2 went from 58 to 78 GFLOP/s with 4 copies."""
+
+CALL_NS = 6_000.0
+"""Python-side cost of one kernel call (argument checks, ctypes): ~6 µs measured."""
+
+THREAD_DISPATCH_NS = 40_000.0
+"""Handing row blocks to the thread pool and joining: ~40 µs measured on 2 cores."""
+
+STORE_FORWARD_FACTOR = 1.5
+"""Broadcast's C vector goes store→load every k: store forwarding adds about half an
+FMA latency to the dependent chain (x86 forwarding ≈ 5-7 cycles vs FMA 4)."""
+
+OVERLAP = 4.0
+"""Exponent of the soft maximum of kernel and memory time, (k^p + m^p)^(1/p): a plain
+max hid the kernel under memory entirely and tied configurations that measured
+1.7x apart (broadcast at 4 vs 8 lanes on a 4 MB 1x1000x1024 problem); p=4 adds 19%
+of the smaller term when the two are equal."""
+
+RESOLUTION = 0.02
+"""Predictions closer than 2% are ties (the model is not finer than that); a tie goes
+to the tile with fewer L1 loads per FMA, whose advantage the FMA-bound terms hide."""
+
+MASKED_LOAD_COST = 3.0
+"""A masked vector load costs about three plain ones (vmaskmovps on AVX2: 3+ µops on
+AMD Zen; NEON has none and LLVM scalarizes it): the unpacked edge column pays it on
+every k step, the packed one never (its panels are zero-padded)."""
+
+MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
+MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named part of a prediction, with the reason behind it."""
+
+    name: str
+    ns: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration with its predicted time broken into named terms."""
+
+    shape: MatmulShape
+    config: MatmulConfig
+    terms: tuple[Term, ...]
+    total_ns: float
+    parameters: tuple[tuple[str, str], ...]  # (parameter, reason)
+
+    @property
+    def gflops(self) -> float:
+        return self.shape.flops / self.total_ns
+
+    def term(self, name: str) -> float:
+        return next(t.ns for t in self.terms if t.name == name)
+
+
+@dataclass(frozen=True)
+class _Machine:
+    """The profile figures the model uses, for one thread count."""
+
+    fma: FmaFigures
+    widest_lanes: int  # of the probe's streaming loads
+    registers: int
+    cores: int
+    threads: int
+    l1_ways: int
+    l1_sets: int
+    line: int
+    l2_ways_effective: int
+    l2_sets: int
+    l3: tuple[int, int, int] | None  # (ways, sets, cores sharing)
+    bandwidth: dict[str, float]  # GB/s = bytes/ns per level, for `threads` threads
+    bandwidth_one: dict[str, float]  # one thread
+
+    @classmethod
+    def of(cls, profile: HardwareProfile, lanes: int, threads: int) -> _Machine:
+        fma = next((f for f in profile.fma if f.lanes == lanes), None)
+        if fma is None:
+            widths = ", ".join(str(f.vector_bits) for f in profile.fma)
+            raise AutoconfigError(f"profile {profile.name} has no {lanes * 32}-bit FMA figures ({widths})")
+        l1, l2, l3 = profile.cache(1), profile.cache(2), profile.cache(3)
+        if l1 is None or l2 is None or profile.bandwidth is None:
+            raise AutoconfigError(f"profile {profile.name} lacks L1/L2 geometry or bandwidth")
+        single = profile.bandwidth.single_thread
+        many = profile.bandwidth.all_threads
+        knee = single.knees.get("L2")
+        ways = int(l2.ways)
+        if knee is not None:  # effective L2 ways from the measured knee
+            ways = max(2, min(ways, math.floor(ways * float(knee) / int(l2.size))))
+        levels = [k for k in ("L1", "L2", "L3", "DRAM") if k in single.levels]
+
+        def scaled(level: str) -> float:
+            one = float(single.levels[level])
+            if threads == 1:
+                return one
+            total = float(many.levels[level])  # with all hardware threads
+            return one + (total - one) * (threads - 1) / max(1, many.threads - 1)
+
+        return cls(
+            fma=fma,
+            widest_lanes=profile.widest_fma().lanes,
+            registers=int(profile.vector.registers),
+            cores=int(profile.cores),
+            threads=threads,
+            l1_ways=int(l1.ways),
+            l1_sets=int(l1.sets),
+            line=int(l1.line),
+            l2_ways_effective=ways,
+            l2_sets=int(l2.sets),
+            l3=(int(l3.ways), int(l3.sets), int(l3.shared_by)) if l3 else None,
+            bandwidth={k: scaled(k) for k in levels},
+            bandwidth_one={k: float(single.levels[k]) for k in levels},
+        )
+
+    def fma_per_ns(self) -> float:
+        return float(self.fma.throughput)
+
+    def vector_loads_per_ns(self, lanes: int) -> float:
+        """L1 load instructions per ns, whatever their width (up to the widest): the
+        probe streams full-width vectors, and the load ports count instructions, not
+        bytes (scaling by width made 128-bit loads look twice as frequent, and picked
+        128-bit broadcast matmul where 256-bit measured 1.65x faster)."""
+        del lanes  # the rate is per instruction
+        return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
+
+    def beyond(self, level: str) -> str:
+        """The next level out (L3 may be missing: then DRAM)."""
+        order = [k for k in ("L1", "L2", "L3", "DRAM") if k in self.bandwidth]
+        return order[min(order.index(level) + 1, len(order) - 1)]
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def block_sizes(shape: MatmulShape, mr: int, nr: int, m: _Machine) -> tuple[int, int, int, list[tuple[str, str]]]:
+    """(kc, mc, nc) from the cache geometry, with the reason for each."""
+    b_ways = max(1, math.floor((m.l1_ways - 1) / (1 + mr / nr)))
+    kc = max(UNROLL, b_ways * m.l1_sets * m.line // (nr * F32) // UNROLL * UNROLL)
+    kc_why = f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways"
+    if kc >= shape.k:
+        kc, kc_why = shape.k, f"{shape.k} = K: all of K fits B's L1 share ({b_ways} of {m.l1_ways} ways)"
+
+    l2_way = m.l2_sets * m.line
+    b_in_l2 = math.ceil(2 * kc * nr * F32 / l2_way)
+    a_ways = max(1, m.l2_ways_effective - 1 - b_in_l2)
+    mc = min(max(mr, a_ways * l2_way // (kc * F32) // mr * mr), round_up(shape.m, mr))
+    mc_why = (f"{mc}: A block {mc}x{kc}x{F32} B in {a_ways} of {m.l2_ways_effective} effective "
+              f"L2 ways (2 B micro-panels take {b_in_l2})")  # fmt: skip
+
+    if m.l3 is None:
+        nc, nc_why = round_up(shape.n, nr), "N: no L3 to block for"
+    else:
+        ways, sets, sharing = m.l3
+        own_ways = ways // max(1, min(m.threads, sharing))  # each thread packs its own B block
+        l3_way = sets * m.line
+        a_in_l3 = math.ceil(2 * kc * mc * F32 / l3_way)
+        b_ways_l3 = max(1, own_ways - 1 - a_in_l3)
+        nc = max(nr, b_ways_l3 * l3_way // (kc * F32) // nr * nr)
+        nc_why = f"{nc}: B block {kc}x{nc}x{F32} B in {b_ways_l3} of the {own_ways} L3 ways per thread"
+        if nc >= shape.n:
+            nc, nc_why = round_up(shape.n, nr), f"{round_up(shape.n, nr)}: all of N fits the L3 share"
+    return kc, mc, nc, [("kc", kc_why), ("mc", mc_why), ("nc", nc_why)]
+
+
+def _holding_level(size: float, m: _Machine) -> str:
+    """The innermost level whose (effective) capacity holds `size` bytes."""
+    capacities = [
+        ("L1", (m.l1_ways - 1) * m.l1_sets * m.line),
+        ("L2", m.l2_ways_effective * m.l2_sets * m.line),
+    ]
+    if m.l3 is not None:
+        ways, sets, sharing = m.l3
+        capacities.append(("L3", ways * sets * m.line // max(1, min(m.threads, sharing))))
+    return next((level for level, cap in capacities if size <= cap and level in m.bandwidth), "DRAM")
+
+
+# ---------------------------------------------------------------- prediction
+
+
+def predict(shape: MatmulShape, config: MatmulConfig, profile: HardwareProfile) -> Prediction:
+    """Predicted time of `config` on `shape` from `profile`, as named terms."""
+    m = _Machine.of(profile, config.lanes, config.threads)
+    share = _busiest_share(config.row_tiles(shape), config.threads)
+    if config.algorithm == "broadcast":
+        terms, params = _broadcast_terms(shape, config, m, share)
+    else:
+        terms, params = _blocked_terms(shape, config, m, share)
+    parts = min(config.threads, config.row_tiles(shape))
+    overhead = CALL_NS + (THREAD_DISPATCH_NS if parts > 1 else 0.0)
+    terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
+    kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
+    memory = max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
+    rest = sum(t.ns for t in terms if t.name in ("packing", "call", STALL_TERM))
+    overlapped = (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP)
+    return Prediction(shape, config, tuple(terms), overlapped + rest, tuple(params))
+
+
+STALL_TERM = "l1 misses"
+"""Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
+
+
+KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile")
+
+
+def _busiest_share(tiles: int, threads: int) -> float:
+    """Fraction of the row tiles the busiest thread computes."""
+    parts = max(1, min(threads, tiles))
+    return math.ceil(tiles / parts) / tiles
+
+
+def _microkernel_ns(rows: int, vectors: int, lanes: int, m: _Machine) -> tuple[float, float, float]:
+    """Per k step of one micro-kernel: (FMA issue, extra wait on latency, extra wait on loads)."""
+    issue = rows * vectors / m.fma_per_ns()
+    latency = float(m.fma.latency)
+    loads = (vectors + rows) / m.vector_loads_per_ns(lanes)
+    return issue, max(0.0, latency - issue), max(0.0, loads - max(issue, latency))
+
+
+def _tile_kinds(shape: MatmulShape, c: MatmulConfig) -> list[tuple[int, int, int]]:
+    """(count, rows, vectors) of full, row-edge, column-edge and corner tiles."""
+    full_rows, edge_rows = divmod(shape.m, c.mr)
+    full_cols, rest = divmod(shape.n, c.nr)
+    edge_vectors = -(-rest // c.lanes)
+    kinds = [
+        (full_rows * full_cols, c.mr, c.nv),
+        (full_rows, c.mr, edge_vectors),
+        (full_cols, edge_rows, c.nv),
+        (1, edge_rows, edge_vectors),
+    ]
+    return [(n, r, v) for n, r, v in kinds if n and r and v]
+
+
+def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: _Machine) -> tuple[bool, str]:
+    """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1.
+
+    Its lines land in sets spaced by the row stride: a stride that is a multiple of
+    the set span folds all kc rows into few sets, which cannot hold them.
+    """
+    stride = shape.n * F32
+    lines_per_row = math.ceil(nr * F32 / m.line)
+    sets = m.l1_sets
+    if stride % m.line == 0:
+        sets = m.l1_sets // math.gcd(m.l1_sets, stride // m.line) * lines_per_row
+    fits = kc * lines_per_row <= min(sets, m.l1_sets) * (m.l1_ways - 1)
+    return fits, f"row stride {stride} B puts its {kc * lines_per_row} lines in {min(sets, m.l1_sets)} L1 sets"
+
+
+def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
+    kc, mc, nc = c.blocks(shape)
+    lanes, nr = c.lanes, c.nr
+    issue = latency = loads = 0.0
+    for count, rows, vectors in _tile_kinds(shape, c):
+        i, l, ld = _microkernel_ns(rows, vectors, lanes, m)
+        issue += count * i * shape.k
+        latency += count * l * shape.k
+        loads += count * ld * shape.k
+    k_blocks = math.ceil(shape.k / kc)
+    c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
+    edge_loads = 0.0
+    if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
+        edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
+    masked_c = 2 * shape.m * k_blocks * (MASKED_LOAD_COST - 1) * (shape.n % lanes > 0)
+    edges = (edge_loads + masked_c) / m.vector_loads_per_ns(lanes)
+    column_tiles, row_blocks = math.ceil(shape.n / nr), math.ceil(shape.m / mc)
+    a_level = _holding_level(mc * kc * F32, m)
+    b_level = _holding_level(kc * min(nc, round_up(shape.n, nr)) * F32, m)
+    a_bytes = shape.m * shape.k * F32 * column_tiles  # A block re-read per column tile
+    b_bytes = shape.k * shape.n * F32 * row_blocks  # B block re-read per row block
+    b_why = "B micro-panels stay in L1"
+    stall = 0.0
+    if c.algorithm == "tiled":
+        fits, b_why = _b_panel_stays_in_l1(shape, kc, nr, m)
+        if not fits:  # every micro-kernel re-reads its B micro-panel from L2, stalling
+            stall = math.ceil(shape.m / c.mr) * shape.k * shape.n * F32 / m.bandwidth["L2"]
+    per_level: dict[str, float] = {}
+    for level, size in ((a_level, a_bytes), (b_level, b_bytes)):
+        if level != "L1":
+            per_level[level] = per_level.get(level, 0.0) + size
+    once = (shape.m * shape.k + shape.k * shape.n + 2 * shape.m * shape.n) * F32
+    once_level = _holding_level(once, m)
+    if once_level != "L1":
+        per_level[once_level] = per_level.get(once_level, 0.0) + once
+    terms = [
+        Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
+                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
+        Term("latency", latency * share, f"tiles with fewer than {m.fma.in_flight:.1f} "
+                                         "accumulators wait on FMA latency"),
+        Term("loads", loads * share, f"{c.nv} B + {c.mr} A loads per k beyond the FMA time "
+                                     "(L1 bandwidth)"),
+        Term("edges", edges * share, f"masked loads where N={shape.n} is not a multiple of "
+                                     f"{lanes} lanes ({'B every k, ' if edge_loads else ''}C per K block)"),
+        Term("c tile", c_bytes / m.bandwidth["L1"] * share, f"C tiles loaded and stored once "
+                                                            f"per K block ({k_blocks})"),
+    ]  # fmt: skip
+    for level, size in per_level.items():
+        terms.append(Term(f"memory {level}", size / m.bandwidth[level] * share,
+                          f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
+                          f"B in {b_level} per row block; A, B, C once from {once_level}"))  # fmt: skip
+    if c.algorithm == "tiled":
+        terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'kept'}: {b_why}"))
+    if c.algorithm == "packed":
+        # Each thread packs all of B (its own copy) and its share of A, per column block.
+        b_pack = shape.k * round_up(shape.n, nr)
+        a_pack = round_up(shape.m, c.mr) * shape.k * math.ceil(shape.n / nc) * share
+        pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[_holding_level(shape.k * shape.n * F32, m)]
+        pack_ns += a_pack * 2 / m.vector_loads_per_ns(lanes)  # A is copied one scalar at a time
+        terms.append(Term("packing", pack_ns, "B copied whole per thread and A per column block "
+                                              "into zero-padded panels"))  # fmt: skip
+    *derived, reasons = block_sizes(shape, c.mr, nr, m)
+    blocks = [
+        (name, why if value == model else f"{value} (forced; the model derives {model})")
+        for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
+    ]
+    params = [
+        ("algorithm", c.algorithm),
+        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
+        ("tile", f"{c.mr}x{c.nv} vectors: {c.mr * c.nv} accumulators + {c.nv} B + 1 A = "
+                 f"{c.mr * c.nv + c.nv + 1} of {m.registers} registers; "
+                 f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
+        *blocks,
+        ("unroll", f"{c.unroll} copies of the k step per loop trip"),
+        ("threads", f"{c.threads}: row tiles split into {min(c.threads, c.row_tiles(shape))} blocks"
+                    f" (dispatch costs {THREAD_DISPATCH_NS / 1e3:.0f} µs)"),
+    ]  # fmt: skip
+    return terms, params
+
+
+def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
+    lanes = c.lanes
+    vectors = math.ceil(shape.n / lanes)
+    steps = shape.m * shape.k  # (row, k) pairs, each one pass over the C row
+    fma = vectors / m.fma_per_ns()
+    busy = vectors * max(1 / m.fma_per_ns(), 2 / m.vector_loads_per_ns(lanes))  # B and C loads
+    chain = float(m.fma.latency) * (1 + STORE_FORWARD_FACTOR)
+    b_level = _holding_level(shape.k * shape.n * F32, m)
+    terms = [
+        Term("fma", steps * fma * share, "one FMA per vector of the C row per (row, k)"),
+        Term("loads", steps * (busy - fma) * share, "B and C vector loads per FMA (L1 bandwidth)"),
+        Term("latency", steps * max(0.0, chain - busy) * share,
+             f"a C row of {vectors} vectors goes store→load→FMA every k"),
+        Term("c tile", 0.0, "C is streamed through L1, not kept in registers"),
+    ]  # fmt: skip
+    if shape.n % lanes:  # the last vector of each C row: masked B and C loads and C store
+        terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * share,
+                          f"masked B/C accesses where N={shape.n} is not a multiple of {lanes}"))
+    if b_level != "L1":
+        terms.append(Term(f"memory {b_level}", steps * shape.n * F32 / m.bandwidth[b_level] * share,
+                          f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) re-read per row"))
+    once = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * F32
+    once_level = _holding_level(once, m)
+    if once_level != "L1":
+        terms.append(Term(f"memory {once_level}", once / m.bandwidth[once_level] * share,
+                          f"A, B, C once from {once_level}"))
+    params = [
+        ("algorithm", "broadcast"),
+        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
+        ("threads", f"{c.threads}: rows split into {min(c.threads, shape.m)} blocks"),
+    ]
+    return terms, params
+
+
+# ---------------------------------------------------------------- choice
+
+
+def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int) -> list[MatmulConfig]:
+    """Every configuration the model scores: algorithms × widths × register tiles."""
+    widths = [
+        f.lanes for f in profile.fma
+        if f.lanes <= target.f32_lanes and (not target.scalable or f.lanes % target.vscale == 0)
+    ]  # fmt: skip
+    out = []
+    for lanes in widths:
+        m = _Machine.of(profile, lanes, threads)
+        out.append(MatmulConfig("broadcast", lanes, threads=threads))
+        for mr in range(1, MAX_MR + 1):
+            for nv in range(1, MAX_NV + 1):
+                if mr * nv + nv + 1 > min(m.registers, target.vector_registers):
+                    continue
+                kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
+                for algorithm in ("tiled", "packed"):
+                    out.append(MatmulConfig(algorithm, lanes, mr, nv, kc, mc, nc, UNROLL, threads=threads))
+    return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The model's pick, the best of each algorithm, and why."""
+
+    best: Prediction
+    per_algorithm: tuple[Prediction, ...]
+    profile: HardwareProfile
+    target: Target
+
+    def explain(self) -> str:
+        """A human explanation: the choice, each parameter and each term with its reason."""
+        b = self.best
+        s = b.shape
+        lines = [
+            f"matmul M={s.m} N={s.n} K={s.k} on {self.target.name} "
+            f"(profile {self.profile.name}, {b.config.threads} thread(s))",
+            f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s",
+            "parameters:",
+        ]
+        for name, why in b.parameters:
+            lines.append(f"  {name:<10} {why}")
+        lines.append(f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile, largest "
+                     "memory) + l1 misses + packing + call):")
+        for t in b.terms:
+            lines.append(f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}")
+        lines.append("best of each algorithm:")
+        for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
+            c = p.config
+            tile = "" if c.algorithm == "broadcast" else f" {c.mr}x{c.nv} kc={c.kc} mc={c.mc} nc={c.nc}"
+            lines.append(f"  {c.algorithm:<9} lanes={c.lanes}{tile}: {p.total_ns / 1e3:.1f} µs "
+                         f"({p.gflops:.1f} GFLOP/s)")  # fmt: skip
+        return "\n".join(lines)
+
+
+def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None) -> Choice:
+    """The configuration with the lowest predicted time using at most `threads` threads
+    (the profile's cores if None): a small problem may be faster on fewer threads
+    than the dispatch to more costs."""
+    budget = threads or int(profile.cores)
+    thread_options = sorted({1, budget})
+    predictions = [
+        predict(shape, config, profile)
+        for t in thread_options
+        for config in candidates(shape, profile, target, t)
+    ]
+    per_algorithm = tuple(_best(p for p in predictions if p.config.algorithm == a) for a in ALGORITHMS)
+    return Choice(_best(per_algorithm), per_algorithm, profile, target)
+
+
+def loads_per_fma(config: MatmulConfig) -> float:
+    """L1 loads per vector FMA: (mr + nv)/(mr·nv) for a register tile; B and C for broadcast."""
+    if config.algorithm == "broadcast":
+        return 2.0
+    return (config.mr + config.nv) / (config.mr * config.nv)
+
+
+def _best(predictions) -> Prediction:
+    """The fastest prediction; within RESOLUTION of it, the fewest loads per FMA."""
+    predictions = list(predictions)
+    fastest = min(p.total_ns for p in predictions)
+    near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
+    return min(near, key=lambda p: (loads_per_fma(p.config), p.total_ns))
+
+

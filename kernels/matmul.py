@@ -1,0 +1,459 @@
+"""f32 matmul ``C = A·B`` (or ``C += A·B``), row-major, generated for one static shape.
+
+Three algorithms, chosen and parameterized by `MatmulConfig`:
+
+broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through memory)::
+
+    for i in rows:  for k in 0..K:  a = A[i,k]
+        for j in 0..N step L:  C[i, j:j+L] (+)= a * B[k, j:j+L]      # last vector masked
+
+tiled (register-tiled outer products, cache-blocked, no packing) and packed (the same
+loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto)::
+
+    for jc in 0..N step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
+      for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap]
+        for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
+          acc[mr][nv] = C tile (or 0 on the first K block unless accumulating)
+          for k in pc..pc+kc:  b[v] = B[k, jr+v*L];  acc[r][v] += A[ir+r, k] * b[v]
+          C tile = acc                                     # nr = nv*L
+
+Edges: the last row tile has M mod mr rows (its own micro-kernel variant); the last
+column tile has the needed vectors only, its last one masked; K blocks end at K.
+
+Rows are split into tiles of mr rows (1 for broadcast). The kernel computes the row
+tiles ``[tile_begin, tile_end)`` so that threads can call it on disjoint blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from autoconfig.errors import AutoconfigError
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import (
+    KernelModule,
+    check_lanes,
+    f32_memref,
+    f32_splat,
+    f32_vector_type,
+    index,
+    kernel_body,
+    mask_type,
+    new_module,
+    verify,
+)
+from kernels.mlir import arith, ir, memref, scf, vector
+from kernels.target import Target
+
+Algorithm = Literal["broadcast", "tiled", "packed"]
+ALGORITHMS: tuple[Algorithm, ...] = ("broadcast", "tiled", "packed")
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """C[M,N] = A[M,K] · B[K,N]."""
+
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        if min(self.m, self.n, self.k) < 1:
+            raise AutoconfigError(f"matmul sizes must be >= 1, got M={self.m} N={self.n} K={self.k}")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """Everything that decides the generated matmul code, with the thread count."""
+
+    algorithm: Algorithm
+    lanes: int  # f32 per vector (may be narrower than the ISA's widest)
+    mr: int = 1  # rows of the register tile (1 for broadcast)
+    nv: int = 1  # vectors per row of the register tile (tile width nr = nv·lanes)
+    kc: int = 0  # K block (0: all of K)
+    mc: int = 0  # rows per M block (0: all rows), a multiple of mr
+    nc: int = 0  # columns per N block (0: all of N), a multiple of nr
+    unroll: int = 1  # copies of the K-loop body per trip
+    accumulate: bool = False  # C += A·B instead of C = A·B
+    threads: int = 1  # row-tile blocks run concurrently (runtime, not codegen)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    def blocks(self, shape: MatmulShape) -> tuple[int, int, int]:
+        """(kc, mc, nc) with 0 resolved to the whole dimension."""
+        return (
+            self.kc or shape.k,
+            self.mc or round_up(shape.m, self.mr),
+            self.nc or round_up(shape.n, self.nr),
+        )
+
+    def row_tiles(self, shape: MatmulShape) -> int:
+        return -(-shape.m // self.mr)
+
+    def workspace(self, shape: MatmulShape) -> int:
+        """f32 elements of packing workspace one call needs (0 unless packed)."""
+        if self.algorithm != "packed":
+            return 0
+        kc, mc, nc = self.blocks(shape)
+        kc, mc, nc = min(kc, shape.k), min(mc, round_up(shape.m, self.mr)), min(nc, round_up(shape.n, self.nr))
+        return kc * nc + mc * kc
+
+    def validate(self, target: Target, shape: MatmulShape) -> None:
+        """Reject a config that the target cannot run, with the reason."""
+        if self.algorithm not in ALGORITHMS:
+            raise AutoconfigError(f"unknown matmul algorithm {self.algorithm!r}: {', '.join(ALGORITHMS)}")
+        check_lanes(target, self.lanes)
+        for name in ("mr", "nv", "unroll", "threads"):
+            if getattr(self, name) < 1:
+                raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("kc", "mc", "nc"):
+            if getattr(self, name) < 0:
+                raise AutoconfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.algorithm == "broadcast" and (self.mr, self.nv) != (1, 1):
+            raise AutoconfigError("broadcast matmul works on one row and one vector: mr=nv=1")
+        registers = self.mr * self.nv + self.nv + 1  # accumulators, B vectors, A broadcast
+        if registers > target.vector_registers:
+            raise AutoconfigError(
+                f"register tile {self.mr}x{self.nv} needs {self.mr * self.nv} accumulators + "
+                f"{self.nv} B vectors + 1 broadcast = {registers} vector registers; "
+                f"{target.name} has {target.vector_registers}"
+            )
+        if self.mc % self.mr:
+            raise AutoconfigError(f"mc={self.mc} must be a multiple of mr={self.mr}")
+        if self.nc % self.nr:
+            raise AutoconfigError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
+
+
+def round_up(x: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` that is >= x."""
+    return -(-x // multiple) * multiple
+
+
+def signature(shape: MatmulShape, config: MatmulConfig) -> KernelSignature:
+    """``ac_matmul_f32(C, A, B[, work], tile_begin, tile_end)``."""
+    m, n, k = shape.m, shape.n, shape.k
+    params = [
+        Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(m * n,)),
+        Param("a", Role.IN, extent=(m * k,)),
+        Param("b", Role.IN, extent=(k * n,)),
+    ]
+    if config.algorithm == "packed":
+        params.append(Param("work", Role.OUT, extent=(config.workspace(shape),)))
+    params += [Param("tile_begin", Role.SIZE), Param("tile_end", Role.SIZE)]
+    op = "+=" if config.accumulate else "="
+    return KernelSignature(
+        symbol="ac_matmul_f32",
+        params=tuple(params),
+        doc=f"C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}] for row tiles [tile_begin, tile_end) "
+        f"of {config.mr} rows ({config.algorithm}).",
+    )
+
+
+def generate(shape: MatmulShape, config: MatmulConfig, target: Target) -> KernelModule:
+    """The matmul kernel for `shape` with `config` on `target`."""
+    config.validate(target, shape)
+    sig = signature(shape, config)
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            emitter = _Emitter(shape, config, target, args)
+            if config.algorithm == "broadcast":
+                emitter.broadcast()
+            else:
+                emitter.blocked(packed=config.algorithm == "packed")
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
+
+
+# A callback that loads the A scalar of (row offset, k) or the B vector of (vector, k).
+LoadA = Callable[[int, ir.Value], ir.Value]
+LoadB = Callable[[int, ir.Value], ir.Value]
+
+
+class _Emitter:
+    """Emits one matmul kernel body; methods mirror the loop nests in the module doc."""
+
+    def __init__(self, shape: MatmulShape, config: MatmulConfig, target: Target, args: dict):
+        self.shape, self.config, self.target = shape, config, target
+        self.lanes = config.lanes
+        self.vec = f32_vector_type(target, self.lanes)
+        self.c = f32_memref(args["c"], [shape.m, shape.n])
+        self.a = f32_memref(args["a"], [shape.m, shape.k])
+        self.b = f32_memref(args["b"], [shape.k, shape.n])
+        self.work = f32_memref(args["work"], [config.workspace(shape)]) if "work" in args else None
+        self.tile_begin = index(args["tile_begin"])
+        self.tile_end = arith.minsi(index(args["tile_end"]), index(config.row_tiles(shape)))
+        self.zero = f32_splat(target, self.lanes, 0.0)
+
+    # ------------------------------------------------------------ helpers
+
+    def column_tiles(self) -> tuple[int, int]:
+        """(columns in full nr-wide tiles, vectors in the edge tile)."""
+        nr = self.config.nr
+        full = self.shape.n // nr * nr
+        return full, -(-(self.shape.n - full) // self.lanes)
+
+    def edge_mask(self, column: ir.Value | int) -> ir.Value:
+        """Mask of the lanes of the vector starting at `column` that lie inside N."""
+        remaining = arith.subi(index(self.shape.n), index(column) if isinstance(column, int) else column)
+        return vector.create_mask(mask_type(self.target, self.lanes), [remaining])
+
+    def for_range(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None]) -> None:
+        """scf.for i in [lo, hi) step `step`: body(i)."""
+        loop = scf.ForOp(lo, hi, index(step))
+        with ir.InsertionPoint(loop.body):
+            body(loop.induction_variable)
+            scf.yield_([])
+
+    def for_row_tiles(self, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
+        """Call body(first_row, rows) for tiles [lo, hi): full tiles, then the edge tile."""
+        mr, full_tiles = self.config.mr, self.shape.m // self.config.mr
+        full_hi = arith.minsi(hi, index(full_tiles))
+        self.for_range(lo, full_hi, 1, lambda t: body(arith.muli(t, index(mr)), mr))
+        edge_rows = self.shape.m % mr
+        if edge_rows:
+            has_edge = arith.andi(
+                arith.cmpi(arith.CmpIPredicate.sle, lo, index(full_tiles)),
+                arith.cmpi(arith.CmpIPredicate.sgt, hi, index(full_tiles)),
+            )
+            branch = scf.IfOp(has_edge)
+            with ir.InsertionPoint(branch.then_block):
+                body(index(full_tiles * mr), edge_rows)
+                scf.yield_([])
+
+    def k_loop(self, lo: ir.Value, hi: ir.Value, accs: list[ir.Value], step: Callable) -> list[ir.Value]:
+        """acc = step(k, acc) for k in [lo, hi): `unroll` copies per trip, then the rest."""
+        u = self.config.unroll
+        if u == 1:
+            return self._k_trips(lo, hi, 1, accs, step)
+        mid = arith.addi(lo, arith.muli(arith.divsi(arith.subi(hi, lo), index(u)), index(u)))
+        return self._k_trips(mid, hi, 1, self._k_trips(lo, mid, u, accs, step), step)
+
+    def _k_trips(self, lo, hi, copies: int, accs: list[ir.Value], step: Callable) -> list[ir.Value]:
+        loop = scf.ForOp(lo, hi, index(copies), accs)
+        with ir.InsertionPoint(loop.body):
+            values = list(loop.inner_iter_args)
+            for copy in range(copies):
+                k = loop.induction_variable
+                values = step(arith.addi(k, index(copy)) if copy else k, values)
+            scf.yield_(values)
+        return list(loop.results)
+
+    def first_k_block(self, pc: ir.Value) -> ir.Value | None:
+        """i1 'this K block starts at 0 and C is overwritten' (None when accumulating)."""
+        if self.config.accumulate:
+            return None
+        return arith.cmpi(arith.CmpIPredicate.eq, pc, index(0))
+
+    def load_c(self, row: ir.Value, col: ir.Value, mask: ir.Value | None, fresh: ir.Value | None) -> ir.Value:
+        """C[row, col:col+L], or zeros when `fresh` (first K block, not accumulating)."""
+        loaded = (
+            vector.maskedload(self.vec, self.c, [row, col], mask, self.zero)
+            if mask is not None
+            else vector.load(self.vec, self.c, [row, col])
+        )
+        return loaded if fresh is None else arith.select(fresh, self.zero, loaded)
+
+    def store_c(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None) -> None:
+        if mask is not None:
+            vector.maskedstore(self.c, [row, col], mask, value)
+        else:
+            vector.store(value, self.c, [row, col])
+
+    # ------------------------------------------------------------ broadcast
+
+    def broadcast(self) -> None:
+        """Row-vectorized matmul: C row streamed through memory for every k."""
+        lanes, n = self.lanes, self.shape.n
+        full = n // lanes * lanes
+
+        def row(i: ir.Value) -> None:
+            def over_k(k: ir.Value) -> None:
+                a = vector.broadcast(self.vec, memref.load(self.a, [i, k]))
+                fresh = self.first_k_block(k)
+
+                def column(j: ir.Value, mask: ir.Value | None) -> None:
+                    b = (
+                        vector.maskedload(self.vec, self.b, [k, j], mask, self.zero)
+                        if mask is not None
+                        else vector.load(self.vec, self.b, [k, j])
+                    )
+                    acc = self.load_c(i, j, mask, fresh)
+                    self.store_c(vector.fma(a, b, acc), i, j, mask)
+
+                self.for_range(index(0), index(full), lanes, lambda j: column(j, None))
+                if full < n:
+                    column(index(full), self.edge_mask(full))
+
+            self.for_range(index(0), index(self.shape.k), 1, over_k)
+
+        self.for_range(self.tile_begin, self.tile_end, 1, row)
+
+    # ------------------------------------------------------------ tiled / packed
+
+    def blocked(self, packed: bool) -> None:
+        """The BLIS loop nest around the register micro-kernel (packing optional)."""
+        shape, cfg = self.shape, self.config
+        kc, mc, nc = cfg.blocks(shape)
+        tiles_per_mc = mc // cfg.mr
+
+        def jc_block(jc: ir.Value) -> None:
+            jc_end = arith.minsi(arith.addi(jc, index(nc)), index(shape.n))
+
+            def pc_block(pc: ir.Value) -> None:
+                pc_end = arith.minsi(arith.addi(pc, index(kc)), index(shape.k))
+                if packed:
+                    self.pack_b(jc, jc_end, pc, pc_end)
+
+                def ic_block(ic_tile: ir.Value) -> None:
+                    ic_tile_end = arith.minsi(arith.addi(ic_tile, index(tiles_per_mc)), self.tile_end)
+                    if packed:
+                        self.pack_a(ic_tile, ic_tile_end, pc, pc_end)
+                    self.column_tiles_in(jc, jc_end, pc, pc_end, ic_tile, ic_tile_end, packed)
+
+                self.for_range(self.tile_begin, self.tile_end, tiles_per_mc, ic_block)
+
+            self.for_range(index(0), index(shape.k), kc, pc_block)
+
+        self.for_range(index(0), index(shape.n), nc, jc_block)
+
+    def column_tiles_in(self, jc, jc_end, pc, pc_end, ic_tile, ic_tile_end, packed: bool) -> None:
+        """Micro-kernels over the column tiles of [jc, jc_end) and the row tiles given."""
+        cfg = self.config
+        full, edge_vectors = self.column_tiles()
+        full_end = arith.minsi(jc_end, index(full))
+
+        def rows_for(jr: ir.Value, vectors: int, last_mask: ir.Value | None) -> None:
+            def tile(row0: ir.Value, rows: int) -> None:
+                load_a, load_b = self.loaders(packed, jc, pc, ic_tile, row0, jr, vectors, last_mask)
+                self.micro_kernel(row0, rows, jr, vectors, last_mask, pc, pc_end, load_a, load_b)
+
+            self.for_row_tiles(ic_tile, ic_tile_end, tile)
+
+        self.for_range(jc, full_end, cfg.nr, lambda jr: rows_for(jr, cfg.nv, None))
+        if edge_vectors:
+            in_block = arith.cmpi(arith.CmpIPredicate.sgt, jc_end, index(full))
+            branch = scf.IfOp(in_block)
+            with ir.InsertionPoint(branch.then_block):
+                last = full + (edge_vectors - 1) * self.lanes
+                rows_for(index(full), edge_vectors, self.edge_mask(last))
+                scf.yield_([])
+
+    def micro_kernel(self, row0, rows, col0, vectors, last_mask, k_lo, k_hi, load_a: LoadA, load_b: LoadB) -> None:
+        """acc[rows][vectors] over k in [k_lo, k_hi), then written back to C."""
+        fresh = self.first_k_block(k_lo)
+        cols = [arith.addi(col0, index(v * self.lanes)) for v in range(vectors)]
+        row_index = [arith.addi(row0, index(r)) for r in range(rows)]
+        masks = [last_mask if v == vectors - 1 else None for v in range(vectors)]
+        accs = [self.load_c(row_index[r], cols[v], masks[v], fresh) for r in range(rows) for v in range(vectors)]
+
+        def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            b = [load_b(v, k) for v in range(vectors)]
+            out = []
+            for r in range(rows):
+                a = vector.broadcast(self.vec, load_a(r, k))
+                out += [vector.fma(a, b[v], acc[r * vectors + v]) for v in range(vectors)]
+            return out
+
+        accs = self.k_loop(k_lo, k_hi, accs, step)
+        for r in range(rows):
+            for v in range(vectors):
+                self.store_c(accs[r * vectors + v], row_index[r], cols[v], masks[v])
+
+    def loaders(self, packed, jc, pc, ic_tile, row0, jr, vectors, last_mask) -> tuple[LoadA, LoadB]:
+        """A-scalar and B-vector loads: from A and B, or from the packed panels."""
+        lanes, cfg = self.lanes, self.config
+        if not packed:
+            def load_b(v: int, k: ir.Value) -> ir.Value:
+                col = arith.addi(jr, index(v * lanes))
+                if last_mask is not None and v == vectors - 1:
+                    return vector.maskedload(self.vec, self.b, [k, col], last_mask, self.zero)
+                return vector.load(self.vec, self.b, [k, col])
+
+            return (lambda r, k: memref.load(self.a, [arith.addi(row0, index(r)), k])), load_b
+        kc = self.packed_kc()
+        a_base = self.a_offset()
+        # Bp[(jr-jc)/nr][k-pc][0..nr): panel-major, k rows of nr contiguous floats.
+        b_panel = arith.muli(arith.divsi(arith.subi(jr, jc), index(cfg.nr)), index(kc * cfg.nr))
+        # Ap[(row0-ic*mr)/mr][k-pc][0..mr): tile-major, k rows of mr contiguous floats.
+        a_tile = arith.muli(
+            arith.subi(arith.divsi(row0, index(cfg.mr)), ic_tile), index(kc * cfg.mr)
+        )
+
+        def load_b_packed(v: int, k: ir.Value) -> ir.Value:
+            at = arith.addi(b_panel, arith.addi(arith.muli(arith.subi(k, pc), index(cfg.nr)), index(v * lanes)))
+            return vector.load(self.vec, self.work, [at])
+
+        def load_a_packed(r: int, k: ir.Value) -> ir.Value:
+            at = arith.addi(a_base, arith.addi(a_tile, arith.addi(arith.muli(arith.subi(k, pc), index(cfg.mr)), index(r))))
+            return memref.load(self.work, [at])
+
+        return load_a_packed, load_b_packed
+
+    # ------------------------------------------------------------ packing
+
+    def packed_kc(self) -> int:
+        return min(self.config.blocks(self.shape)[0], self.shape.k)
+
+    def packed_nc(self) -> int:
+        return min(self.config.blocks(self.shape)[2], round_up(self.shape.n, self.config.nr))
+
+    def a_offset(self) -> ir.Value:
+        """Ap starts after Bp in the workspace."""
+        return index(self.packed_kc() * self.packed_nc())
+
+    def pack_b(self, jc, jc_end, pc, pc_end) -> None:
+        """Bp[panel][k][0..nr) = B[pc+k, jc+panel*nr ...]; the edge panel is zero past N."""
+        cfg, lanes = self.config, self.lanes
+        kc = self.packed_kc()
+        full, edge_vectors = self.column_tiles()
+
+        def panel(jr: ir.Value, masked: bool) -> None:
+            base = arith.muli(arith.divsi(arith.subi(jr, jc), index(cfg.nr)), index(kc * cfg.nr))
+
+            def row(k: ir.Value) -> None:
+                dst_row = arith.addi(base, arith.muli(arith.subi(k, pc), index(cfg.nr)))
+                for v in range(cfg.nv):
+                    col = arith.addi(jr, index(v * lanes))
+                    value = (
+                        vector.maskedload(self.vec, self.b, [k, col], self.edge_mask(col), self.zero)
+                        if masked
+                        else vector.load(self.vec, self.b, [k, col])
+                    )
+                    vector.store(value, self.work, [arith.addi(dst_row, index(v * lanes))])
+
+            self.for_range(pc, pc_end, 1, row)
+
+        self.for_range(jc, arith.minsi(jc_end, index(full)), cfg.nr, lambda jr: panel(jr, False))
+        if edge_vectors:
+            branch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, jc_end, index(full)))
+            with ir.InsertionPoint(branch.then_block):
+                panel(index(full), True)
+                scf.yield_([])
+
+    def pack_a(self, ic_tile, ic_tile_end, pc, pc_end) -> None:
+        """Ap[tile][k][0..mr) = A[tile row r, pc+k]; the edge tile's missing rows are 0."""
+        cfg = self.config
+        kc = self.packed_kc()
+        zero = arith.constant(ir.F32Type.get(), 0.0)
+
+        def tile(row0: ir.Value, rows: int) -> None:
+            t = arith.divsi(row0, index(cfg.mr))
+            base = arith.addi(self.a_offset(), arith.muli(arith.subi(t, ic_tile), index(kc * cfg.mr)))
+
+            def column(k: ir.Value) -> None:
+                dst = arith.addi(base, arith.muli(arith.subi(k, pc), index(cfg.mr)))
+                for r in range(cfg.mr):
+                    value = memref.load(self.a, [arith.addi(row0, index(r)), k]) if r < rows else zero
+                    memref.store(value, self.work, [arith.addi(dst, index(r))])
+
+            self.for_range(pc, pc_end, 1, column)
+
+        self.for_row_tiles(ic_tile, ic_tile_end, tile)

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Validate the matmul model against measurement, one thread.
+
+For each shape, a grid of configurations spanning every algorithm (broadcast at two
+widths; tiled and packed with a range of register tiles, block sizes from the model's
+cache formulas) plus the model's own pick is built, checked against numpy, and
+timed. Per shape: the model's regret (its pick's time over the grid's best, minus 1)
+and the Spearman rank correlation between predicted and measured times. The grid is
+timed round-robin, one sample (>= 2 ms of calls) per configuration per round, and
+each configuration keeps its best round: interference on a shared machine comes in
+bursts of about a second and only ever slows a run; round-robin keeps one burst from
+sinking one configuration. The grid's members are compared with each other, not
+with a peer.
+
+Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 7] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from autoconfig.compile import resolve_profile, target_for_profile
+from autoconfig.models.matmul import UNROLL, _Machine, block_sizes, choose, predict
+from kernels import matmul as mm
+from kernels.library import build_library
+
+SHAPES = {
+    "square 64": (64, 64, 64), "square 128": (128, 128, 128), "square 256": (256, 256, 256),
+    "square 512": (512, 512, 512), "square 1024": (1024, 1024, 1024),
+    "skinny 1x1000x1000": (1, 1000, 1000), "skinny 4x512x512": (4, 512, 512),
+    "skinny 16x1024x256": (16, 1024, 256),
+    "tall 4096x16x64": (4096, 16, 64), "tall 2048x32x128": (2048, 32, 128),
+    "tall 1000x1x1000": (1000, 1, 1000),
+    "large K 64x64x4096": (64, 64, 4096), "large K 128x128x8192": (128, 128, 8192),
+    "tiny 1x1x1": (1, 1, 1), "tiny 3x5x7": (3, 5, 7), "tiny 8x8x8": (8, 8, 8),
+    "primes 97x101x103": (97, 101, 103), "primes 251x241x239": (251, 241, 239),
+    "primes 13x997x31": (13, 997, 31),
+    "conv 3136x64x64": (3136, 64, 64), "conv 196x512x512": (196, 512, 512),
+    "conv 49x1024x1024": (49, 1024, 1024), "fc 1x1000x1024": (1, 1000, 1024),
+}  # fmt: skip
+TILES = [(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (6, 2), (3, 3), (4, 3), (2, 4)]
+
+
+def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
+    """Configurations spanning all algorithms, valid for the target."""
+    widest = target.f32_lanes
+    configs = [mm.MatmulConfig("broadcast", lanes) for lanes in sorted({widest, max(4, widest // 2)})]
+    m = _Machine.of(profile, widest, 1)
+    for mr, nv in TILES:
+        if mr * nv + nv + 1 > target.vector_registers:
+            continue
+        kc, mc, nc, _ = block_sizes(shape, mr, nv * widest, m)
+        for algorithm in ("tiled", "packed"):
+            configs.append(mm.MatmulConfig(algorithm, widest, mr, nv, kc, mc, nc, UNROLL))
+    return configs
+
+
+def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target) -> Callable[[], None]:
+    """The kernel as a no-argument call, after checking its result against numpy."""
+    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((shape.m, shape.k), dtype=np.float32)
+    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
+    c = np.empty((shape.m, shape.n), np.float32)
+    args = [c, a, b] + ([np.empty(config.workspace(shape), np.float32)] if config.workspace(shape) else [])
+    tiles = config.row_tiles(shape)
+    kernel(*args, 0, tiles)
+    if not np.allclose(c, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
+        sys.exit(f"{config} is wrong on {shape}; not timing it")
+    return lambda: kernel(*args, 0, tiles)
+
+
+def measure_round_robin(calls: dict, rounds: int) -> dict:
+    """Seconds per call of each entry: the best of `rounds` round-robin samples."""
+    repeat = {key: max(1, int(2e-3 / max(1e-7, _once(call)))) for key, call in calls.items()}
+    best = dict.fromkeys(calls, math.inf)
+    for _ in range(rounds):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(repeat[key]):
+                call()
+            best[key] = min(best[key], (time.perf_counter() - start) / repeat[key])
+    return best
+
+
+def _once(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+
+    def ranks(v: list[float]) -> np.ndarray:
+        order = np.argsort(v, kind="stable")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v))
+        values = np.asarray(v)
+        for value in np.unique(values):
+            same = values == value
+            r[same] = r[same].mean()
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    return float(np.corrcoef(rx, ry)[0, 1]) if len(x) > 2 else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
+    parser.add_argument("--reps", type=int, default=7, help="round-robin rounds")
+    parser.add_argument("--quick", action="store_true", help="every other shape")
+    args = parser.parse_args()
+    profile = resolve_profile(args.profile)
+    target = target_for_profile(profile)
+    shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
+    print(f"profile {profile.name}, target {target.name}, 1 thread; times: best of {args.reps} round-robin rounds")
+    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'regret':>8}{'spearman':>10}{'n':>4}")
+    regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
+    for name, dims in shapes.items():
+        shape = mm.MatmulShape(*dims)
+        pick = choose(shape, profile, target, threads=1).best.config
+        configs = grid(shape, profile, target)
+        if pick not in configs:
+            configs.append(pick)
+        measured = measure_round_robin({c: build_checked(shape, c, target) for c in configs}, args.reps)
+        predicted = {c: predict(shape, c, profile).total_ns for c in configs}
+        best = min(measured, key=measured.get)
+        regret = measured[pick] / measured[best] - 1
+        rho = spearman([predicted[c] for c in configs], [measured[c] for c in configs])
+        regrets.append(regret)
+        rhos.append(rho)
+        pooled_pred += [predicted[c] for c in configs]
+        pooled_meas += [measured[c] for c in configs]
+        print(f"{name:<22}{describe(pick):<26}{describe(best):<26}{regret * 100:>7.1f}%{rho:>10.2f}"
+              f"{len(configs):>4}", flush=True)  # fmt: skip
+    geo = math.exp(sum(math.log1p(r) for r in regrets) / len(regrets)) - 1
+    print(f"\nregret: geomean {geo * 100:.1f}%, worst {max(regrets) * 100:.1f}% over {len(regrets)} shapes")
+    print(f"spearman per shape: median {float(np.median(rhos)):.2f}, mean {float(np.mean(rhos)):.2f}; "
+          f"pooled over all {len(pooled_pred)} (shape, config) pairs: {spearman(pooled_pred, pooled_meas):.2f}")
+    return 0
+
+
+def describe(c: mm.MatmulConfig) -> str:
+    if c.algorithm == "broadcast":
+        return f"broadcast L={c.lanes}"
+    return f"{c.algorithm} {c.mr}x{c.nv} kc={c.kc}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

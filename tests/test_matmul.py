@@ -1,0 +1,198 @@
+"""Matmul: every algorithm correct on awkward shapes on every target, the API's
+checks, and the model's choices differing between machines (nothing timed)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoconfig import compile_matmul, plan_matmul
+from autoconfig.errors import AutoconfigError
+from autoconfig.models.matmul import choose, predict
+from autoconfig.profile import load_profile
+from kernels import matmul as mm
+from kernels.library import build_library
+from kernels.lower import compile_object, to_llvm_ir
+from tests.conftest import require_runnable, target_for
+
+PROFILES = Path(__file__).parent.parent / "hwprofiles"
+HOST_PROFILE = PROFILES / "amd-epyc.yaml"  # an AVX2 profile: its code runs on any x86-64-v3
+
+
+def reference(a, b, c=None):
+    out = a.astype(np.float64) @ b.astype(np.float64)
+    return out if c is None else out + c
+
+
+def check(kernel_call, shape, config, accumulate_into=None, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((shape.m, shape.k), dtype=np.float32)
+    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
+    c = rng.standard_normal((shape.m, shape.n), dtype=np.float32)
+    before = c.copy()
+    args = [c, a, b]
+    if config.algorithm == "packed":
+        args.append(np.full(config.workspace(shape), np.nan, np.float32))
+    tiles = config.row_tiles(shape)
+    middle = tiles // 2  # two calls on disjoint row-tile ranges, as threads do
+    kernel_call(*args, 0, middle)
+    kernel_call(*args, middle, tiles)
+    expected = reference(a, b, before if config.accumulate else None)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(shape.k))
+
+
+def configs_for(lanes: int) -> list[mm.MatmulConfig]:
+    return [
+        mm.MatmulConfig("broadcast", lanes),
+        mm.MatmulConfig("tiled", lanes, mr=3, nv=2, kc=8, mc=6, nc=2 * 2 * lanes, unroll=3),
+        mm.MatmulConfig("packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
+        mm.MatmulConfig("packed", lanes, mr=2, nv=1, accumulate=True),
+    ]
+
+
+HOST_SHAPES = [(1, 1, 1), (13, 17, 19), (9, 33, 7), (64, 48, 40), (2, 100, 3), (31, 1, 29)]
+
+
+@pytest.mark.parametrize("config", configs_for(8), ids=lambda c: f"{c.algorithm}-{c.mr}x{c.nv}")
+@pytest.mark.parametrize("dims", HOST_SHAPES, ids=lambda d: "x".join(map(str, d)))
+def test_host_correct(config, dims):
+    target = target_for("avx2")
+    require_runnable(target)
+    shape = mm.MatmulShape(*dims)
+    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
+    check(kernel, shape, config)
+
+
+@pytest.mark.parametrize("case_id", ["avx512", "neon", "rvv128", "rvv256"])
+def test_other_targets_correct(case_id):
+    target = target_for(case_id)
+    require_runnable(target)
+    lanes = target.f32_lanes
+    for config in configs_for(lanes):
+        for dims in [(1, 1, 1), (7, 13, 5), (11, 2 * lanes + 3, 9)]:
+            shape = mm.MatmulShape(*dims)
+            kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
+            check(kernel, shape, config)
+
+
+@pytest.mark.parametrize("case_id, pattern, absent", [
+    ("avx2", r"vfmadd\w+ps\s+.*ymm", "zmm"),
+    ("avx512", r"vfmadd\w+ps\s+.*zmm", None),
+    ("neon", r"fmla\s+v\d+\.4s", None),
+    ("rvv256", r"vfmacc\.v[vf]|vfmadd\.v[vf]", None),
+])  # fmt: skip
+def test_generated_instructions(tmp_path, case_id, pattern, absent):
+    target = target_for(case_id)
+    shape = mm.MatmulShape(20, 40, 30)
+    config = mm.MatmulConfig("packed", target.f32_lanes, mr=4, nv=2, kc=16, unroll=2)
+    asm = compile_object(to_llvm_ir(mm.generate(shape, config, target).module), target, tmp_path).assembly
+    assert re.search(pattern, asm)
+    assert absent is None or absent not in asm
+
+
+def test_api_chooses_builds_and_runs_with_threads():
+    f = compile_matmul(300, 200, 100, profile=HOST_PROFILE, threads=2)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((300, 100), dtype=np.float32), rng.standard_normal((100, 200), dtype=np.float32)
+    np.testing.assert_allclose(f(a, b), reference(a, b), rtol=1e-4, atol=1e-3)
+    assert f.config.threads == 2 and "choice:" in f.explain()  # big enough to split
+
+
+def test_small_problems_stay_on_one_thread():
+    choice = plan_matmul(16, 16, 16, profile=HOST_PROFILE, threads=2)
+    assert choice.best.config.threads == 1  # dispatch would cost more than it saves
+
+
+def test_api_forced_config_and_accumulate():
+    config = mm.MatmulConfig("tiled", 8, mr=2, nv=1, kc=4, accumulate=True)
+    f = compile_matmul(5, 9, 11, profile=HOST_PROFILE, config=config, threads=2)
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((5, 11), dtype=np.float32), rng.standard_normal((11, 9), dtype=np.float32)
+    c = np.ones((5, 9), np.float32)
+    out = f(a, b, c)
+    assert out is c
+    np.testing.assert_allclose(c, reference(a, b) + 1, rtol=1e-4, atol=1e-4)
+    assert "forced" in f.explain() or "tiled" in f.explain()
+
+
+def test_api_rejects_bad_input():
+    f = compile_matmul(4, 5, 6, profile=HOST_PROFILE, threads=1)
+    good_a, good_b = np.zeros((4, 6), np.float32), np.zeros((6, 5), np.float32)
+    with pytest.raises(AutoconfigError, match="A must be float32, got float64"):
+        f(good_a.astype(np.float64), good_b)
+    with pytest.raises(AutoconfigError, match=r"B must have shape \(6, 5\), got \(5, 6\)"):
+        f(good_a, good_b.T.copy())
+    with pytest.raises(AutoconfigError, match="overwrites C"):
+        f(good_a, good_b, np.zeros((4, 5), np.float32))
+    with pytest.raises(AutoconfigError, match="sizes must be >= 1"):
+        compile_matmul(0, 5, 6, profile=HOST_PROFILE)
+
+
+@pytest.mark.parametrize("config, reason", [
+    (mm.MatmulConfig("tiled", 8, mr=8, nv=3), "needs 24 accumulators .* = 28 vector registers; avx2 has 16"),
+    (mm.MatmulConfig("packed", 16, mr=4, nv=1), "lanes=16 is invalid for avx2"),
+    (mm.MatmulConfig("tiled", 8, mr=4, nv=2, mc=6), "mc=6 must be a multiple of mr=4"),
+    (mm.MatmulConfig("broadcast", 8, mr=2), "broadcast matmul works on one row"),
+])  # fmt: skip
+def test_invalid_forced_config_rejected_with_reason(config, reason):
+    with pytest.raises(AutoconfigError, match=reason):
+        compile_matmul(16, 16, 16, profile=HOST_PROFILE, target="avx2", config=config)
+
+
+def test_choice_differs_between_machines_and_says_why():
+    shape = mm.MatmulShape(256, 256, 256)
+    picks = {}
+    for name in ("intel-core-i7-8700", "intel-xeon-platinum-8380",
+                 "aws-graviton2-neoverse-n1", "spacemit-k1-x60"):  # fmt: skip
+        profile = load_profile(PROFILES / f"{name}.yaml")
+        picks[name] = plan_matmul(256, 256, 256, profile=profile, threads=1)
+    avx2, avx512 = picks["intel-core-i7-8700"], picks["intel-xeon-platinum-8380"]
+    neon, rvv = picks["aws-graviton2-neoverse-n1"], picks["spacemit-k1-x60"]
+    assert avx2.best.config != avx512.best.config and neon.best.config != rvv.best.config
+    assert "256-bit vectors" in avx2.explain() and "512-bit vectors" in avx512.explain()
+    assert "of 16 registers" in avx2.explain() and "of 32 registers" in avx512.explain()
+    assert "128-bit vectors" in neon.explain() and "256-bit vectors" in rvv.explain()
+    for choice in picks.values():
+        assert choice.best.total_ns == min(p.total_ns for p in choice.per_algorithm) or any(
+            abs(choice.best.total_ns - p.total_ns) <= 0.02 * p.total_ns for p in choice.per_algorithm
+        )
+        assert choice.best.config.validate(choice.target, shape) is None
+
+
+def test_prediction_terms_are_named_and_sum_up():
+    profile = load_profile(HOST_PROFILE)
+    shape = mm.MatmulShape(300, 200, 100)
+    for algorithm in mm.ALGORITHMS:
+        config = next(c for c in [p.config for p in choose(shape, profile, target_for("avx2"), 1).per_algorithm]
+                      if c.algorithm == algorithm)  # fmt: skip
+        p = predict(shape, config, profile)
+        names = {t.name for t in p.terms}
+        assert {"fma", "latency", "loads", "call"} <= names and any(n.startswith("memory") for n in names)
+        assert all(t.ns >= 0 and t.why for t in p.terms)
+        assert p.total_ns >= p.term("fma") and p.gflops > 0
+
+
+def test_small_shapes_prefer_no_packing():
+    # Packing costs more than it saves when the whole problem sits in L1.
+    choice = plan_matmul(8, 8, 8, profile=HOST_PROFILE, threads=1)
+    assert choice.best.config.algorithm != "packed"
+
+
+def test_cli_explain():
+    done = subprocess.run(
+        [sys.executable, "-m", "autoconfig.cli", "explain", "matmul", "128", "64", "32",
+         "--profile", str(HOST_PROFILE), "--threads", "1"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "choice:" in done.stdout and "kc" in done.stdout and "GFLOP/s" in done.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "autoconfig.cli", "explain", "matmul", "0", "64", "32",
+         "--profile", str(HOST_PROFILE)], capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "M=0" in bad.stderr
