@@ -120,6 +120,47 @@ def _cmd_explain_matmul(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from autoconfig.graph import zoo
+
+    zoo.write(args.name, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_fuse(args: argparse.Namespace) -> int:
+    import json
+
+    from autoconfig.compile import resolve_profile
+    from autoconfig.fusion import plan
+    from autoconfig.fusion.classify import mapping
+    from autoconfig.graph.onnx_import import load_onnx
+
+    graph = load_onnx(args.model)
+    result = plan(graph, resolve_profile(args.profile), args.strategy)
+    kernels = [
+        {"kernel": i, "ops": [graph.nodes[v].op for v in group],
+         "nodes": [graph.nodes[v].name for v in group],
+         "mapping": [mapping(graph.nodes[v], graph).value for v in group]}
+        for i, group in enumerate(sorted(result.groups, key=min))
+    ]  # fmt: skip
+    summary = {
+        "model": str(args.model), "strategy": result.strategy, "operators": len(graph.nodes),
+        "kernels": len(result.groups), "fusion_ratio": round(result.ratio(graph), 3),
+        "traffic_bytes": result.traffic_bytes, "cost_us": round(result.cost_ns / 1e3, 1),
+        "search_seconds": round(result.search_seconds, 3),
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps({**summary, "groups": kernels}, indent=1))
+        return 0
+    for k in kernels:
+        print(f"kernel {k['kernel']:>3}: {' + '.join(k['ops'])}")
+    print(f"{summary['operators']} operators -> {summary['kernels']} kernels, fusion ratio "
+          f"{summary['fusion_ratio']:.2f}; predicted traffic {result.traffic_bytes / 1e6:.1f} MB, "
+          f"cost {summary['cost_us']:.0f} µs; search {summary['search_seconds']:.2f} s ({result.strategy})")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoconfig`` command and its subcommands."""
     from kernels.target import TARGET_NAMES
@@ -227,6 +268,28 @@ def build_parser() -> argparse.ArgumentParser:
     matmul.add_argument("--threads", type=int, default=None,
                         help="most threads to use (default: all cores; the model may use fewer)")  # fmt: skip
     matmul.set_defaults(run=_cmd_explain_matmul)
+
+    zoo_cmd = sub.add_parser(
+        "zoo", help="write a model-zoo network as ONNX",
+        description="Write VGG-16, MobileNet-V1, EfficientNet-B0 or YOLO-V4 (architectures "
+        "as published, deterministic random weights, batch 1) as an ONNX file.",
+    )  # fmt: skip
+    zoo_cmd.add_argument("name", metavar="NAME", help="vgg16, mobilenet_v1, efficientnet_b0 or yolov4")
+    zoo_cmd.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    zoo_cmd.set_defaults(run=_cmd_zoo)
+
+    fuse = sub.add_parser(
+        "fuse", help="plan operator fusion for an ONNX model",
+        description="Import an ONNX model, classify its operators by mapping type and plan "
+        "which to fuse: dp (minimum-cost legal plan), greedy (TVM's rules) or none. Prints "
+        "the kernels, the fusion ratio (operators / kernels), predicted memory traffic and "
+        "the plan's cost under the profile's cost model.",
+    )  # fmt: skip
+    fuse.add_argument("model", type=Path, help="the .onnx file")
+    fuse.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
+    fuse.add_argument("--strategy", choices=("dp", "greedy", "none"), default="dp")
+    fuse.add_argument("--json", action="store_true", help="machine-readable output")
+    fuse.set_defaults(run=_cmd_fuse)
     return parser
 
 
@@ -245,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autoconfig: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `autoconfig explain ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ class CompiledMatmul:
 
         def part(i: int, begin: int, end: int) -> None:
             work = [self._work[i]] if self._work is not None else []
-            self._kernel(out, a, b, *work, begin, end)
+            self._kernel.call_unchecked(out, a, b, *work, begin, end)  # checked above
 
         run_split(part, self.config.row_tiles(s), self._parts)
         return out

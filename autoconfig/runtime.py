@@ -38,15 +38,12 @@ def split(units: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def run_split(
-    call: Callable[[int, int, int], None], units: int, threads: int
-) -> None:
-    """Run call(part, begin, end) over `units` split across `threads` threads."""
+def run_split(call: Callable[[int, int, int], None], units: int, threads: int) -> None:
+    """Run call(part, begin, end) over `units` split across `threads` threads; part 0
+    runs on the calling thread, so one part costs no dispatch at all."""
     ranges = split(units, threads)
-    if len(ranges) == 1:
-        call(0, *ranges[0])
-        return
-    futures = [pool(len(ranges)).submit(call, i, b, e) for i, (b, e) in enumerate(ranges)]
+    futures = [pool(len(ranges) - 1).submit(call, i, b, e) for i, (b, e) in enumerate(ranges) if i]
+    call(0, *ranges[0])
     for future in futures:
         future.result()
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,27 @@ def test_demo_runs_on_the_host_target():
 def test_bad_numbers_are_one_line_exit_2(args):
     done = autoconfig(*args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_zoo_and_fuse(tmp_path):
+    out = tmp_path / "mobilenet.onnx"
+    done = autoconfig("zoo", "mobilenet_v1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 1_000_000 and [p.name for p in tmp_path.iterdir()] == ["mobilenet.onnx"]
+    profile = str(Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml")
+    done = autoconfig("fuse", str(out), "--profile", profile, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["operators"] == 58 and result["kernels"] < result["operators"]
+    assert sum(len(g["ops"]) for g in result["groups"]) == result["operators"]
+    text = autoconfig("fuse", str(out), "--profile", profile, "--strategy", "greedy").stdout
+    assert "fusion ratio" in text and "kernel   0:" in text
+
+
+def test_fuse_bad_model_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"junk")
+    done = autoconfig("fuse", str(bad))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a valid ONNX model" in done.stderr
+    done = autoconfig("zoo", "resnet", "--out", str(tmp_path / "r.onnx"))
+    assert done.returncode == 2 and "unknown zoo model 'resnet'" in done.stderr

@@ -1,0 +1,26 @@
+"""Fusion: mapping-type classification, legality, the cost model, the DP plan search,
+and TVM's greedy rules as the baseline."""
+
+from __future__ import annotations
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.fusion.greedy import plan_greedy
+from autoconfig.fusion.planning import FusionCost, Plan, plan_cost, plan_dp
+from autoconfig.graph.ir import Graph
+from autoconfig.profile import HardwareProfile
+
+STRATEGIES = ("dp", "greedy", "none")
+
+
+def plan(graph: Graph, profile: HardwareProfile, strategy: str = "dp") -> Plan:
+    """The fusion plan of `graph` by `strategy`: dp, greedy (TVM rules) or none."""
+    cost = FusionCost.of(profile)
+    if strategy == "dp":
+        return plan_dp(graph, cost)
+    if strategy == "greedy":
+        return plan_greedy(graph, cost)
+    if strategy == "none":
+        groups = [[v] for v in range(len(graph.nodes))]
+        total, traffic = plan_cost(graph, groups, cost)
+        return Plan(groups, total, traffic, 0.0, "none")
+    raise AutoconfigError(f"unknown fusion strategy {strategy!r}: {', '.join(STRATEGIES)}")

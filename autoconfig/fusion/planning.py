@@ -1,0 +1,379 @@
+"""Fusion plans: their cost, and the minimum-cost legal plan by dynamic programming.
+
+A plan partitions the graph's nodes into groups; each group becomes one kernel. A
+group is legal when it is weakly connected, convex (no path leaves it and comes
+back, so groups form a DAG), holds at most one many-to-many "anchor" (one kernel of
+an allowed shape: an anchor with elementwise prologue/epilogue, or a chain of
+one-to-one/reorganize/shuffle ops), and no edge inside it is "no" in the legality
+table (classify.LEGALITY).
+
+Cost (ns) of a plan, from the profile (`FusionCost`):
+- launch: one kernel call per group;
+- traffic: a tensor is written once if any consumer is in another group (or it is
+  a graph output), and read once by every consuming op in another group; bytes at
+  the bandwidth of the level that holds a tensor of that size;
+- recompute: a "cost" edge fused into a consumer that reads each producer element
+  r > 1 times (a k×k convolution window, a nearest resize) recomputes the producer
+  r−1 more times;
+- register pressure: a group reading more external tensors than a quarter of the
+  vector registers spills one load+store per element for each extra stream.
+
+DP (`plan_dp`). Nodes are taken in topological order. State: the assignment of
+groups to the *live* nodes (outputs still to be read), and per open group its
+anchor count, external reads, largest tensor, and the live nodes outside it that it
+reaches (a future node descending from one of those cannot join it; `_signature`
+shows this is all the past that matters). A node either opens a group, or joins the merged groups of a non-empty
+subset of its producers' open groups, if the result is legal. Merged groups never
+have an edge between them (a node joins the groups of all its in-group producers
+when it arrives), so every cost term is charged exactly once, when it becomes known:
+reads and writes at the consuming node, launches per group opened (refunded on
+merge), recompute at the fused edge, pressure when a group closes (no live member).
+States with equal signatures are merged keeping the cheaper (exact); pruning keeps
+the `BEAM` cheapest states per step (small graphs are searched exactly — the tests
+compare with brute force; on the zoo the beam is reached only in YOLO-V4's PANet,
+where several long skip connections are live at once).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
+from autoconfig.graph.ir import Graph, Node
+from autoconfig.profile import HardwareProfile
+
+BEAM = 64
+"""States kept per step. On YOLO-V4 (the zoo's widest frontier) the best plan costs the
+same at 64, 256 and 1024 states (7239 µs) and 0.5% more at 16; 1024 took 6.8 s, 64
+takes about 1 s."""
+
+KERNEL_LAUNCH_NS = 6_000.0
+"""One generated kernel call from the runtime (the matmul model's measured CALL_NS)."""
+
+STREAM_SHARE = 4
+"""A fused group may stream 1/STREAM_SHARE of the vector registers' worth of external
+tensors; the rest hold the anchor's accumulators (matmul tiles use ~3/4 of them)."""
+
+
+@dataclass(frozen=True)
+class FusionCost:
+    """The profile figures fusion costs are made of."""
+
+    levels: tuple[tuple[str, float, float], ...]  # (level, capacity bytes, GB/s = bytes/ns)
+    elementwise_per_ns: float  # f32 element operations per ns, one core
+    registers: int
+
+    @classmethod
+    def of(cls, profile: HardwareProfile) -> FusionCost:
+        bw = profile.bandwidth.single_thread.levels if profile.bandwidth else {"DRAM": 10.0}
+        levels = []
+        for c in profile.caches:
+            name = f"L{c.level}"
+            if c.kind != "instruction" and name in bw:
+                levels.append((name, float(int(c.size)), float(bw[name])))
+        levels.append(("DRAM", math.inf, float(bw.get("DRAM", 10.0))))
+        fma = profile.widest_fma()
+        return cls(tuple(levels), float(fma.throughput) * fma.lanes, int(profile.vector.registers))
+
+    def traffic_ns(self, nbytes: int) -> float:
+        """Moving `nbytes` once, at the bandwidth of the level that holds that much."""
+        for _, capacity, gbps in self.levels:
+            if nbytes <= capacity:
+                return nbytes / gbps
+        return nbytes / self.levels[-1][2]
+
+
+@dataclass
+class Plan:
+    """Groups of node indices (into graph.nodes), each one kernel, with its cost."""
+
+    groups: list[list[int]]
+    cost_ns: float
+    traffic_bytes: int
+    search_seconds: float
+    strategy: str
+
+    def ratio(self, graph: Graph) -> float:
+        """Fusion ratio: operators before / kernels after."""
+        return len(graph.nodes) / max(1, len(self.groups))
+
+
+class _Analysis:
+    """Per-node facts the cost and the search share: mappings, edges, sizes, reach."""
+
+    def __init__(self, graph: Graph, cost: FusionCost):
+        self.graph, self.cost = graph, cost
+        self.nodes = graph.nodes
+        n = len(self.nodes)
+        index_of_output = {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
+        self.kind = [mapping(node, graph) for node in self.nodes]
+        self.anchor = [k is Mapping.MANY_TO_MANY for k in self.kind]
+        # in_edges[v]: (u, tensor) for each non-constant input of v produced by u
+        self.in_edges: list[list[tuple[int, str]]] = [
+            [(index_of_output[i], i) for i in node.inputs if i in index_of_output] for node in self.nodes
+        ]
+        self.graph_inputs_read = [
+            [i for i in node.inputs if i and i in graph.inputs] for node in self.nodes
+        ]
+        self.consumers: list[set[int]] = [set() for _ in range(n)]
+        for v, edges in enumerate(self.in_edges):
+            for u, _ in edges:
+                self.consumers[u].add(v)
+        self.last_use = [max(self.consumers[u], default=u) for u in range(n)]
+        self.output_bytes = [sum(graph.types[o].bytes for o in node.outputs if o) for node in self.nodes]
+        self.is_graph_output = [any(o in graph.outputs for o in node.outputs) for node in self.nodes]
+        self.elements = [max(graph.types[o].elements for o in node.outputs if o) for node in self.nodes]
+        self.desc = [0] * n  # bitset of strict descendants
+        for u in range(n - 1, -1, -1):
+            for v in self.consumers[u]:
+                self.desc[u] |= (1 << v) | self.desc[v]
+        self.anc = [0] * n  # bitset of strict ancestors
+        for v in range(n):
+            for u, _ in self.in_edges[v]:
+                self.anc[v] |= (1 << u) | self.anc[u]
+        self.amplification = [self._amplification(node) for node in self.nodes]
+
+    def _amplification(self, node: Node) -> float:
+        """How many times the op reads each input element (recompute if fused)."""
+        if node.op in ("Conv", "MaxPool", "AveragePool"):
+            kh, kw = node.attrs.get("kernel_shape") or self.graph.types[node.inputs[1]].shape[2:]
+            sh, sw = node.attrs.get("strides", [1, 1])
+            return max(1.0, kh * kw / (sh * sw))
+        if node.op in ("Resize", "Upsample"):
+            return self.elements[self.nodes.index(node)] / max(1, self.graph.types[node.inputs[0]].elements)
+        return 1.0
+
+    def legality(self, u: int, v: int) -> Legality:
+        return LEGALITY[(self.kind[u], self.kind[v])]
+
+    def read_ns(self, tensor: str) -> float:
+        return self.cost.traffic_ns(self.graph.types[tensor].bytes)
+
+    def recompute_ns(self, u: int, v: int) -> float:
+        extra = self.amplification[v] - 1
+        return self.elements[u] * extra / self.cost.elementwise_per_ns if extra > 0 else 0.0
+
+    def pressure_ns(self, reads: int, elements: int) -> float:
+        excess = reads - max(1, self.cost.registers // STREAM_SHARE)
+        return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns
+
+
+def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[float, int]:
+    """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by."""
+    a = _Analysis(graph, cost)
+    group_of = {v: g for g, members in enumerate(groups) for v in members}
+    total, traffic = len(groups) * KERNEL_LAUNCH_NS, 0
+    for g, members in enumerate(groups):
+        reads, largest = 0, 0
+        for v in members:
+            largest = max(largest, a.elements[v])
+            for u, tensor in a.in_edges[v]:
+                if group_of[u] == g:
+                    if a.legality(u, v) is Legality.COST:
+                        total += a.recompute_ns(u, v)
+                else:
+                    total += a.read_ns(tensor)
+                    traffic += graph.types[tensor].bytes
+                    reads += 1
+            for tensor in a.graph_inputs_read[v]:
+                total += a.read_ns(tensor)
+                traffic += graph.types[tensor].bytes
+                reads += 1
+        total += a.pressure_ns(reads, largest)
+    for u in range(len(a.nodes)):
+        if a.is_graph_output[u] or any(group_of[v] != group_of[u] for v in a.consumers[u]):
+            total += cost.traffic_ns(a.output_bytes[u])
+            traffic += a.output_bytes[u]
+    return total, traffic
+
+
+def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
+    """None if every group is a legal kernel and groups form a DAG, else the reason."""
+    a = _Analysis(graph, FusionCost((("DRAM", math.inf, 1.0),), 1.0, 16))
+    for members in groups:
+        mask = sum(1 << v for v in members)
+        if sum(a.anchor[v] for v in members) > 1:
+            return f"group {members} has more than one many-to-many op"
+        for v in members:
+            for u, _ in a.in_edges[v]:
+                if mask >> u & 1 and a.legality(u, v) is Legality.NO:
+                    return f"edge {a.nodes[u].op}->{a.nodes[v].op} may not be fused"
+        escape = 0
+        for v in members:
+            escape |= a.desc[v]
+        ancestors = 0
+        for v in members:
+            ancestors |= a.anc[v]
+        if escape & ancestors & ~mask:
+            return f"group {members} is not convex"
+        if not _connected(a, members):
+            return f"group {members} is not connected"
+    return None
+
+
+def _connected(a: _Analysis, members: list[int]) -> bool:
+    inside, seen, todo = set(members), {members[0]}, [members[0]]
+    while todo:
+        v = todo.pop()
+        neighbours = {u for u, _ in a.in_edges[v]} | a.consumers[v]
+        for w in neighbours & inside - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen == inside
+
+
+# ---------------------------------------------------------------- dynamic programming
+
+
+@dataclass(frozen=True)
+class _Group:
+    members: int  # bitset of nodes
+    anchors: int
+    reads: int  # external tensor reads so far
+    largest: int  # largest output (elements) of a member
+    reach: int  # bitset: strict descendants of the members
+    ancestors: int  # bitset: strict ancestors of the members
+
+
+@dataclass
+class _State:
+    cost: float
+    groups: dict[int, _Group]  # open groups by id
+    group_of: dict[int, int]  # live node -> open group id
+    written: frozenset[int]  # live nodes whose output already crosses groups
+    history: tuple[tuple[int, int, tuple[int, ...]], ...]  # (node, group, merged groups)
+    next_id: int
+
+
+def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
+    """The minimum-cost legal plan (see the module docstring)."""
+    start = time.perf_counter()
+    a = _Analysis(graph, cost)
+    states = [_State(0.0, {}, {}, frozenset(), (), 0)]
+    for v in range(len(a.nodes)):
+        candidates: dict[tuple, _State] = {}
+        for state in states:
+            for new in _extend(a, state, v):
+                key = _signature(new)
+                if key not in candidates or new.cost < candidates[key].cost:
+                    candidates[key] = new
+        states = sorted(candidates.values(), key=lambda s: s.cost)[:BEAM]
+    best = min(states, key=lambda s: s.cost)
+    groups = _groups_from_history(best.history)
+    total, traffic = plan_cost(graph, groups, cost)
+    return Plan(groups, total, traffic, time.perf_counter() - start, "dp")
+
+
+def _extend(a: _Analysis, state: _State, v: int):
+    """Every legal way to place node v: a new group, or merged with producer groups."""
+    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]})
+    options = [()] + [c for size in range(1, len(producer_groups) + 1)
+                      for c in itertools.combinations(producer_groups, size)]  # fmt: skip
+    processed = (1 << (v + 1)) - 1
+    for merge in options:
+        merged = [state.groups[g] for g in merge]
+        members = (1 << v) | _or(g.members for g in merged)
+        anchors = a.anchor[v] + sum(g.anchors for g in merged)
+        if anchors > 1:
+            continue
+        if any(g.reach & h.members for g in merged for h in merged if g is not h):
+            continue  # one reaches the other (an edge or a path): never merged afterwards
+        inside = [(u, t) for u, t in a.in_edges[v] if members >> u & 1]
+        if any(a.legality(u, v) is Legality.NO for u, _ in inside):
+            continue
+        reach = a.desc[v] | _or(g.reach for g in merged)
+        ancestors = a.anc[v] | _or(g.ancestors for g in merged)
+        if reach & ancestors & processed & ~members:
+            continue  # a path leaves the group and comes back: not convex
+        outside = [(u, t) for u, t in a.in_edges[v] if not members >> u & 1]
+        written = set(state.written)
+        extra = KERNEL_LAUNCH_NS * (1 - len(merge))
+        extra += sum(a.read_ns(t) for t in a.graph_inputs_read[v])
+        extra += sum(a.read_ns(t) for _, t in outside)
+        extra += sum(a.recompute_ns(u, v) for u, _ in inside if a.legality(u, v) is Legality.COST)
+        for u, _ in outside:  # u's output crosses groups: written once
+            if u not in written and not a.is_graph_output[u]:
+                extra += a.cost.traffic_ns(a.output_bytes[u])
+                written.add(u)
+        gid = merge[0] if merge else state.next_id
+        groups = {g: grp for g, grp in state.groups.items() if g not in merge}
+        groups[gid] = _Group(
+            members, anchors,
+            sum(g.reads for g in merged) + len(outside) + len(a.graph_inputs_read[v]),
+            max([a.elements[v], *(g.largest for g in merged)]),
+            reach, ancestors,
+        )  # fmt: skip
+        group_of = {node: (gid if g in merge else g) for node, g in state.group_of.items()}
+        group_of[v] = gid
+        new = _State(state.cost + extra, groups, group_of, frozenset(written),
+                     state.history + ((v, gid, merge),), state.next_id + (not merge))  # fmt: skip
+        _retire(a, new, v)
+        yield new
+
+
+def _or(values) -> int:
+    out = 0
+    for x in values:
+        out |= x
+    return out
+
+
+def _retire(a: _Analysis, state: _State, v: int) -> None:
+    """Charge v's write if it is a graph output; drop nodes no later node reads; close
+    the groups left without a live member, charging their register pressure."""
+    if a.is_graph_output[v]:
+        state.cost += a.cost.traffic_ns(a.output_bytes[v])
+    for node in [n for n in state.group_of if a.last_use[n] <= v and not (n == v and a.consumers[v])]:
+        del state.group_of[node]
+    state.written = frozenset(n for n in state.written if n in state.group_of)
+    live = set(state.group_of.values())
+    for gid in [g for g in state.groups if g not in live]:
+        closed = state.groups.pop(gid)
+        state.cost += a.pressure_ns(closed.reads, closed.largest)
+
+
+def _signature(state: _State) -> tuple:
+    """What the future depends on, and nothing more (so equivalent states merge):
+    the live nodes' groups and written flags; per open group its counters and the live
+    nodes outside it that it reaches; which open groups reach each other.
+
+    Exactness: a future node z may not join group G iff G reaches an outside node
+    that reaches z; the last processed node on that path feeds a future node, so it
+    is live, and it lies outside G (G is convex). Open groups that reach each other
+    may never merge. Nothing else about the past constrains the future.
+    """
+    relabel: dict[int, int] = {}
+    live = tuple(sorted((n, relabel.setdefault(g, len(relabel)), n in state.written)
+                        for n, g in state.group_of.items()))  # fmt: skip
+    live_mask = _or(1 << n for n in state.group_of)
+    groups = tuple(sorted(
+        (relabel[g], grp.anchors, grp.reads, grp.largest, grp.reach & live_mask & ~grp.members)
+        for g, grp in state.groups.items()
+    ))  # fmt: skip
+    reaching = tuple(sorted(
+        (relabel[g], relabel[h]) for g, gg in state.groups.items() for h, hh in state.groups.items()
+        if g != h and gg.reach & hh.members
+    ))  # fmt: skip
+    return live, groups, reaching
+
+
+def _groups_from_history(history: tuple) -> list[list[int]]:
+    """The final groups: union every merge into the group the merging node took."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for _, gid, merged in history:
+        for g in merged:
+            if find(g) != find(gid):
+                parent[find(g)] = find(gid)
+    groups: dict[int, list[int]] = {}
+    for node, gid, _ in history:
+        groups.setdefault(find(gid), []).append(node)
+    return [sorted(m) for m in groups.values()]

@@ -1,0 +1,1 @@
+"""Graph IR, ONNX import, simplifications, the numpy reference interpreter, the model zoo."""

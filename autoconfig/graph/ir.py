@@ -1,0 +1,61 @@
+"""A small typed graph IR: tensors with static shapes and dtypes, ops with attributes.
+
+Nodes are kept in topological order; constants (weights, folded values) live in
+`Graph.constants`. Every value has a `TensorType`; nothing is dynamic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name: float32, int64, ...
+
+    @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def bytes(self) -> int:
+        return self.elements * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    name: str
+    op: str
+    inputs: list[str]  # "" marks an omitted optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    types: dict[str, TensorType]  # every value's type
+    constants: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    name: str = "graph"
+
+    def producers(self) -> dict[str, Node]:
+        """Value name -> the node producing it."""
+        return {out: n for n in self.nodes for out in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """Value name -> the nodes reading it, in graph order."""
+        users: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    users.setdefault(i, []).append(n)
+        return users
+
+    def is_constant(self, value: str) -> bool:
+        return value in self.constants

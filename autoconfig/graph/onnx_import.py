@@ -1,0 +1,111 @@
+"""ONNX (opsets 11-21) to the graph IR, with onnx's shape inference for static shapes.
+
+Rejected with one line naming the node and operator: an unsupported operator, a
+dynamic or unknown dimension, an opset outside 11-21, a malformed file. After import:
+`Constant` nodes become constants, nodes whose inputs are all constant are folded by
+the reference interpreter, and a BatchNormalization whose input is a Conv read by
+nothing else is folded into that Conv's weights and bias.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.graph.ir import Graph, Node, TensorType
+
+OPSETS = (11, 21)
+SUPPORTED = frozenset(
+    """Conv Gemm MatMul Add Sub Mul Div Relu Clip Sigmoid Tanh Softplus LeakyRelu
+    HardSigmoid HardSwish BatchNormalization MaxPool AveragePool GlobalAveragePool Concat
+    Split Slice Reshape Flatten Squeeze Unsqueeze Transpose Resize Upsample Pad Softmax
+    ReduceMean Constant Identity""".split()
+)
+
+
+def load_onnx(path: Path | str) -> Graph:
+    """Read, check and import an ONNX file; fold constants and BatchNormalization."""
+    path = Path(path)
+    try:
+        model = onnx.load(str(path))
+    except FileNotFoundError:
+        raise AutoconfigError(f"cannot read {path}: no such file") from None
+    except Exception as err:  # onnx raises DecodeError and others for malformed files
+        raise AutoconfigError(f"{path} is not a valid ONNX model: {' '.join(str(err).split())}") from None
+    return import_model(model, path.name)
+
+
+def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
+    """The graph IR of an in-memory ONNX model."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not OPSETS[0] <= opset <= OPSETS[1]:
+        raise AutoconfigError(f"{source}: ONNX opset {opset} is not supported ({OPSETS[0]}-{OPSETS[1]})")
+    for node in model.graph.node:
+        if node.op_type not in SUPPORTED or node.domain not in ("", "ai.onnx"):
+            raise AutoconfigError(f"{source}: node {node.name or '?'!r}: unsupported operator {node.op_type}")
+    try:
+        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as err:
+        raise AutoconfigError(f"{source}: shape inference failed: {' '.join(str(err).split())[:300]}") from None
+    g = inferred.graph
+    constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    types: dict[str, TensorType] = {}
+    dynamic: dict[str, str] = {}  # value -> its first non-static dimension
+    for info in [*g.input, *g.value_info, *g.output]:
+        if info.name not in constants:
+            kind = _tensor_type(info)
+            if isinstance(kind, str):
+                dynamic[info.name] = kind
+            else:
+                types[info.name] = kind
+    for name, array in constants.items():
+        types[name] = TensorType(tuple(array.shape), array.dtype.name)
+    nodes = []
+    for i, n in enumerate(g.node):
+        attrs = {a.name: _attribute(a) for a in n.attribute}
+        if n.op_type == "Softmax" and opset < 13:  # before 13: flatten at axis (default 1)
+            attrs = {"legacy_axis": attrs.get("axis", 1)}
+        node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs)
+        for value in (*node.inputs, *node.outputs):
+            if value in dynamic:
+                raise AutoconfigError(
+                    f"{source}: node {node.name!r} ({node.op}): {value!r} has a dynamic dimension "
+                    f"{dynamic[value]!r}; autoconfig needs static shapes (fix batch and image size)"
+                )
+        for out in node.outputs:
+            if out and out not in types:
+                raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): output {out!r} has no inferred shape")
+        nodes.append(node)
+    inputs = [i.name for i in g.input if i.name not in constants]
+    graph = Graph(nodes, types, constants, inputs, [o.name for o in g.output], g.name or source)
+    from autoconfig.graph.simplify import simplify
+
+    return simplify(graph)
+
+
+def _tensor_type(info: onnx.ValueInfoProto) -> TensorType | str:
+    """The static type, or the label of the first dynamic dimension."""
+    tensor = info.type.tensor_type
+    if not tensor.HasField("shape"):
+        return "unknown rank"
+    dims = []
+    for d in tensor.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return d.dim_param or "?"
+        dims.append(d.dim_value)
+    return TensorType(tuple(dims), helper.tensor_dtype_to_np_dtype(tensor.elem_type).name)
+
+
+def _attribute(a: onnx.AttributeProto):
+    value = helper.get_attribute_value(a)
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value

@@ -1,0 +1,118 @@
+"""Fusion: mapping types, legality, and plans — DP equal to a brute-force optimum on
+small random DAGs, every plan legal, DP never costlier than TVM's greedy rules."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoconfig.fusion import plan
+from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
+from autoconfig.fusion.greedy import plan_greedy
+from autoconfig.fusion.planning import FusionCost, is_legal, plan_cost, plan_dp
+from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.profile import load_profile
+
+PROFILE = load_profile(Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml")
+COST = FusionCost.of(PROFILE)
+
+
+def test_legality_table_matches_design():
+    assert LEGALITY[(Mapping.ONE_TO_ONE, Mapping.MANY_TO_MANY)] is Legality.FUSE
+    assert LEGALITY[(Mapping.MANY_TO_MANY, Mapping.MANY_TO_MANY)] is Legality.NO
+    assert LEGALITY[(Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY)] is Legality.NO
+    assert LEGALITY[(Mapping.MANY_TO_MANY, Mapping.ONE_TO_MANY)] is Legality.COST
+    assert LEGALITY[(Mapping.SHUFFLE, Mapping.REORGANIZE)] is Legality.FUSE
+    assert len(LEGALITY) == 25
+
+
+OPS = ["Relu", "Add", "Conv", "Sigmoid", "Reshape", "Transpose", "MaxPool", "Mul"]
+
+
+def random_graph(seed: int, size: int) -> Graph:
+    """A random DAG of small 1x4x8x8 tensors; every op keeps the shape."""
+    rng = np.random.default_rng(seed)
+    t = TensorType((1, 4, 8, 8), "float32")
+    types = {"x": t}
+    constants = {}
+    nodes = []
+    values = ["x"]
+    for i in range(size):
+        op = OPS[rng.integers(len(OPS))]
+        first = values[rng.integers(len(values))]
+        inputs = [first]
+        attrs = {}
+        if op in ("Add", "Mul"):
+            inputs.append(values[rng.integers(len(values))])
+        if op == "Conv":
+            w = f"w{i}"
+            constants[w] = np.zeros((4, 4, 3, 3), np.float32)
+            types[w] = TensorType((4, 4, 3, 3), "float32")
+            inputs.append(w)
+            attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+        if op == "MaxPool":
+            attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+        if op == "Reshape":
+            shape = f"s{i}"
+            constants[shape] = np.array([1, 4, 8, 8], np.int64)
+            types[shape] = TensorType((4,), "int64")
+            inputs.append(shape)
+        if op == "Transpose":
+            attrs = {"perm": [0, 1, 3, 2]}
+        out = f"v{i}"
+        types[out] = t
+        nodes.append(Node(f"n{i}", op, inputs, [out], attrs))
+        values.append(out)
+    used = {i for n in nodes for i in n.inputs}
+    outputs = [v for v in values[1:] if v not in used] or [values[-1]]
+    return Graph(nodes, types, constants, ["x"], outputs)
+
+
+def partitions(items: list[int]):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for smaller in partitions(rest):
+        for i in range(len(smaller)):
+            yield smaller[:i] + [[first, *smaller[i]]] + smaller[i + 1 :]
+        yield [[first], *smaller]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dp_equals_brute_force_on_small_dags(seed):
+    graph = random_graph(seed, size=6 + seed % 2)
+    best = min(
+        plan_cost(graph, [sorted(g) for g in p], COST)[0]
+        for p in partitions(list(range(len(graph.nodes))))
+        if is_legal(graph, [sorted(g) for g in p]) is None
+    )
+    found = plan_dp(graph, COST)
+    assert is_legal(graph, found.groups) is None
+    assert found.cost_ns == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(12, 24))
+def test_greedy_plans_are_legal_and_no_cheaper_than_dp(seed):
+    graph = random_graph(seed, size=9)
+    dp, greedy = plan_dp(graph, COST), plan_greedy(graph, COST)
+    assert is_legal(graph, greedy.groups) is None and is_legal(graph, dp.groups) is None
+    assert dp.cost_ns <= greedy.cost_ns * (1 + 1e-9)
+    assert sorted(v for g in dp.groups for v in g) == list(range(len(graph.nodes)))
+
+
+def test_illegal_plans_are_named():
+    graph = random_graph(3, size=6)
+    everything = [list(range(len(graph.nodes)))]
+    reason = is_legal(graph, everything)
+    anchors = sum(mapping(n, graph) is Mapping.MANY_TO_MANY for n in graph.nodes)
+    assert reason is not None or anchors <= 1
+
+
+def test_no_fusion_is_one_kernel_per_op():
+    graph = random_graph(5, size=7)
+    none = plan(graph, PROFILE, "none")
+    assert len(none.groups) == len(graph.nodes) and none.ratio(graph) == 1.0

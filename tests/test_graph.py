@@ -1,0 +1,119 @@
+"""ONNX import, simplifications, the reference interpreter (vs onnxruntime on the
+four zoo models), and one-line errors for bad models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.graph import zoo
+from autoconfig.graph.interpret import run
+from autoconfig.graph.onnx_import import import_model, load_onnx
+
+
+def reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})
+
+
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_interpreter_matches_onnxruntime_on_the_zoo(name):
+    model = zoo.build(name)
+    graph = import_model(model, name)
+    x = np.random.default_rng(0).standard_normal(graph.types[graph.inputs[0]].shape).astype(np.float32)
+    ours = run(graph, {graph.inputs[0]: x})
+    for (out, value), expected in zip(ours.items(), reference(model, x)):
+        scale = float(expected.max() - expected.min())
+        assert value.shape == expected.shape
+        assert float(np.max(np.abs(value - expected))) <= 1e-4 * scale, out
+    # BatchNormalization is folded into the convolutions before it
+    assert not any(n.op == "BatchNormalization" for n in graph.nodes)
+
+
+def tiny(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "tiny", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def value(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_constant_folding_and_identity():
+    shape = numpy_helper.from_array(np.array([2, 8], np.int64), "shape")
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1.0, np.float32))),
+        helper.make_node("Add", ["one", "one"], ["two"]),
+        helper.make_node("Identity", ["x"], ["y"]),
+        helper.make_node("Reshape", ["y", "shape"], ["r"]),
+        helper.make_node("Mul", ["r", "two"], ["out"]),
+    ]
+    model = tiny(nodes, [value("x", [4, 4])], [value("out", [2, 8])], [shape])
+    graph = import_model(model)
+    assert [n.op for n in graph.nodes] == ["Reshape", "Mul"]
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(run(graph, {"x": x})["out"], 2 * x.reshape(2, 8))
+
+
+def test_unsupported_operator_names_node_and_type():
+    model = tiny([helper.make_node("Erf", ["x"], ["y"], name="the_erf")], [value("x", [2])], [value("y", [2])])
+    with pytest.raises(AutoconfigError, match="node 'the_erf': unsupported operator Erf"):
+        import_model(model)
+
+
+def test_dynamic_dimension_names_node_and_type():
+    model = tiny([helper.make_node("Relu", ["x"], ["y"], name="act")],
+                 [value("x", ["batch", 3])], [value("y", ["batch", 3])])  # fmt: skip
+    with pytest.raises(AutoconfigError, match=r"node 'act' \(Relu\): 'x' has a dynamic dimension 'batch'"):
+        import_model(model)
+
+
+def test_malformed_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not a protobuf model")
+    with pytest.raises(AutoconfigError, match="bad.onnx is not a valid ONNX model"):
+        load_onnx(bad)
+    with pytest.raises(AutoconfigError, match="no such file"):
+        load_onnx(tmp_path / "absent.onnx")
+
+
+def test_opset_out_of_range():
+    model = tiny([helper.make_node("Relu", ["x"], ["y"])], [value("x", [2])], [value("y", [2])], opset=9)
+    with pytest.raises(AutoconfigError, match="opset 9 is not supported"):
+        import_model(model)
+
+
+@pytest.mark.parametrize("op, attrs, extra", [
+    ("LeakyRelu", {"alpha": 0.2}, []), ("HardSigmoid", {}, []), ("HardSwish", {}, []),
+    ("Softplus", {}, []), ("Tanh", {}, []), ("Softmax", {"axis": 1}, []),
+    ("Transpose", {"perm": [0, 2, 3, 1]}, []), ("Flatten", {"axis": 2}, []),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, []),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, []),
+    ("ReduceMean", {"keepdims": 0, "axes": [2, 3]}, []),  # opset 17: axes is an attribute
+    ("Clip", {}, [np.array(-0.5, np.float32), np.array(0.5, np.float32)]),
+    ("Pad", {}, [np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)]),
+    ("Slice", {}, [np.array([1, 0], np.int64), np.array([4, 7], np.int64), np.array([1, 3], np.int64),
+                   np.array([2, 3], np.int64)]),
+    ("Unsqueeze", {}, [np.array([0], np.int64)]),
+    ("Resize", {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+     [None, np.array([1, 1, 2, 2], np.float32)]),
+])  # fmt: skip
+def test_single_ops_match_onnxruntime(op, attrs, extra):
+    x = np.random.default_rng(1).standard_normal((1, 3, 5, 7)).astype(np.float32)
+    names, inits = ["x"], []
+    for i, array in enumerate(extra):
+        if array is None:
+            names.append("")
+            continue
+        inits.append(numpy_helper.from_array(array, f"c{i}"))
+        names.append(f"c{i}")
+    node = helper.make_node(op, names, ["y"], **attrs)
+    model = tiny([node], [value("x", [1, 3, 5, 7])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    graph = import_model(model)
+    np.testing.assert_allclose(run(graph, {"x": x})["y"], reference(model, x)[0], rtol=1e-5, atol=1e-6)
