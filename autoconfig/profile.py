@@ -178,7 +178,7 @@ def load_profile(path: Path | str) -> HardwareProfile:
     except OSError as err:
         raise AutoconfigError(f"cannot read profile {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise AutoconfigError(f"profile {path} is not valid YAML: {' '.join(str(err).split())}")
+        raise AutoconfigError(f"profile {path} is not valid YAML: {' '.join(str(err).split())}") from None
     try:
         return profile_from_dict(data)
     except AutoconfigError as err:

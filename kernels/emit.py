@@ -40,7 +40,7 @@ def verify(module: ir.Module) -> None:
     try:
         module.operation.verify()
     except MLIRError as err:
-        raise AutoconfigError(f"generated MLIR failed verification: {first_diagnostic(err)}")
+        raise AutoconfigError(f"generated MLIR failed verification: {first_diagnostic(err)}") from None
 
 
 def first_diagnostic(err: MLIRError) -> str:

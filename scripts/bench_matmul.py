@@ -6,8 +6,10 @@ MobileNet-V1, EfficientNet-B0 and YOLO-V4 at batch 1, as M=pixels, N=out channel
 K=in channels) and each thread budget (1 and all cores; each runtime may use fewer,
 as torch and our model both do for small shapes): our kernel is compiled by the
 model (build time reported, not timed), checked against numpy, then all peers are
-timed in interleaved rounds, a pause before each peer (warm-up, then the median of
-the repetitions).
+timed in interleaved rounds, a pause before each peer so the previous one's
+spin-waiting workers go to sleep (warm-up, then the median of the repetitions). The
+peers' runtimes are left as they ship: making their idle workers sleep at once
+(OPENBLAS_THREAD_TIMEOUT=4) cut OpenBLAS's 2-thread 128³ to 0.4 GFLOP/s.
 Prints GFLOP/s and ratios (ours / peer), the geomean over squares 256-2048, and
 writes a plot.
 

@@ -3,7 +3,6 @@ small random DAGs, every plan legal, DP never costlier than TVM's greedy rules."
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
