@@ -101,6 +101,12 @@ class Builder:
         b = 0.1 * self.rng.standard_normal(cout, dtype=np.float32)
         return self.op("Gemm", [x, self.const("fc_w", w), self.const("fc_b", b)], transB=1)
 
+    def imagenet_head(self, x: str, channels: int) -> onnx.ModelProto:
+        """Global average pool, fully connected to 1000 classes, softmax: the model."""
+        y = self.op("Flatten", [self.op("GlobalAveragePool", [x])], axis=1)
+        y = self.op("Softmax", [self.gemm(y, channels, 1000)], axis=1)
+        return self.model("input", [1, 3, 224, 224], [(y, [1, 1000])])
+
     def model(self, x: str, shape: list[int], outputs: list[tuple[str, list[int]]]) -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes, self.name,
@@ -139,9 +145,7 @@ def mobilenet_v1() -> onnx.ModelProto:
         y = b.cba(y, cin, cin, 3, stride, group=cin)  # depthwise
         y = b.cba(y, cin, cout, 1)  # pointwise
         cin = cout
-    y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
-    y = b.op("Softmax", [b.gemm(y, 1024, 1000)], axis=1)
-    return b.model(x, [1, 3, 224, 224], [(y, [1, 1000])])
+    return b.imagenet_head(y, 1024)
 
 
 def efficientnet_b0() -> onnx.ModelProto:
@@ -165,10 +169,7 @@ def efficientnet_b0() -> onnx.ModelProto:
             h = b.bn(b.conv(h, hidden, cout, 1), cout)
             y = b.op("Add", [h, y]) if s == 1 and cin == cout else h
             cin = cout
-    y = b.cba(y, cin, 1280, 1, act="silu")
-    y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
-    y = b.op("Softmax", [b.gemm(y, 1280, 1000)], axis=1)
-    return b.model(x, [1, 3, 224, 224], [(y, [1, 1000])])
+    return b.imagenet_head(b.cba(y, cin, 1280, 1, act="silu"), 1280)
 
 
 def yolov4() -> onnx.ModelProto:
