@@ -43,10 +43,6 @@ class KernelLibrary:
     _workdir: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
     _cdll: ctypes.CDLL | None = field(default=None, repr=False)
 
-    @property
-    def assembly(self) -> str:
-        return self.object.assembly
-
     def kernel(self, symbol: str) -> Kernel:
         """The callable for `symbol`."""
         for sig in self.signatures:

@@ -98,12 +98,17 @@ class MatmulConfig:
     def row_tiles(self, shape: MatmulShape) -> int:
         return -(-shape.m // self.mr)
 
+    def packed_blocks(self, shape: MatmulShape) -> tuple[int, int, int]:
+        """(kc, mc, nc) clipped to the (tile-rounded) matrix: the packed panels' sizes."""
+        kc, mc, nc = self.blocks(shape)
+        return min(kc, shape.k), min(mc, round_up(shape.m, self.mr)), min(nc, round_up(shape.n, self.nr))
+
     def workspace(self, shape: MatmulShape) -> int:
-        """f32 elements of packing workspace one call needs (0 unless packed)."""
+        """f32 elements of packing workspace one call needs (0 unless packed): the B
+        block (kc×nc) followed by the A block (mc×kc)."""
         if self.algorithm != "packed":
             return 0
-        kc, mc, nc = self.blocks(shape)
-        kc, mc, nc = min(kc, shape.k), min(mc, round_up(shape.m, self.mr)), min(nc, round_up(shape.n, self.nr))
+        kc, mc, nc = self.packed_blocks(shape)
         return kc * nc + mc * kc
 
     def validate(self, target: Target, shape: MatmulShape) -> None:
@@ -400,14 +405,12 @@ class _Emitter:
     # ------------------------------------------------------------ packing
 
     def packed_kc(self) -> int:
-        return min(self.config.blocks(self.shape)[0], self.shape.k)
-
-    def packed_nc(self) -> int:
-        return min(self.config.blocks(self.shape)[2], round_up(self.shape.n, self.config.nr))
+        return self.config.packed_blocks(self.shape)[0]
 
     def a_offset(self) -> ir.Value:
         """Ap starts after Bp in the workspace."""
-        return index(self.packed_kc() * self.packed_nc())
+        kc, _, nc = self.config.packed_blocks(self.shape)
+        return index(kc * nc)
 
     def pack_b(self, jc, jc_end, pc, pc_end) -> None:
         """Bp[panel][k][0..nr) = B[pc+k, jc+panel*nr ...]; the edge panel is zero past N."""

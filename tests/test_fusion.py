@@ -115,3 +115,12 @@ def test_no_fusion_is_one_kernel_per_op():
     graph = random_graph(5, size=7)
     none = plan(graph, PROFILE, "none")
     assert len(none.groups) == len(graph.nodes) and none.ratio(graph) == 1.0
+
+
+def test_cost_model_needs_bandwidth_figures():
+    import dataclasses
+
+    from autoconfig.errors import AutoconfigError
+
+    with pytest.raises(AutoconfigError, match="has no bandwidth figures"):
+        FusionCost.of(dataclasses.replace(PROFILE, bandwidth=None))

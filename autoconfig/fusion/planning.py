@@ -41,6 +41,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from autoconfig.errors import AutoconfigError
 from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.profile import HardwareProfile
@@ -68,13 +69,15 @@ class FusionCost:
 
     @classmethod
     def of(cls, profile: HardwareProfile) -> FusionCost:
-        bw = profile.bandwidth.single_thread.levels if profile.bandwidth else {"DRAM": 10.0}
+        if profile.bandwidth is None or "DRAM" not in profile.bandwidth.single_thread.levels:
+            raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
+        bw = profile.bandwidth.single_thread.levels
         levels = []
         for c in profile.caches:
             name = f"L{c.level}"
             if c.kind != "instruction" and name in bw:
                 levels.append((name, float(int(c.size)), float(bw[name])))
-        levels.append(("DRAM", math.inf, float(bw.get("DRAM", 10.0))))
+        levels.append(("DRAM", math.inf, float(bw["DRAM"])))
         fma = profile.widest_fma()
         return cls(tuple(levels), float(fma.throughput) * fma.lanes, int(profile.vector.registers))
 
