@@ -14,7 +14,7 @@ import numpy as np
 from autoconfig.errors import AutoconfigError
 from autoconfig.models.matmul import Choice, Prediction, choose, predict
 from autoconfig.profile import HardwareProfile, load_profile
-from autoconfig.runtime import run_split, scratch
+from autoconfig.runtime import SplitKernel, scratch, split
 from kernels import matmul as mm
 from kernels.library import KernelLibrary, build_library
 from kernels.target import Target, get_target
@@ -53,9 +53,10 @@ class CompiledMatmul:
                  prediction: Prediction, choice: Choice | None, library: KernelLibrary):  # fmt: skip
         self.shape, self.config, self.target = shape, config, target
         self.prediction, self.choice, self.library = prediction, choice, library
-        self._kernel = library.kernel(mm.signature(shape, config).symbol)
-        self._parts = min(config.threads, config.row_tiles(shape))
-        self._work = scratch(config.workspace(shape), self._parts) if config.workspace(shape) else None
+        ranges = split(config.row_tiles(shape), config.threads)
+        work = config.workspace(shape)
+        private = [[w] for w in scratch(work, len(ranges))] if work else None
+        self._run = SplitKernel(library.kernel(mm.signature(shape, config).symbol), ranges, private)
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
         s = self.shape
@@ -72,12 +73,7 @@ class CompiledMatmul:
             if c is not None:
                 raise AutoconfigError("this matmul overwrites C (C = A·B): do not pass C")
             out = np.empty((s.m, s.n), np.float32)
-
-        def part(i: int, begin: int, end: int) -> None:
-            work = [self._work[i]] if self._work is not None else []
-            self._kernel.call_unchecked(out, a, b, *work, begin, end)  # checked above
-
-        run_split(part, self.config.row_tiles(s), self._parts)
+        self._run(out, a, b)  # checked above
         return out
 
     def explain(self) -> str:

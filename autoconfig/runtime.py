@@ -1,29 +1,28 @@
-"""Running generated kernels on all cores: a shared thread pool calling one kernel
-on disjoint row-tile ranges.
+"""Running generated kernels on all cores: one kernel called on disjoint ranges at
+once by a native thread pool.
 
-ctypes releases the GIL for the duration of a foreign call, so Python threads run
-generated kernels truly in parallel. Each thread gets its own scratch buffers (e.g.
-a matmul's packing workspace), allocated once per compiled kernel.
+The pool is C (`autoconfig/pool.c`, compiled with the system ``cc`` on first use
+and kept for the process): a call hands each worker its part and returns when all
+are done, with the GIL released and no Python in between. Python threads were
+measured too slow for this (every futex and GIL hand-off wakes a halted vCPU:
+0.79x OpenBLAS at 2 threads on 256-2048 squares, sub-millisecond calls not
+scaling at all). Each part gets its own scratch buffers (e.g. a matmul's packing
+workspace), allocated once per compiled kernel.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import ctypes
+import functools
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
+from kernels.library import Kernel, run_tool
 
-
-def pool(threads: int) -> ThreadPoolExecutor:
-    """The process-wide pool of `threads` workers (created on first use)."""
-    with _pools_lock:
-        if threads not in _pools:
-            _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="autoconfig")
-        return _pools[threads]
+POOL_SOURCE = Path(__file__).with_name("pool.c")
 
 
 def split(units: int, parts: int) -> list[tuple[int, int]]:
@@ -38,14 +37,69 @@ def split(units: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def run_split(call: Callable[[int, int, int], None], units: int, threads: int) -> None:
-    """Run call(part, begin, end) over `units` split across `threads` threads; part 0
-    runs on the calling thread, so one part costs no dispatch at all."""
-    ranges = split(units, threads)
-    futures = [pool(len(ranges) - 1).submit(call, i, b, e) for i, (b, e) in enumerate(ranges) if i]
-    call(0, *ranges[0])
-    for future in futures:
-        future.result()
+@functools.cache
+def _pool_run() -> ctypes._CFuncPtr:
+    """``ac_pool_run`` from the native pool, compiled once per process."""
+    workdir = tempfile.TemporaryDirectory(prefix="autoconfig-pool-")
+    library = Path(workdir.name) / "libacpool.so"
+    run_tool(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(library), str(POOL_SOURCE)],
+             "compiling the thread pool")  # fmt: skip
+    cdll = ctypes.CDLL(str(library))
+    cdll._workdir = workdir  # removed with the library at exit
+    run = cdll.ac_pool_run
+    run.restype = ctypes.c_int
+    run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                    ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
+    return run
+
+
+class SplitKernel:
+    """A kernel called on several parts at once, part i with arguments
+    ``(*shared, *private[i], *sizes[i])``: `shared` buffers change per call, the
+    private buffers and sizes of each part are fixed when it is built.
+
+    Native kernels go to the native pool (part 0 on the calling thread); emulated
+    ones run their parts one after another (emulation checks results, not speed).
+    """
+
+    def __init__(self, kernel: Kernel, sizes: Sequence[Sequence[int]],
+                 private: Sequence[Sequence[np.ndarray]] | None = None):  # fmt: skip
+        self.kernel = kernel
+        self.sizes = [tuple(s) for s in sizes]
+        self.private = [tuple(p) for p in private] if private else [()] * len(self.sizes)
+        n_private = len(self.private[0])
+        self._shared = len(kernel.signature.buffers) - n_private
+        self._direct = self._pool = None
+        if kernel.library.mode != "native":
+            return
+        if len(self.sizes) == 1:  # one part: call the kernel itself, arguments bound
+            self._direct = kernel.native_function
+            self._fixed = (*(b.ctypes.data for b in self.private[0]), *self.sizes[0])
+            return
+        self._pointers = np.zeros((len(self.sizes), self._shared + n_private), np.uint64)
+        for i, buffers in enumerate(self.private):
+            self._pointers[i, self._shared :] = [b.ctypes.data for b in buffers]
+        self._size_array = np.array(self.sizes, np.int64).reshape(len(self.sizes), -1)
+        self._pool = functools.partial(
+            _pool_run(), kernel.task_address, len(self.sizes),
+            self._pointers.ctypes.data, self._pointers.shape[1],
+            self._size_array.ctypes.data, self._size_array.shape[1],
+        )  # fmt: skip
+
+    def __call__(self, *shared: np.ndarray) -> int:
+        """Run every part on `shared` (already checked by the caller); returns how
+        many parts ran on worker threads (the others ran on the calling thread)."""
+        if len(shared) != self._shared:
+            raise TypeError(f"expected {self._shared} shared buffers, got {len(shared)}")
+        if self._pool is not None:
+            self._pointers[:, : self._shared] = [a.ctypes.data for a in shared]
+            return self._pool()
+        if self._direct is not None:
+            self._direct(*(a.ctypes.data for a in shared), *self._fixed)
+            return 0
+        for private, sizes in zip(self.private, self.sizes, strict=True):
+            self.kernel.call_unchecked(*shared, *private, *sizes)
+        return 0
 
 
 CACHE_LINE_ALIGNMENT = 64

@@ -11,6 +11,9 @@ Every generated kernel is an external C function::
   must not overlap any other buffer argument.
 - The kernel allocates nothing, keeps no state between calls and is safe to call
   concurrently on disjoint outputs.
+- In a native library each kernel also has a task trampoline for thread pools,
+  ``void <symbol>_task(void *const *buffers, const int64_t *sizes)``, which calls
+  the kernel with ``buffers[i]`` and ``sizes[j]`` in signature order (`c_tasks`).
 
 `c_header` writes the declarations for a set of kernels. `c_driver` writes the small
 ``main`` used to run kernels under qemu-user: it reads input buffers from files,
@@ -103,6 +106,28 @@ def c_header(signatures: list[KernelSignature], guard: str = "AUTOCONFIG_KERNELS
     for sig in signatures:
         lines += [f"/* {sig.doc} */", sig.c_declaration() + ";"]
     lines += ["#ifdef __cplusplus", "}", "#endif", f"#endif /* {guard} */", ""]
+    return "\n".join(lines)
+
+
+def c_tasks(signatures: list[KernelSignature]) -> str:
+    """C source of the task trampolines: one uniform entry point per kernel, so a
+    native thread pool can run any kernel on per-thread argument arrays."""
+    lines = ['#include "kernels.h"', ""]
+    for sig in signatures:
+        args, buffer, size = [], 0, 0
+        for p in sig.params:
+            if p.role is Role.SIZE:
+                args.append(f"sizes[{size}]")
+                size += 1
+            else:
+                args.append(f"({'const ' if p.role is Role.IN else ''}float *)buffers[{buffer}]")
+                buffer += 1
+        lines += [
+            f"void {sig.symbol}_task(void *const *buffers, const int64_t *sizes) {{",
+            f"  {sig.symbol}({', '.join(args)});",
+            "}",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.errors import AutoconfigError
-from kernels.abi import KernelSignature, Role, c_driver, c_header
+from kernels.abi import KernelSignature, Role, c_driver, c_header, c_tasks
 from kernels.emit import KernelModule
 from kernels.lower import ObjectFile, compile_object, to_llvm_ir
 from kernels.target import Target
@@ -72,14 +72,17 @@ def build_library(kmod: KernelModule, out_dir: Path | None = None) -> KernelLibr
     header.write_text(c_header(signatures))
     if execution.mode == "native":
         binary = out_dir / "libkernels.so"
-        _run_tool(["cc", "-shared", "-o", str(binary), str(obj.path)], "linking")
+        tasks = out_dir / "tasks.c"
+        tasks.write_text(c_tasks(signatures))
+        command = ["cc", "-shared", "-fPIC", "-O2", f"-I{out_dir}", "-o", str(binary)]
+        run_tool([*command, str(tasks), str(obj.path)], "linking")
         cdll = ctypes.CDLL(str(binary))
     else:
         driver = out_dir / "driver.c"
         driver.write_text(c_driver(signatures))
         binary = out_dir / "driver"
         command = [target.cross_cc, "-static", "-O2", f"-I{out_dir}", "-o", str(binary)]
-        _run_tool([*command, str(driver), str(obj.path), "-lm"], "linking the driver")
+        run_tool([*command, str(driver), str(obj.path), "-lm"], "linking the driver")
         cdll = None
     return KernelLibrary(
         target, tuple(signatures), obj, header, execution.mode, binary, workdir, cdll
@@ -107,11 +110,21 @@ class Kernel:
         if self.library.mode != "native":
             self._run_emulated(args, self.library.target.emulator)
             return
-        # __array_interface__ is several times cheaper than ndarray.ctypes per call
-        self._native(*(a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a for a in args))
+        self.native_function(*(a.ctypes.data if isinstance(a, np.ndarray) else a for a in args))
 
     @functools.cached_property
-    def _native(self):
+    def task_address(self) -> int:
+        """Address of this kernel's task trampoline (kernels/abi.py), for the native
+        thread pool; native libraries only."""
+        if self.library.mode != "native":
+            raise AutoconfigError(f"{self.signature.symbol}: emulated kernels have no task entry")
+        task = getattr(self.library._cdll, f"{self.signature.symbol}_task")
+        return ctypes.cast(task, ctypes.c_void_p).value
+
+    @functools.cached_property
+    def native_function(self) -> ctypes._CFuncPtr:
+        """The ctypes function of a native kernel: buffer addresses and ints in
+        signature order, nothing checked."""
         fn = getattr(self.library._cdll, self.signature.symbol)
         fn.restype = None
         fn.argtypes = [
@@ -178,7 +191,8 @@ def _exit_reason(done: subprocess.CompletedProcess) -> str:
     return f"exit status {code}: {last}"
 
 
-def _run_tool(command: list[str], what: str) -> None:
+def run_tool(command: list[str], what: str) -> None:
+    """Run a compiler or linker; a failure becomes one AutoconfigError line."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise AutoconfigError(f"{what} failed ({command[0]}): {_exit_reason(done)}")

@@ -7,9 +7,10 @@ K=in channels) and each thread budget (1 and all cores; each runtime may use few
 as torch and our model both do for small shapes): our kernel is compiled by the
 model (build time reported, not timed), checked against numpy, then all peers are
 timed in interleaved rounds, a pause before each peer so the previous one's
-spin-waiting workers go to sleep (warm-up, then the median of the repetitions). The
-peers' runtimes are left as they ship: making their idle workers sleep at once
-(OPENBLAS_THREAD_TIMEOUT=4) cut OpenBLAS's 2-thread 128³ to 0.4 GFLOP/s.
+spin-waiting workers go to sleep (50 ms of warm-up calls, then the median of the
+repetitions). The peers' runtimes are left as they ship: making their idle workers
+sleep at once (OPENBLAS_THREAD_TIMEOUT=4) cut OpenBLAS's 2-thread 128³ to 0.4
+GFLOP/s.
 Prints GFLOP/s and ratios (ours / peer), the geomean over squares 256-2048, and
 writes a plot.
 
@@ -58,8 +59,16 @@ ZOO = {  # (M, N, K) at batch 1: Gemm layers and 1x1 convolutions as GEMM
 }
 
 
+WARMUP_SECONDS = 0.05
+"""Calls before timing, by time rather than count: after the pause a halted vCPU and
+sleeping workers take milliseconds to come back (one warm-up call left 256³ at 2
+threads measuring 63 GFLOP/s for us and 90 for OpenBLAS, 125 and 122 when warm)."""
+
+
 def median_seconds(fn: Callable[[], object], reps: int) -> float:
-    fn()  # warm-up
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARMUP_SECONDS:
+        fn()
     times = []
     for _ in range(reps):
         start = time.perf_counter()

@@ -49,8 +49,10 @@ development machine, packed 6x2 went from 58 to 78 GFLOP/s with 4 copies."""
 CALL_NS = 6_000.0
 """Python-side cost of one kernel call (argument checks, ctypes): ~6 µs measured."""
 
-THREAD_DISPATCH_NS = 40_000.0
-"""Handing row blocks to the thread pool and joining: ~40 µs measured on 2 cores."""
+THREAD_DISPATCH_NS = 1_000.0
+"""Handing row blocks to the native pool (autoconfig/pool.c) and joining: ~0.1 µs
+measured with an empty task while workers spin, plus their first touches of A, B
+and C; the Python pool it replaced cost ~40 µs on 2 cores."""
 
 STORE_FORWARD_FACTOR = 1.5
 """Broadcast's C vector goes store→load every k: store forwarding adds about half an
@@ -373,7 +375,7 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
         *blocks,
         ("unroll", f"{c.unroll} copies of the k step per loop trip"),
         ("threads", f"{c.threads}: row tiles split into {min(c.threads, c.row_tiles(shape))} blocks"
-                    f" (dispatch costs {THREAD_DISPATCH_NS / 1e3:.0f} µs)"),
+                    f" (dispatch costs {THREAD_DISPATCH_NS / 1e3:.1f} µs)"),
     ]  # fmt: skip
     return terms, params
 

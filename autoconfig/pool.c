@@ -1,0 +1,159 @@
+/* autoconfig's native thread pool: runs a kernel's parts on all cores without
+ * touching Python between the call and its return.
+ *
+ * Why native: Python threads hand work over through futexes and the GIL; on a VM
+ * whose idle vCPUs halt, each hand-off costs tens of microseconds, more than a
+ * sub-millisecond kernel. Here workers spin for a while after each job (as
+ * OpenBLAS's and OpenMP's do), so back-to-back calls reach them in well under a
+ * microsecond; after SPIN_NS without work they sleep on a condition variable.
+ *
+ * One job = `parts` calls of a task trampoline (kernels/abi.py, `c_tasks`):
+ *   task(buffers + i * nbuf, sizes + i * nsize)   for i in [0, parts)
+ * Part 0 runs on the calling thread, part i on worker i. The caller takes back any
+ * part whose worker has not started it by the time the caller is free, so a
+ * sleeping worker never makes a call slower than running it all serially.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef void (*ac_task)(void *const *buffers, const int64_t *sizes);
+
+enum { MAX_WORKERS = 255 };
+/* How long a worker spins for its next job before sleeping: longer than the gap
+ * between consecutive kernels of a model or benchmark loop, short enough that an
+ * idle process stops burning cores at once. */
+static const int64_t SPIN_NS = 20 * 1000 * 1000;
+
+enum { IDLE, READY, TAKEN, DONE };
+
+typedef struct {
+  _Atomic int state;
+  _Atomic int sleeping;
+  ac_task task;
+  void *const *buffers;
+  const int64_t *sizes;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  pthread_t thread;
+} slot_t;
+
+static slot_t slots[MAX_WORKERS + 1]; /* slot i serves part i; slot 0 is unused */
+static int started;                   /* workers running: slots 1..started */
+static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Claim a READY part (worker or caller: whoever comes first runs it). */
+static int claim(slot_t *s) {
+  int expected = READY;
+  return atomic_compare_exchange_strong(&s->state, &expected, TAKEN);
+}
+
+static void run_claimed(slot_t *s) {
+  s->task(s->buffers, s->sizes);
+  atomic_store_explicit(&s->state, DONE, memory_order_release);
+}
+
+static void *worker_main(void *arg) {
+  slot_t *s = arg;
+  for (;;) {
+    int64_t deadline = now_ns() + SPIN_NS;
+    int polls = 0;
+    while (atomic_load_explicit(&s->state, memory_order_acquire) != READY) {
+      cpu_relax();
+      if (++polls % 1024 == 0 && now_ns() > deadline) {
+        pthread_mutex_lock(&s->lock);
+        atomic_store(&s->sleeping, 1); /* seq_cst: pairs with the caller's READY store */
+        while (atomic_load(&s->state) != READY) pthread_cond_wait(&s->wake, &s->lock);
+        atomic_store(&s->sleeping, 0);
+        pthread_mutex_unlock(&s->lock);
+        break;
+      }
+    }
+    if (claim(s)) run_claimed(s);
+  }
+  return NULL;
+}
+
+/* Start workers up to `count`; returns how many are running. */
+static int ensure_workers(int count) {
+  while (started < count) {
+    slot_t *s = &slots[started + 1];
+    atomic_store(&s->state, IDLE);
+    atomic_store(&s->sleeping, 0);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    if (pthread_create(&s->thread, NULL, worker_main, s) != 0) break;
+    pthread_detach(s->thread);
+    started++;
+  }
+  return started;
+}
+
+static void run_serially(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
+                         const int64_t *sizes, int64_t nsize) {
+  for (int64_t i = 0; i < parts; i++) task(buffers + i * nbuf, sizes + i * nsize);
+}
+
+/* A forked child has none of the parent's workers: start again from none. */
+static void forget_workers_in_child(void) {
+  started = 0;
+  pthread_mutex_init(&run_lock, NULL);
+}
+
+/* Run task over `parts` parts in parallel and return when all are done.
+ * Concurrent callers (another Python thread) run their parts serially rather than
+ * wait. Returns how many parts ran on workers (the rest ran on the caller). */
+int ac_pool_run(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
+                const int64_t *sizes, int64_t nsize) {
+  if (parts <= 1 || pthread_mutex_trylock(&run_lock) != 0) {
+    run_serially(task, parts, buffers, nbuf, sizes, nsize);
+    return 0;
+  }
+  int workers = ensure_workers(parts - 1 < MAX_WORKERS ? (int)(parts - 1) : MAX_WORKERS);
+  int64_t handed = parts - 1 < workers ? parts - 1 : workers;
+  for (int64_t i = 1; i <= handed; i++) {
+    slot_t *s = &slots[i];
+    s->task = task;
+    s->buffers = buffers + i * nbuf;
+    s->sizes = sizes + i * nsize;
+    atomic_store(&s->state, READY); /* seq_cst: pairs with the worker's sleeping store */
+    if (atomic_load(&s->sleeping)) {
+      pthread_mutex_lock(&s->lock);
+      pthread_cond_signal(&s->wake);
+      pthread_mutex_unlock(&s->lock);
+    }
+  }
+  task(buffers, sizes);
+  for (int64_t i = handed + 1; i < parts; i++) task(buffers + i * nbuf, sizes + i * nsize);
+  int by_workers = 0;
+  for (int64_t i = 1; i <= handed; i++) {
+    slot_t *s = &slots[i];
+    if (claim(s))
+      run_claimed(s);
+    else
+      by_workers++;
+    while (atomic_load_explicit(&s->state, memory_order_acquire) != DONE) cpu_relax();
+    atomic_store_explicit(&s->state, IDLE, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&run_lock);
+  return by_workers;
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, forget_workers_in_child);
+}

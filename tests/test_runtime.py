@@ -1,0 +1,124 @@
+"""The native thread pool (autoconfig/pool.c) behind multi-threaded kernels: every
+part runs exactly once, with its own arguments, whatever the pool's state — workers
+spinning, asleep, busy with another caller, or lost in a forked child."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from autoconfig import compile_matmul
+from autoconfig.runtime import SplitKernel, split
+from kernels import matmul as mm
+from kernels.library import build_library
+from kernels.target import get_target
+from tests.test_matmul import HOST_PROFILE, reference
+
+SLEEP_AFTER_SECONDS = 0.1  # longer than the pool's spin (SPIN_NS = 20 ms): workers sleep
+
+
+@pytest.fixture(scope="module")
+def avx2():
+    """The AVX2 target of HOST_PROFILE; the pool serves native code only."""
+    target = get_target("avx2")
+    if target.execution().mode != "native":
+        pytest.skip(f"avx2 does not run natively here ({target.execution().mode})")
+    return target
+
+
+def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
+    # accumulating C += A·B: a part run twice or not at all changes the result
+    shape = mm.MatmulShape(41, 24, 13)
+    config = mm.MatmulConfig("packed", 8, mr=2, nv=1, kc=8, accumulate=True)
+    kernel = build_library(mm.generate(shape, config, avx2)).kernel("ac_matmul_f32")
+    ranges = split(config.row_tiles(shape), parts)
+    assert len(ranges) == parts
+    work = [[np.empty(config.workspace(shape), np.float32)] for _ in ranges]
+    run = SplitKernel(kernel, ranges, work)
+    a, b = operands(41, 24, 13, parts)
+    c = np.ones((41, 24), np.float32)
+    run(c, a, b)
+    np.testing.assert_allclose(c, reference(a, b) + 1, rtol=1e-4, atol=1e-4)
+
+
+def two_part_matmul(target, m: int, n: int, k: int) -> SplitKernel:
+    """C = A·B (tiled, unpacked) split into two row blocks."""
+    shape = mm.MatmulShape(m, n, k)
+    config = mm.MatmulConfig("tiled", 8, mr=4, nv=2)
+    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
+    return SplitKernel(kernel, split(config.row_tiles(shape), 2))
+
+
+def worker_parts(run: SplitKernel, a: np.ndarray, b: np.ndarray, calls: int) -> int:
+    """Parts run on a worker over `calls` correct calls (asserting each result)."""
+    expected, total = reference(a, b), 0
+    for _ in range(calls):
+        c = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
+        total += run(c, a, b)
+        np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)
+    return total
+
+
+def test_sleeping_workers_wake_up(avx2):
+    run = two_part_matmul(avx2, 96, 64, 32)
+    a, b = operands(96, 64, 32, 0)
+    assert worker_parts(run, a, b, 200) > 0  # spinning workers take their parts
+    time.sleep(SLEEP_AFTER_SECONDS)
+    assert worker_parts(run, a, b, 200) > 0  # a lost wake-up would leave them all to us
+
+
+def test_concurrent_callers_each_get_their_result(avx2):
+    shapes = [(60, 40, 30), (37, 72, 19), (90, 16, 64)]
+    compiled = [compile_matmul(m, n, k, profile=HOST_PROFILE,
+                               config=mm.MatmulConfig("packed", 8, 4, 2, threads=2)) for m, n, k in shapes]  # fmt: skip
+    failures: list[str] = []
+
+    def hammer(index: int) -> None:
+        m, n, k = shapes[index]
+        a, b = operands(m, n, k, index)
+        expected = reference(a, b)
+        for _ in range(200):
+            if not np.allclose(compiled[index](a, b), expected, rtol=1e-4, atol=1e-4):
+                failures.append(f"shape {shapes[index]} wrong")
+                return
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(len(shapes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_starts_its_own_workers(avx2):
+    run = two_part_matmul(avx2, 64, 48, 40)
+    a, b = operands(64, 48, 40, 5)
+    assert worker_parts(run, a, b, 50) > 0  # the parent's workers exist
+    pid = os.fork()
+    if pid == 0:  # child: the parent's workers are gone; without new ones no part goes to one
+        try:
+            code = 0 if worker_parts(run, a, b, 200) > 0 else 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0, "child: 1 = no worker ran, 2 = wrong result"
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung calling a 2-part kernel")
