@@ -6,13 +6,16 @@ widths; tiled and packed with a range of register tiles, block sizes from the mo
 cache formulas) plus the model's own pick is built, checked against numpy, and
 timed. Per shape: the model's regret (its pick's time over the grid's best, minus 1)
 and the Spearman rank correlation between predicted and measured times. The grid is
-timed round-robin, one sample (>= 2 ms of calls) per configuration per round, and
-each configuration keeps its best round: interference on a shared machine comes in
-bursts of about a second and only ever slows a run; round-robin keeps one burst from
-sinking one configuration. The grid's members are compared with each other, not
+timed round-robin, one sample (>= 2 ms of calls) per configuration per round, in
+several passes over all shapes, and each configuration keeps its best sample:
+interference on a shared machine only ever slows a run and comes in bursts of a
+second or more; round-robin keeps one burst from sinking one configuration, and
+passes minutes apart keep a long one from sinking a whole shape (one pass of 7
+rounds left regrets of 25-40% on shapes that measured within 5% when repeated). The grid's members are compared with each other, not
 with a peer.
 
-Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 7] [--quick]
+Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 5] [--passes 3] [--quick]
+       [--shape M N K]   (one shape, every configuration's predicted and measured time)
 """
 
 from __future__ import annotations
@@ -73,7 +76,14 @@ def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target) -> Cal
     kernel(*args, 0, tiles)
     if not np.allclose(c, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
         sys.exit(f"{config} is wrong on {shape}; not timing it")
-    return lambda: kernel(*args, 0, tiles)
+    # timed without the argument checks: they cost more than a small kernel, vary
+    # by several µs from call to call, and are the same for every configuration
+    native, pointers = kernel.native_function, [x.ctypes.data for x in args]
+
+    def call(buffers: list[np.ndarray] = args) -> None:  # holds the buffers alive
+        native(*pointers, 0, tiles)
+
+    return call
 
 
 def measure_round_robin(calls: dict, rounds: int) -> dict:
@@ -115,32 +125,53 @@ def spearman(x: list[float], y: list[float]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
-    parser.add_argument("--reps", type=int, default=7, help="round-robin rounds")
+    parser.add_argument("--reps", type=int, default=5, help="round-robin rounds per pass")
+    parser.add_argument("--passes", type=int, default=3, help="passes over all shapes")
     parser.add_argument("--quick", action="store_true", help="every other shape")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
+                        help="only this shape, listing every configuration")  # fmt: skip
     args = parser.parse_args()
     profile = resolve_profile(args.profile)
     target = target_for_profile(profile)
     shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
-    print(f"profile {profile.name}, target {target.name}, 1 thread; times: best of {args.reps} round-robin rounds")
-    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'regret':>8}{'spearman':>10}{'n':>4}")
-    regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
+    if args.shape:
+        shapes = {"x".join(map(str, args.shape)): tuple(args.shape)}
+    print(f"profile {profile.name}, target {target.name}, 1 thread; times: best of "
+          f"{args.passes} passes x {args.reps} round-robin rounds", flush=True)  # fmt: skip
+    grids = {}
     for name, dims in shapes.items():
         shape = mm.MatmulShape(*dims)
         pick = choose(shape, profile, target, threads=1).best.config
         configs = grid(shape, profile, target)
         if pick not in configs:
             configs.append(pick)
-        measured = measure_round_robin({c: build_checked(shape, c, target) for c in configs}, args.reps)
+        grids[name] = (shape, pick, {c: build_checked(shape, c, target) for c in configs})
+        print(f"  built {name}: {len(configs)} configurations", file=sys.stderr, flush=True)
+    measured: dict[str, dict] = {name: {} for name in grids}
+    for number in range(args.passes):  # minutes apart: one burst cannot hit every pass
+        for name, (_, _, calls) in grids.items():
+            for c, seconds in measure_round_robin(calls, args.reps).items():
+                measured[name][c] = min(seconds, measured[name].get(c, math.inf))
+        print(f"  pass {number + 1} of {args.passes} timed", file=sys.stderr, flush=True)
+    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'regret':>8}{'spearman':>10}{'n':>4}")
+    regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
+    for name, (shape, pick, calls) in grids.items():
+        times, configs = measured[name], list(calls)
         predicted = {c: predict(shape, c, profile).total_ns for c in configs}
-        best = min(measured, key=measured.get)
-        regret = measured[pick] / measured[best] - 1
-        rho = spearman([predicted[c] for c in configs], [measured[c] for c in configs])
+        best = min(times, key=times.get)
+        regret = times[pick] / times[best] - 1
+        rho = spearman([predicted[c] for c in configs], [times[c] for c in configs])
         regrets.append(regret)
         rhos.append(rho)
         pooled_pred += [predicted[c] for c in configs]
-        pooled_meas += [measured[c] for c in configs]
+        pooled_meas += [times[c] for c in configs]
         print(f"{name:<22}{describe(pick):<26}{describe(best):<26}{regret * 100:>7.1f}%{rho:>10.2f}"
               f"{len(configs):>4}", flush=True)  # fmt: skip
+        if args.shape:
+            for c in sorted(configs, key=times.get):
+                mark = " <- model" if c == pick else ""
+                print(f"  {describe(c):<28} predicted {predicted[c] / 1e3:9.1f} µs  "
+                      f"measured {times[c] * 1e6:9.1f} µs{mark}")  # fmt: skip
     geo = math.exp(sum(math.log1p(r) for r in regrets) / len(regrets)) - 1
     print(f"\nregret: geomean {geo * 100:.1f}%, worst {max(regrets) * 100:.1f}% over {len(regrets)} shapes")
     print(f"spearman per shape: median {float(np.median(rhos)):.2f}, mean {float(np.mean(rhos)):.2f}; "
