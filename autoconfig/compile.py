@@ -53,10 +53,10 @@ class CompiledMatmul:
                  prediction: Prediction, choice: Choice | None, library: KernelLibrary):  # fmt: skip
         self.shape, self.config, self.target = shape, config, target
         self.prediction, self.choice, self.library = prediction, choice, library
-        ranges = split(config.row_tiles(shape), config.threads)
+        blocks = part_blocks(shape, config)
         work = config.workspace(shape)
-        private = [[w] for w in scratch(work, len(ranges))] if work else None
-        self._run = SplitKernel(library.kernel(mm.signature(shape, config).symbol), ranges, private)
+        private = [[w] for w in scratch(work, len(blocks))] if work else None
+        self._run = SplitKernel(library.kernel(mm.signature(shape, config).symbol), blocks, private)
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
         s = self.shape
@@ -81,6 +81,15 @@ class CompiledMatmul:
         if self.choice is not None:
             return self.choice.explain()
         return _explain_forced(self.prediction, self.target)
+
+
+def part_blocks(shape: mm.MatmulShape, config: mm.MatmulConfig) -> list[tuple[int, int, int, int]]:
+    """Each thread's (row_begin, row_end, col_begin, col_end) in tiles: the tiles of
+    the split dimension cut into at most `threads` near-equal ranges."""
+    rows, cols = (0, config.row_tiles(shape)), (0, config.col_tiles(shape))
+    if config.split == "rows":
+        return [(*r, *cols) for r in split(rows[1], config.threads)]
+    return [(*rows, *c) for c in split(cols[1], config.threads)]
 
 
 def _matrix(name: str, x: object, shape: tuple[int, int]) -> np.ndarray:

@@ -4,13 +4,14 @@ Three algorithms, chosen and parameterized by `MatmulConfig`:
 
 broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through memory)::
 
-    for i in rows:  for k in 0..K:  a = A[i,k]
-        for j in 0..N step L:  C[i, j:j+L] (+)= a * B[k, j:j+L]      # last vector masked
+    for i in rows:  for k0 in 0..K step u:                 # u = unroll, then the rest
+        for j in cols step L:  C[i, j:j+L] (+)= sum over k in k0..k0+u of A[i,k] * B[k, j:j+L]
+                                                                # last vector masked
 
 tiled (register-tiled outer products, cache-blocked, no packing) and packed (the same
 loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto)::
 
-    for jc in 0..N step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
+    for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
       for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap]
         for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
           acc[mr][nv] = C tile (or 0 on the first K block unless accumulating)
@@ -20,8 +21,11 @@ loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto)::
 Edges: the last row tile has M mod mr rows (its own micro-kernel variant); the last
 column tile has the needed vectors only, its last one masked; K blocks end at K.
 
-Rows are split into tiles of mr rows (1 for broadcast). The kernel computes the row
-tiles ``[tile_begin, tile_end)`` so that threads can call it on disjoint blocks.
+Rows are split into tiles of mr rows (1 for broadcast), columns into tiles of nr
+columns (one vector for broadcast). The kernel computes the row tiles
+``[row_begin, row_end)`` of the column tiles ``[col_begin, col_end)``, so that
+threads can call it on disjoint blocks: split by rows, each packs all of B; split
+by columns, each packs only its columns (and all of A).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from kernels.target import Target
 
 Algorithm = Literal["broadcast", "tiled", "packed"]
 ALGORITHMS: tuple[Algorithm, ...] = ("broadcast", "tiled", "packed")
+Split = Literal["rows", "columns"]
+SPLITS: tuple[Split, ...] = ("rows", "columns")
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,19 @@ class MatmulConfig:
     nc: int = 0  # columns per N block (0: all of N), a multiple of nr
     unroll: int = 1  # copies of the K-loop body per trip
     accumulate: bool = False  # C += A·B instead of C = A·B
-    threads: int = 1  # row-tile blocks run concurrently (runtime, not codegen)
+    threads: int = 1  # blocks run concurrently (runtime, not codegen)
+    split: Split = "rows"  # which tiles the threads divide (runtime, not codegen)
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
+
+    def col_tiles(self, shape: MatmulShape) -> int:
+        return -(-shape.n // self.nr)
+
+    def split_units(self, shape: MatmulShape) -> int:
+        """How many tiles the threads divide: row tiles or column tiles."""
+        return self.row_tiles(shape) if self.split == "rows" else self.col_tiles(shape)
 
     def blocks(self, shape: MatmulShape) -> tuple[int, int, int]:
         """(kc, mc, nc) with 0 resolved to the whole dimension."""
@@ -116,6 +130,8 @@ class MatmulConfig:
         if self.algorithm not in ALGORITHMS:
             raise AutoconfigError(f"unknown matmul algorithm {self.algorithm!r}: {', '.join(ALGORITHMS)}")
         check_lanes(target, self.lanes)
+        if self.split not in SPLITS:
+            raise AutoconfigError(f"unknown split {self.split!r}: {', '.join(SPLITS)}")
         for name in ("mr", "nv", "unroll", "threads"):
             if getattr(self, name) < 1:
                 raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -124,12 +140,16 @@ class MatmulConfig:
                 raise AutoconfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.algorithm == "broadcast" and (self.mr, self.nv) != (1, 1):
             raise AutoconfigError("broadcast matmul works on one row and one vector: mr=nv=1")
-        registers = self.mr * self.nv + self.nv + 1  # accumulators, B vectors, A broadcast
+        if self.algorithm == "broadcast":
+            registers = self.unroll + 2
+            needs = f"broadcast with unroll={self.unroll} needs {self.unroll} A broadcasts + C + B"
+        else:
+            registers = self.mr * self.nv + self.nv + 1
+            needs = (f"register tile {self.mr}x{self.nv} needs {self.mr * self.nv} accumulators + "
+                     f"{self.nv} B vectors + 1 broadcast")  # fmt: skip
         if registers > target.vector_registers:
             raise AutoconfigError(
-                f"register tile {self.mr}x{self.nv} needs {self.mr * self.nv} accumulators + "
-                f"{self.nv} B vectors + 1 broadcast = {registers} vector registers; "
-                f"{target.name} has {target.vector_registers}"
+                f"{needs} = {registers} vector registers; {target.name} has {target.vector_registers}"
             )
         if self.mc % self.mr:
             raise AutoconfigError(f"mc={self.mc} must be a multiple of mr={self.mr}")
@@ -152,7 +172,7 @@ def round_up(x: int, multiple: int) -> int:
 
 
 def signature(shape: MatmulShape, config: MatmulConfig) -> KernelSignature:
-    """``ac_matmul_f32(C, A, B[, work], tile_begin, tile_end)``."""
+    """``ac_matmul_f32(C, A, B[, work], row_begin, row_end, col_begin, col_end)``."""
     m, n, k = shape.m, shape.n, shape.k
     params = [
         Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(m * n,)),
@@ -161,13 +181,13 @@ def signature(shape: MatmulShape, config: MatmulConfig) -> KernelSignature:
     ]
     if config.algorithm == "packed":
         params.append(Param("work", Role.OUT, extent=(config.workspace(shape),)))
-    params += [Param("tile_begin", Role.SIZE), Param("tile_end", Role.SIZE)]
+    params += [Param(name, Role.SIZE) for name in ("row_begin", "row_end", "col_begin", "col_end")]
     op = "+=" if config.accumulate else "="
     return KernelSignature(
         symbol="ac_matmul_f32",
         params=tuple(params),
-        doc=f"C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}] for row tiles [tile_begin, tile_end) "
-        f"of {config.mr} rows ({config.algorithm}).",
+        doc=f"C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}] on row tiles [row_begin, row_end) of "
+        f"{config.mr} rows x column tiles [col_begin, col_end) of {config.nr} ({config.algorithm}).",
     )
 
 
@@ -202,8 +222,11 @@ class _Emitter:
         self.a = f32_memref(args["a"], [shape.m, shape.k])
         self.b = f32_memref(args["b"], [shape.k, shape.n])
         self.work = f32_memref(args["work"], [config.workspace(shape)]) if "work" in args else None
-        self.tile_begin = index(args["tile_begin"])
-        self.tile_end = arith.minsi(index(args["tile_end"]), index(config.row_tiles(shape)))
+        self.tile_begin = index(args["row_begin"])
+        self.tile_end = arith.minsi(index(args["row_end"]), index(config.row_tiles(shape)))
+        # the columns [col_lo, col_hi) of the column tiles asked for
+        self.col_lo = arith.muli(index(args["col_begin"]), index(config.nr))
+        self.col_hi = arith.minsi(arith.muli(index(args["col_end"]), index(config.nr)), index(shape.n))
         self.zero = f32_splat(target, self.lanes, 0.0)
 
     # ------------------------------------------------------------ helpers
@@ -284,29 +307,41 @@ class _Emitter:
     # ------------------------------------------------------------ broadcast
 
     def broadcast(self) -> None:
-        """Row-vectorized matmul: C row streamed through memory for every k."""
-        lanes, n = self.lanes, self.shape.n
+        """Row-vectorized matmul: the C row streamed through memory once per `unroll`
+        rows of B (a pass adds a[k]·B[k] for k in [k0, k0+unroll) to each C vector)."""
+        lanes, n, u = self.lanes, self.shape.n, self.config.unroll
         full = n // lanes * lanes
 
         def row(i: ir.Value) -> None:
-            def over_k(k: ir.Value) -> None:
-                a = vector.broadcast(self.vec, memref.load(self.a, [i, k]))
-                fresh = self.first_k_block(k)
+            def k_pass(k0: ir.Value, rows: int) -> None:
+                ks = [arith.addi(k0, index(r)) if r else k0 for r in range(rows)]
+                a = [vector.broadcast(self.vec, memref.load(self.a, [i, k])) for k in ks]
+                fresh = self.first_k_block(k0)
 
                 def column(j: ir.Value, mask: ir.Value | None) -> None:
-                    b = (
-                        vector.maskedload(self.vec, self.b, [k, j], mask, self.zero)
-                        if mask is not None
-                        else vector.load(self.vec, self.b, [k, j])
-                    )
                     acc = self.load_c(i, j, mask, fresh)
-                    self.store_c(vector.fma(a, b, acc), i, j, mask)
+                    for a_k, k in zip(a, ks, strict=True):
+                        b = (
+                            vector.maskedload(self.vec, self.b, [k, j], mask, self.zero)
+                            if mask is not None
+                            else vector.load(self.vec, self.b, [k, j])
+                        )
+                        acc = vector.fma(a_k, b, acc)
+                    self.store_c(acc, i, j, mask)
 
-                self.for_range(index(0), index(full), lanes, lambda j: column(j, None))
+                self.for_range(self.col_lo, arith.minsi(self.col_hi, index(full)), lanes,
+                               lambda j: column(j, None))  # fmt: skip
                 if full < n:
-                    column(index(full), self.edge_mask(full))
+                    branch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, self.col_hi, index(full)))
+                    with ir.InsertionPoint(branch.then_block):
+                        column(index(full), self.edge_mask(full))
+                        scf.yield_([])
 
-            self.for_range(index(0), index(self.shape.k), 1, over_k)
+            full_k = self.shape.k // u * u
+            if full_k:
+                self.for_range(index(0), index(full_k), u, lambda k: k_pass(k, u))
+            if full_k < self.shape.k:
+                self.for_range(index(full_k), index(self.shape.k), 1, lambda k: k_pass(k, 1))
 
         self.for_range(self.tile_begin, self.tile_end, 1, row)
 
@@ -319,7 +354,7 @@ class _Emitter:
         tiles_per_mc = mc // cfg.mr
 
         def jc_block(jc: ir.Value) -> None:
-            jc_end = arith.minsi(arith.addi(jc, index(nc)), index(shape.n))
+            jc_end = arith.minsi(arith.addi(jc, index(nc)), self.col_hi)
 
             def pc_block(pc: ir.Value) -> None:
                 pc_end = arith.minsi(arith.addi(pc, index(kc)), index(shape.k))
@@ -336,7 +371,7 @@ class _Emitter:
 
             self.for_range(index(0), index(shape.k), kc, pc_block)
 
-        self.for_range(index(0), index(shape.n), nc, jc_block)
+        self.for_range(self.col_lo, self.col_hi, nc, jc_block)
 
     def column_tiles_in(self, jc, jc_end, pc, pc_end, ic_tile, ic_tile_end, packed: bool) -> None:
         """Micro-kernels over the column tiles of [jc, jc_end) and the row tiles given."""

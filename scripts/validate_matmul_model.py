@@ -2,9 +2,9 @@
 """Validate the matmul model against measurement, one thread.
 
 For each shape, a grid of configurations spanning every algorithm (broadcast at two
-widths; tiled and packed with a range of register tiles, block sizes from the model's
-cache formulas) plus the model's own pick is built, checked against numpy, and
-timed. Per shape: the model's regret (its pick's time over the grid's best, minus 1)
+widths and two unrolls; tiled and packed with a range of register tiles, block sizes
+from the model's cache formulas) plus the model's own pick is built, checked against
+numpy, and timed. Per shape: the model's regret (its pick's time over the grid's best, minus 1)
 and the Spearman rank correlation between predicted and measured times. The grid is
 timed round-robin, one sample (>= 2 ms of calls) per configuration per round, in
 several passes over all shapes, and each configuration keeps its best sample:
@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autoconfig.compile import resolve_profile, target_for_profile
-from autoconfig.models.matmul import UNROLL, _Machine, block_sizes, choose, predict
+from autoconfig.models.matmul import BROADCAST_ROWS, UNROLL, _Machine, block_sizes, choose, predict
 from kernels import matmul as mm
 from kernels.library import build_library
 
@@ -53,7 +53,8 @@ TILES = [(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (6, 2), (3, 3), (4, 3),
 def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
     """Configurations spanning all algorithms, valid for the target."""
     widest = target.f32_lanes
-    configs = [mm.MatmulConfig("broadcast", lanes) for lanes in sorted({widest, max(4, widest // 2)})]
+    configs = [mm.MatmulConfig("broadcast", lanes, unroll=rows)
+               for lanes in sorted({widest, max(4, widest // 2)}) for rows in (1, BROADCAST_ROWS)]  # fmt: skip
     m = _Machine.of(profile, widest, 1)
     for mr, nv in TILES:
         if mr * nv + nv + 1 > target.vector_registers:
@@ -72,8 +73,8 @@ def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target) -> Cal
     b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
     c = np.empty((shape.m, shape.n), np.float32)
     args = [c, a, b] + ([np.empty(config.workspace(shape), np.float32)] if config.workspace(shape) else [])
-    tiles = config.row_tiles(shape)
-    kernel(*args, 0, tiles)
+    tiles = (0, config.row_tiles(shape), 0, config.col_tiles(shape))
+    kernel(*args, *tiles)
     if not np.allclose(c, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
         sys.exit(f"{config} is wrong on {shape}; not timing it")
     # timed without the argument checks: they cost more than a small kernel, vary
@@ -81,7 +82,7 @@ def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target) -> Cal
     native, pointers = kernel.native_function, [x.ctypes.data for x in args]
 
     def call(buffers: list[np.ndarray] = args) -> None:  # holds the buffers alive
-        native(*pointers, 0, tiles)
+        native(*pointers, *tiles)
 
     return call
 
@@ -181,7 +182,7 @@ def main() -> int:
 
 def describe(c: mm.MatmulConfig) -> str:
     if c.algorithm == "broadcast":
-        return f"broadcast L={c.lanes}"
+        return f"broadcast L={c.lanes} u={c.unroll}"
     return f"{c.algorithm} {c.mr}x{c.nv} kc={c.kc}"
 
 

@@ -38,10 +38,10 @@ def check(kernel_call, shape, config, accumulate_into=None, seed=0):
     args = [c, a, b]
     if config.algorithm == "packed":
         args.append(np.full(config.workspace(shape), np.nan, np.float32))
-    tiles = config.row_tiles(shape)
-    middle = tiles // 2  # two calls on disjoint row-tile ranges, as threads do
-    kernel_call(*args, 0, middle)
-    kernel_call(*args, middle, tiles)
+    rows, cols = config.row_tiles(shape), config.col_tiles(shape)
+    for row_range in ((0, rows // 2), (rows // 2, rows)):  # disjoint blocks, as threads do
+        for col_range in ((0, cols // 2), (cols // 2, cols)):
+            kernel_call(*args, *row_range, *col_range)
     expected = reference(a, b, before if config.accumulate else None)
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(shape.k))
 
@@ -49,6 +49,7 @@ def check(kernel_call, shape, config, accumulate_into=None, seed=0):
 def configs_for(lanes: int) -> list[mm.MatmulConfig]:
     return [
         mm.MatmulConfig("broadcast", lanes),
+        mm.MatmulConfig("broadcast", lanes, unroll=4),
         mm.MatmulConfig("tiled", lanes, mr=3, nv=2, kc=8, mc=6, nc=2 * 2 * lanes, unroll=3),
         mm.MatmulConfig("packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
         mm.MatmulConfig("packed", lanes, mr=2, nv=1, accumulate=True),
@@ -103,6 +104,23 @@ def test_api_chooses_builds_and_runs_with_threads():
     assert f.config.threads == 2 and "choice:" in f.explain()  # big enough to split
 
 
+@pytest.mark.parametrize("dims, split", [((1, 4096, 1024), "columns"), ((4096, 64, 64), "rows")])
+def test_threads_split_the_dimension_with_tiles_to_share(dims, split):
+    choice = plan_matmul(*dims, profile=HOST_PROFILE, threads=2)
+    assert (choice.best.config.threads, choice.best.config.split) == (2, split)
+    assert "split into 2 blocks" in choice.explain()
+
+
+@pytest.mark.parametrize("algorithm", ["broadcast", "tiled", "packed"])
+def test_api_column_split_is_correct(algorithm):
+    tile = (1, 1) if algorithm == "broadcast" else (3, 2)
+    config = mm.MatmulConfig(algorithm, 8, *tile, threads=3, split="columns")
+    f = compile_matmul(7, 61, 20, profile=HOST_PROFILE, config=config)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((7, 20), dtype=np.float32), rng.standard_normal((20, 61), dtype=np.float32)
+    np.testing.assert_allclose(f(a, b), reference(a, b), rtol=1e-4, atol=1e-4)
+
+
 def test_small_problems_stay_on_one_thread():
     choice = plan_matmul(16, 16, 16, profile=HOST_PROFILE, threads=2)
     assert choice.best.config.threads == 1  # dispatch would cost more than it saves
@@ -139,6 +157,8 @@ def test_api_rejects_bad_input():
     (mm.MatmulConfig("packed", 16, mr=4, nv=1), "lanes=16 is invalid for avx2"),
     (mm.MatmulConfig("tiled", 8, mr=4, nv=2, mc=6), "mc=6 must be a multiple of mr=4"),
     (mm.MatmulConfig("broadcast", 8, mr=2), "broadcast matmul works on one row"),
+    (mm.MatmulConfig("broadcast", 8, unroll=15), "unroll=15 needs 15 A broadcasts .* = 17 vector registers"),
+    (mm.MatmulConfig("tiled", 8, split="diagonal"), "unknown split 'diagonal': rows, columns"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from autoconfig import compile_matmul
+from autoconfig.compile import part_blocks
 from autoconfig.runtime import SplitKernel, split
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -41,7 +43,7 @@ def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
     shape = mm.MatmulShape(41, 24, 13)
     config = mm.MatmulConfig("packed", 8, mr=2, nv=1, kc=8, accumulate=True)
     kernel = build_library(mm.generate(shape, config, avx2)).kernel("ac_matmul_f32")
-    ranges = split(config.row_tiles(shape), parts)
+    ranges = [(b, e, 0, config.col_tiles(shape)) for b, e in split(config.row_tiles(shape), parts)]
     assert len(ranges) == parts
     work = [[np.empty(config.workspace(shape), np.float32)] for _ in ranges]
     run = SplitKernel(kernel, ranges, work)
@@ -56,25 +58,28 @@ def two_part_matmul(target, m: int, n: int, k: int) -> SplitKernel:
     shape = mm.MatmulShape(m, n, k)
     config = mm.MatmulConfig("tiled", 8, mr=4, nv=2)
     kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-    return SplitKernel(kernel, split(config.row_tiles(shape), 2))
+    return SplitKernel(kernel, part_blocks(shape, replace(config, threads=2)))
 
 
-def worker_parts(run: SplitKernel, a: np.ndarray, b: np.ndarray, calls: int) -> int:
-    """Parts run on a worker over `calls` correct calls (asserting each result)."""
-    expected, total = reference(a, b), 0
-    for _ in range(calls):
+def a_worker_helps(run: SplitKernel, a: np.ndarray, b: np.ndarray, seconds: float = 5.0) -> bool:
+    """Call until a part runs on a worker (asserting each result), for at most `seconds`:
+    a worker that was asleep may take a while to be scheduled on a busy machine."""
+    expected, deadline = reference(a, b), time.monotonic() + seconds
+    while time.monotonic() < deadline:
         c = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
-        total += run(c, a, b)
+        parts_on_workers = run(c, a, b)
         np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4)
-    return total
+        if parts_on_workers:
+            return True
+    return False
 
 
 def test_sleeping_workers_wake_up(avx2):
     run = two_part_matmul(avx2, 96, 64, 32)
     a, b = operands(96, 64, 32, 0)
-    assert worker_parts(run, a, b, 200) > 0  # spinning workers take their parts
+    assert a_worker_helps(run, a, b)
     time.sleep(SLEEP_AFTER_SECONDS)
-    assert worker_parts(run, a, b, 200) > 0  # a lost wake-up would leave them all to us
+    assert a_worker_helps(run, a, b)  # a lost wake-up would leave every part to the caller
 
 
 def test_concurrent_callers_each_get_their_result(avx2):
@@ -104,11 +109,11 @@ def test_concurrent_callers_each_get_their_result(avx2):
 def test_forked_child_starts_its_own_workers(avx2):
     run = two_part_matmul(avx2, 64, 48, 40)
     a, b = operands(64, 48, 40, 5)
-    assert worker_parts(run, a, b, 50) > 0  # the parent's workers exist
+    assert a_worker_helps(run, a, b)  # the parent's workers exist
     pid = os.fork()
     if pid == 0:  # child: the parent's workers are gone; without new ones no part goes to one
         try:
-            code = 0 if worker_parts(run, a, b, 200) > 0 else 1
+            code = 0 if a_worker_helps(run, a, b) else 1
         except BaseException:
             code = 2
         os._exit(code)

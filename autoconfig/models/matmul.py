@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import FmaFigures, HardwareProfile
-from kernels.matmul import ALGORITHMS, MatmulConfig, MatmulShape, round_up
+from kernels.matmul import ALGORITHMS, SPLITS, MatmulConfig, MatmulShape, round_up
 from kernels.target import Target
 
 F32 = 4  # bytes per element
@@ -66,7 +66,8 @@ of the smaller term when the two are equal."""
 
 RESOLUTION = 0.02
 """Predictions closer than 2% are ties (the model is not finer than that); a tie goes
-to the tile with fewer L1 loads per FMA, whose advantage the FMA-bound terms hide."""
+to the tile with fewer L1 loads per FMA, then to less memory traffic: advantages
+that the FMA-bound terms hide."""
 
 MASKED_LOAD_COST = 3.0
 """A masked vector load costs about three plain ones (vmaskmovps on AVX2: 3+ µops on
@@ -77,6 +78,12 @@ SPARE_REGISTERS = 1
 """Vector registers the model leaves free: tiles using all 16 AVX2 registers (4x3)
 measured 10-12% slower than 6x2 (15 of 16) at 512³, 1024³ and 4096x16x64, with no
 spills in the hot loop; the compiler keeps masks and broadcast copies there."""
+
+BROADCAST_ROWS = 8
+"""Rows of B that broadcast adds per pass over the C row (its unroll), as OpenBLAS's
+gemv kernels do: C traffic drops by that factor and B streams from as many rows at
+once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
+12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread)."""
 
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
@@ -235,12 +242,12 @@ def _holding_level(size: float, m: _Machine) -> str:
 def predict(shape: MatmulShape, config: MatmulConfig, profile: HardwareProfile) -> Prediction:
     """Predicted time of `config` on `shape` from `profile`, as named terms."""
     m = _Machine.of(profile, config.lanes, config.threads)
-    share = _busiest_share(config.row_tiles(shape), config.threads)
+    share = _busiest_share(config.split_units(shape), config.threads)
     if config.algorithm == "broadcast":
         terms, params = _broadcast_terms(shape, config, m, share)
     else:
         terms, params = _blocked_terms(shape, config, m, share)
-    parts = min(config.threads, config.row_tiles(shape))
+    parts = min(config.threads, config.split_units(shape))
     overhead = CALL_NS + (THREAD_DISPATCH_NS if parts > 1 else 0.0)
     terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
     kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
@@ -257,8 +264,22 @@ STALL_TERM = "l1 misses"
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile")
 
 
+def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int) -> float:
+    """Bytes the busiest thread brings in once (C `c_passes` times): split by rows, its
+    rows of A and C and all of B; by columns, all of A and its columns of B and C."""
+    a, b, out = shape.m * shape.k, shape.k * shape.n, shape.m * shape.n
+    a_share, b_share = (share, 1.0) if c.split == "rows" else (1.0, share)
+    return (a * a_share + b * b_share + c_passes * out * share) * F32
+
+
+def _first_touch_why(c: MatmulConfig) -> str:
+    if c.threads == 1:
+        return "one thread"
+    return "each thread: all of B, its rows of A" if c.split == "rows" else "each thread: all of A, its columns of B"
+
+
 def _busiest_share(tiles: int, threads: int) -> float:
-    """Fraction of the row tiles the busiest thread computes."""
+    """Fraction of the split tiles (rows or columns) the busiest thread computes."""
     parts = max(1, min(threads, tiles))
     return math.ceil(tiles / parts) / tiles
 
@@ -328,13 +349,12 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
         if not fits:  # every micro-kernel re-reads its B micro-panel from L2, stalling
             stall = math.ceil(shape.m / c.mr) * shape.k * shape.n * F32 / m.bandwidth["L2"]
     per_level: dict[str, float] = {}
-    for level, size in ((a_level, a_bytes), (b_level, b_bytes)):
+    for level, size in ((a_level, a_bytes * share), (b_level, b_bytes * share)):
         if level != "L1":
             per_level[level] = per_level.get(level, 0.0) + size
-    once = (shape.m * shape.k + shape.k * shape.n + 2 * shape.m * shape.n) * F32
-    once_level = _holding_level(once, m)
+    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 2), m)
     if once_level != "L1":
-        per_level[once_level] = per_level.get(once_level, 0.0) + once
+        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(shape, c, share, 2)
     terms = [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
@@ -348,18 +368,23 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
                                                             f"per K block ({k_blocks})"),
     ]  # fmt: skip
     for level, size in per_level.items():
-        terms.append(Term(f"memory {level}", size / m.bandwidth[level] * share,
+        terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
-                          f"B in {b_level} per row block; A, B, C once from {once_level}"))  # fmt: skip
+                          f"B in {b_level} per row block; A, B, C once from {once_level} ({_first_touch_why(c)})"))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'kept'}: {b_why}"))
     if c.algorithm == "packed":
-        # Each thread packs all of B (its own copy) and its share of A, per column block.
-        b_pack = shape.k * round_up(shape.n, nr)
-        a_pack = round_up(shape.m, c.mr) * shape.k * math.ceil(shape.n / nc) * share
+        # Each thread packs the B columns and A rows of its block: split by rows, all
+        # of B and its share of A (once per column block); by columns, its share of B
+        # and all of A once per column block of its own.
+        row_share, col_share = (share, 1.0) if c.split == "rows" else (1.0, share)
+        columns = round_up(shape.n, nr) * col_share
+        b_pack = shape.k * columns
+        a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
         pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[_holding_level(shape.k * shape.n * F32, m)]
         pack_ns += a_pack * 2 / m.vector_loads_per_ns(lanes)  # A is copied one scalar at a time
-        terms.append(Term("packing", pack_ns, "B copied whole per thread and A per column block "
+        whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[c.split]
+        terms.append(Term("packing", pack_ns, f"each thread packs {whose} (A once per column block) "
                                               "into zero-padded panels"))  # fmt: skip
     *derived, reasons = block_sizes(shape, c.mr, nr, m)
     blocks = [
@@ -374,25 +399,25 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
                  f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
         *blocks,
         ("unroll", f"{c.unroll} copies of the k step per loop trip"),
-        ("threads", f"{c.threads}: row tiles split into {min(c.threads, c.row_tiles(shape))} blocks"
-                    f" (dispatch costs {THREAD_DISPATCH_NS / 1e3:.1f} µs)"),
+        ("threads", _threads_reason(shape, c)),
     ]  # fmt: skip
     return terms, params
 
 
 def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
-    lanes = c.lanes
+    lanes, u = c.lanes, c.unroll
     vectors = math.ceil(shape.n / lanes)
-    steps = shape.m * shape.k  # (row, k) pairs, each one pass over the C row
+    steps = shape.m * shape.k  # (row, k) pairs; a pass over the C row covers u of them
     fma = vectors / m.fma_per_ns()
-    busy = vectors * max(1 / m.fma_per_ns(), 2 / m.vector_loads_per_ns(lanes))  # B and C loads
-    chain = float(m.fma.latency) * (1 + STORE_FORWARD_FACTOR)
+    busy = vectors * max(1 / m.fma_per_ns(), (1 + 1 / u) / m.vector_loads_per_ns(lanes))  # B, C/u
+    chain = float(m.fma.latency) * (u + STORE_FORWARD_FACTOR) / u  # per k: u FMAs per C round trip
     b_level = _holding_level(shape.k * shape.n * F32, m)
     terms = [
         Term("fma", steps * fma * share, "one FMA per vector of the C row per (row, k)"),
-        Term("loads", steps * (busy - fma) * share, "B and C vector loads per FMA (L1 bandwidth)"),
+        Term("loads", steps * (busy - fma) * share, f"a B load per FMA and a C load per {u} "
+                                                    "(L1 bandwidth)"),
         Term("latency", steps * max(0.0, chain - busy) * share,
-             f"a C row of {vectors} vectors goes store→load→FMA every k"),
+             f"a C row of {vectors} vectors goes store→load→{u} FMAs every {u} k"),
         Term("c tile", 0.0, "C is streamed through L1, not kept in registers"),
     ]  # fmt: skip
     if shape.n % lanes:  # the last vector of each C row: masked B and C loads and C store
@@ -401,17 +426,28 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
     if b_level != "L1":
         terms.append(Term(f"memory {b_level}", steps * shape.n * F32 / m.bandwidth[b_level] * share,
                           f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) re-read per row"))
-    once = (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * F32
-    once_level = _holding_level(once, m)
+    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m)
     if once_level != "L1":
-        terms.append(Term(f"memory {once_level}", once / m.bandwidth[once_level] * share,
-                          f"A, B, C once from {once_level}"))
+        once = _first_touch_bytes(shape, c, share, 1)
+        terms.append(Term(f"memory {once_level}", once / m.bandwidth[once_level],
+                          f"A, B, C once from {once_level} ({_first_touch_why(c)})"))
     params = [
         ("algorithm", "broadcast"),
         ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
-        ("threads", f"{c.threads}: rows split into {min(c.threads, shape.m)} blocks"),
+        ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts + C + B = "
+                   f"{u + 2} of {m.registers} registers"),
+        ("threads", _threads_reason(shape, c)),
     ]
     return terms, params
+
+
+def _threads_reason(shape: MatmulShape, c: MatmulConfig) -> str:
+    parts = min(c.threads, c.split_units(shape))
+    if parts == 1:
+        return f"{c.threads}: one block (a second would cost more in dispatch than it saves)"
+    size = "rows" if c.split == "rows" else "columns"
+    return (f"{c.threads}: the {c.split_units(shape)} {c.split[:-1]} tiles ({c.mr if c.split == 'rows' else c.nr} "
+            f"{size} each) split into {parts} blocks (dispatch costs {THREAD_DISPATCH_NS / 1e3:.1f} µs)")
 
 
 # ---------------------------------------------------------------- choice
@@ -423,18 +459,23 @@ def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, thr
         f.lanes for f in profile.fma
         if f.lanes <= target.f32_lanes and (not target.scalable or f.lanes % target.vscale == 0)
     ]  # fmt: skip
+    splits = SPLITS if threads > 1 else SPLITS[:1]
     out = []
     for lanes in widths:
         m = _Machine.of(profile, lanes, threads)
-        out.append(MatmulConfig("broadcast", lanes, threads=threads))
+        rows = min(BROADCAST_ROWS, min(m.registers, target.vector_registers) - 2 - SPARE_REGISTERS)
+        for split in splits:
+            out.append(MatmulConfig("broadcast", lanes, unroll=rows, threads=threads, split=split))
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
                 if mr * nv + nv + 1 + SPARE_REGISTERS > min(m.registers, target.vector_registers):
                     continue
                 kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
                 for algorithm in ("tiled", "packed"):
-                    out.append(MatmulConfig(algorithm, lanes, mr, nv, kc, mc, nc, UNROLL, threads=threads))
-    return out
+                    for split in splits:
+                        out.append(MatmulConfig(algorithm, lanes, mr, nv, kc, mc, nc, UNROLL, threads=threads,
+                                                split=split))  # fmt: skip
+    return [c for c in out if c.threads == 1 or c.split_units(shape) > 1]  # else 1 thread says it
 
 
 @dataclass(frozen=True)
@@ -487,17 +528,23 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
 
 
 def loads_per_fma(config: MatmulConfig) -> float:
-    """L1 loads per vector FMA: (mr + nv)/(mr·nv) for a register tile; B and C for broadcast."""
+    """L1 loads per vector FMA: (mr + nv)/(mr·nv) for a register tile; for broadcast a B
+    load per FMA and a C load per `unroll`."""
     if config.algorithm == "broadcast":
-        return 2.0
+        return 1 + 1 / config.unroll
     return (config.mr + config.nv) / (config.mr * config.nv)
 
 
 def _best(predictions) -> Prediction:
-    """The fastest prediction; within RESOLUTION of it, the fewest loads per FMA."""
+    """The fastest prediction; within RESOLUTION of it, the fewest loads per FMA, then
+    the least memory time."""
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (loads_per_fma(p.config), p.total_ns))
+    return min(near, key=lambda p: (loads_per_fma(p.config), _memory_ns(p), p.total_ns))
+
+
+def _memory_ns(p: Prediction) -> float:
+    return sum(t.ns for t in p.terms if t.name.startswith("memory"))
 
 
