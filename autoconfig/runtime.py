@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class SplitKernel:
 
     Native kernels go to the native pool (part 0 on the calling thread); emulated
     ones run their parts one after another (emulation checks results, not speed).
+    Calls from several Python threads take turns: the private buffers are reused.
     """
 
     def __init__(self, kernel: Kernel, sizes: Sequence[Sequence[int]],
@@ -70,6 +72,7 @@ class SplitKernel:
         n_private = len(self.private[0])
         self._shared = len(kernel.signature.buffers) - n_private
         self._direct = self._pool = None
+        self._turn = threading.Lock()
         if kernel.library.mode != "native":
             return
         if len(self.sizes) == 1:  # one part: call the kernel itself, arguments bound
@@ -91,15 +94,16 @@ class SplitKernel:
         many parts ran on worker threads (the others ran on the calling thread)."""
         if len(shared) != self._shared:
             raise TypeError(f"expected {self._shared} shared buffers, got {len(shared)}")
-        if self._pool is not None:
-            self._pointers[:, : self._shared] = [a.ctypes.data for a in shared]
-            return self._pool()
-        if self._direct is not None:
-            self._direct(*(a.ctypes.data for a in shared), *self._fixed)
+        with self._turn:
+            if self._pool is not None:
+                self._pointers[:, : self._shared] = [a.ctypes.data for a in shared]
+                return self._pool()
+            if self._direct is not None:
+                self._direct(*(a.ctypes.data for a in shared), *self._fixed)
+                return 0
+            for private, sizes in zip(self.private, self.sizes, strict=True):
+                self.kernel.call_unchecked(*shared, *private, *sizes)
             return 0
-        for private, sizes in zip(self.private, self.sizes, strict=True):
-            self.kernel.call_unchecked(*shared, *private, *sizes)
-        return 0
 
 
 CACHE_LINE_ALIGNMENT = 64

@@ -113,7 +113,7 @@ def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) ->
                 times[peer].append(median_seconds(fn, args.reps))
         flops = 2 * m * n * k
         row = {"name": name, "shape": (m, n, k), "build": build,
-               "config": f"{ours.config.algorithm} {ours.config.mr}x{ours.config.nv}/{ours.config.lanes}"}  # fmt: skip
+               "config": describe(ours.config)}  # fmt: skip
         for peer, ts in times.items():
             row[peer] = flops / statistics.median(ts) / 1e9
         rows.append(row)
@@ -121,9 +121,16 @@ def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) ->
     return rows
 
 
+def describe(c) -> str:
+    """'packed 6x2/8', 'broadcast u8/8', plus the split when threads divide columns."""
+    tile = f"u{c.unroll}" if c.algorithm == "broadcast" else f"{c.mr}x{c.nv}"
+    split = " cols" if c.threads > 1 and c.split == "columns" else ""
+    return f"{c.algorithm} {tile}/{c.lanes}{split}"
+
+
 def format_row(row: dict, peer_names: list[str]) -> str:
     m, n, k = row["shape"]
-    cells = [f"{row['name']:<22}", f"{m:>6}x{n:<5}x{k:<6}", f"{row['config']:<15}"]
+    cells = [f"{row['name']:<22}", f"{m:>6}x{n:<5}x{k:<6}", f"{row['config']:<20}"]
     cells += [f"{row[p]:>8.1f}" for p in peer_names]
     cells += [f"{row['ours'] / row[p]:>7.2f}x" for p in peer_names if p != "ours"]
     cells.append(f"{row['build']:>6.1f}s")
@@ -150,7 +157,7 @@ def main() -> int:
     zoo = dict(list(ZOO.items())[:: 3 if args.quick else 1])
     results = {}
     peer_names = ["ours", *peers(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), 1)]
-    header = " ".join([f"{'shape':<22}", f"{'M x N x K':<19}", f"{'our config':<15}",
+    header = " ".join([f"{'shape':<22}", f"{'M x N x K':<19}", f"{'our config':<20}",
                        *[f"{p:>8}" for p in peer_names],
                        *[f"{'vs ' + p:>8}" for p in peer_names[1:]], f"{'build':>7}"])  # fmt: skip
     for threads in sorted({1, cores}):

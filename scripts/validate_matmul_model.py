@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -65,23 +66,42 @@ def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
     return configs
 
 
-def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target) -> Callable[[], None]:
+@dataclass
+class Operands:
+    """One shape's buffers, shared by all its configurations: the same physical pages
+    for every configuration (L2 sets are physically indexed: the same code on a 1 MB
+    B in other pages measured up to 44% slower, differently in each process)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    work: np.ndarray
+
+    @classmethod
+    def of(cls, shape: mm.MatmulShape, configs: list[mm.MatmulConfig]) -> Operands:
+        rng = np.random.default_rng(0)
+        return cls(
+            rng.standard_normal((shape.m, shape.k), dtype=np.float32),
+            rng.standard_normal((shape.k, shape.n), dtype=np.float32),
+            np.empty((shape.m, shape.n), np.float32),
+            np.empty(max(1, *(c.workspace(shape) for c in configs)), np.float32),
+        )
+
+
+def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target, x: Operands) -> Callable[[], None]:
     """The kernel as a no-argument call, after checking its result against numpy."""
     kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((shape.m, shape.k), dtype=np.float32)
-    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
-    c = np.empty((shape.m, shape.n), np.float32)
-    args = [c, a, b] + ([np.empty(config.workspace(shape), np.float32)] if config.workspace(shape) else [])
+    args = [x.c, x.a, x.b] + ([x.work[: config.workspace(shape)]] if config.workspace(shape) else [])
     tiles = (0, config.row_tiles(shape), 0, config.col_tiles(shape))
+    x.c.fill(np.nan)
     kernel(*args, *tiles)
-    if not np.allclose(c, a.astype(np.float64) @ b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
+    if not np.allclose(x.c, x.a.astype(np.float64) @ x.b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
         sys.exit(f"{config} is wrong on {shape}; not timing it")
     # timed without the argument checks: they cost more than a small kernel, vary
     # by several µs from call to call, and are the same for every configuration
-    native, pointers = kernel.native_function, [x.ctypes.data for x in args]
+    native, pointers = kernel.native_function, [v.ctypes.data for v in args]
 
-    def call(buffers: list[np.ndarray] = args) -> None:  # holds the buffers alive
+    def call(buffers: Operands = x) -> None:  # holds the buffers alive
         native(*pointers, *tiles)
 
     return call
@@ -146,7 +166,8 @@ def main() -> int:
         configs = grid(shape, profile, target)
         if pick not in configs:
             configs.append(pick)
-        grids[name] = (shape, pick, {c: build_checked(shape, c, target) for c in configs})
+        operands = Operands.of(shape, configs)
+        grids[name] = (shape, pick, {c: build_checked(shape, c, target, operands) for c in configs})
         print(f"  built {name}: {len(configs)} configurations", file=sys.stderr, flush=True)
     measured: dict[str, dict] = {name: {} for name in grids}
     for number in range(args.passes):  # minutes apart: one burst cannot hit every pass
@@ -154,7 +175,8 @@ def main() -> int:
             for c, seconds in measure_round_robin(calls, args.reps).items():
                 measured[name][c] = min(seconds, measured[name].get(c, math.inf))
         print(f"  pass {number + 1} of {args.passes} timed", file=sys.stderr, flush=True)
-    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'regret':>8}{'spearman':>10}{'n':>4}")
+    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'pick µs':>10}{'best µs':>10}{'regret':>8}"
+          f"{'spearman':>10}{'n':>4}")  # fmt: skip
     regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
     for name, (shape, pick, calls) in grids.items():
         times, configs = measured[name], list(calls)
@@ -166,8 +188,8 @@ def main() -> int:
         rhos.append(rho)
         pooled_pred += [predicted[c] for c in configs]
         pooled_meas += [times[c] for c in configs]
-        print(f"{name:<22}{describe(pick):<26}{describe(best):<26}{regret * 100:>7.1f}%{rho:>10.2f}"
-              f"{len(configs):>4}", flush=True)  # fmt: skip
+        print(f"{name:<22}{describe(pick):<26}{describe(best):<26}{times[pick] * 1e6:>10.1f}"
+              f"{times[best] * 1e6:>10.1f}{regret * 100:>7.1f}%{rho:>10.2f}{len(configs):>4}", flush=True)  # fmt: skip
         if args.shape:
             for c in sorted(configs, key=times.get):
                 mark = " <- model" if c == pick else ""

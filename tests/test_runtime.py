@@ -83,21 +83,23 @@ def test_sleeping_workers_wake_up(avx2):
 
 
 def test_concurrent_callers_each_get_their_result(avx2):
+    # six Python threads, two per compiled matmul: the pool and each packing workspace
+    # are shared between callers
     shapes = [(60, 40, 30), (37, 72, 19), (90, 16, 64)]
     compiled = [compile_matmul(m, n, k, profile=HOST_PROFILE,
                                config=mm.MatmulConfig("packed", 8, 4, 2, threads=2)) for m, n, k in shapes]  # fmt: skip
     failures: list[str] = []
 
-    def hammer(index: int) -> None:
-        m, n, k = shapes[index]
-        a, b = operands(m, n, k, index)
+    def hammer(caller: int) -> None:
+        index = caller % len(shapes)
+        a, b = operands(*shapes[index], seed=caller)
         expected = reference(a, b)
         for _ in range(200):
             if not np.allclose(compiled[index](a, b), expected, rtol=1e-4, atol=1e-4):
-                failures.append(f"shape {shapes[index]} wrong")
+                failures.append(f"caller {caller}, shape {shapes[index]}: wrong result")
                 return
 
-    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(len(shapes))]
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(2 * len(shapes))]
     for t in threads:
         t.start()
     for t in threads:

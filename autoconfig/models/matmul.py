@@ -66,8 +66,9 @@ of the smaller term when the two are equal."""
 
 RESOLUTION = 0.02
 """Predictions closer than 2% are ties (the model is not finer than that); a tie goes
-to the tile with fewer L1 loads per FMA, then to less memory traffic: advantages
-that the FMA-bound terms hide."""
+to the tile with fewer L1 loads per FMA, whose advantage the FMA-bound terms hide,
+then to a split by rows: each thread's rows of A and C are its own contiguous block,
+where a split by columns has every thread read all of A."""
 
 MASKED_LOAD_COST = 3.0
 """A masked vector load costs about three plain ones (vmaskmovps on AVX2: 3+ µops on
@@ -537,14 +538,10 @@ def loads_per_fma(config: MatmulConfig) -> float:
 
 def _best(predictions) -> Prediction:
     """The fastest prediction; within RESOLUTION of it, the fewest loads per FMA, then
-    the least memory time."""
+    a split by rows."""
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (loads_per_fma(p.config), _memory_ns(p), p.total_ns))
-
-
-def _memory_ns(p: Prediction) -> float:
-    return sum(t.ns for t in p.terms if t.name.startswith("memory"))
+    return min(near, key=lambda p: (loads_per_fma(p.config), p.config.split != "rows", p.total_ns))
 
 
