@@ -14,9 +14,10 @@ loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto)::
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
       for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap]
         for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
-          acc[mr][nv] = C tile (or 0 on the first K block unless accumulating)
+          acc[mr][nv] = 0;  prefetch the C tile
           for k in pc..pc+kc:  b[v] = B[k, jr+v*L];  acc[r][v] += A[ir+r, k] * b[v]
-          C tile = acc                                     # nr = nv*L
+          C tile = acc on the first K block unless accumulating, else C tile += acc
+                                                           # nr = nv*L
 
 Edges: the last row tile has M mod mr rows (its own micro-kernel variant); the last
 column tile has the needed vectors only, its last one masked; K blocks end at K.
@@ -396,12 +397,17 @@ class _Emitter:
                 scf.yield_([])
 
     def micro_kernel(self, row0, rows, col0, vectors, last_mask, k_lo, k_hi, load_a: LoadA, load_b: LoadB) -> None:
-        """acc[rows][vectors] over k in [k_lo, k_hi), then written back to C."""
+        """acc[rows][vectors] = A·B over k in [k_lo, k_hi) from zero, then added to C
+        (stored over it on the first K block unless accumulating). C's lines are
+        prefetched before the k loop and read after it, so their misses overlap the
+        FMAs instead of stalling the tile's start."""
         fresh = self.first_k_block(k_lo)
         cols = [arith.addi(col0, index(v * self.lanes)) for v in range(vectors)]
         row_index = [arith.addi(row0, index(r)) for r in range(rows)]
         masks = [last_mask if v == vectors - 1 else None for v in range(vectors)]
-        accs = [self.load_c(row_index[r], cols[v], masks[v], fresh) for r in range(rows) for v in range(vectors)]
+        for r in range(rows):
+            for v in range(vectors):  # a prefetch never faults, even past the end of C
+                memref.prefetch(self.c, [row_index[r], cols[v]], False, 3, True)
 
         def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             b = [load_b(v, k) for v in range(vectors)]
@@ -411,10 +417,24 @@ class _Emitter:
                 out += [vector.fma(a, b[v], acc[r * vectors + v]) for v in range(vectors)]
             return out
 
-        accs = self.k_loop(k_lo, k_hi, accs, step)
-        for r in range(rows):
-            for v in range(vectors):
-                self.store_c(accs[r * vectors + v], row_index[r], cols[v], masks[v])
+        accs = self.k_loop(k_lo, k_hi, [self.zero] * (rows * vectors), step)
+
+        def write_back(add_to_c: bool) -> None:
+            for r in range(rows):
+                for v in range(vectors):
+                    value = accs[r * vectors + v]
+                    if add_to_c:
+                        value = arith.addf(self.load_c(row_index[r], cols[v], masks[v], None), value)
+                    self.store_c(value, row_index[r], cols[v], masks[v])
+
+        if fresh is None:
+            write_back(add_to_c=True)
+            return
+        branch = scf.IfOp(fresh, has_else=True)
+        for block, add_to_c in ((branch.then_block, False), (branch.else_block, True)):
+            with ir.InsertionPoint(block):
+                write_back(add_to_c)
+                scf.yield_([])
 
     def loaders(self, packed, jc, pc, ic_tile, row0, jr, vectors, last_mask) -> tuple[LoadA, LoadB]:
         """A-scalar and B-vector loads: from A and B, or from the packed panels."""
