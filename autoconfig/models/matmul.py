@@ -132,7 +132,7 @@ class _Machine:
     l2_ways_effective: int
     l2_sets: int
     l3: tuple[int, int, int] | None  # (ways, sets, cores sharing)
-    bandwidth: dict[str, float]  # GB/s = bytes/ns per level, for `threads` threads
+    bandwidth: dict[str, float]  # GB/s = bytes/ns per level, per thread with `threads` running
     bandwidth_one: dict[str, float]  # one thread
 
     @classmethod
@@ -153,11 +153,15 @@ class _Machine:
         levels = [k for k in ("L1", "L2", "L3", "DRAM") if k in single.levels]
 
         def scaled(level: str) -> float:
+            """One thread's share when `threads` stream at once: the probe's totals
+            interpolated between one and all hardware threads, divided among them (a
+            shared level gives each less; the total was once used per thread, which
+            halved the DRAM time of 2-thread plans)."""
             one = float(single.levels[level])
             if threads == 1:
                 return one
             total = float(many.levels[level])  # with all hardware threads
-            return one + (total - one) * (threads - 1) / max(1, many.threads - 1)
+            return (one + (total - one) * (threads - 1) / max(1, many.threads - 1)) / threads
 
         return cls(
             fma=fma,
@@ -225,15 +229,18 @@ def block_sizes(shape: MatmulShape, mr: int, nr: int, m: _Machine) -> tuple[int,
     return kc, mc, nc, [("kc", kc_why), ("mc", mc_why), ("nc", nc_why)]
 
 
-def _holding_level(size: float, m: _Machine) -> str:
-    """The innermost level whose (effective) capacity holds `size` bytes."""
+def _holding_level(size: float, m: _Machine, whole_problem: bool = False) -> str:
+    """The innermost level whose (effective) capacity holds `size` bytes: a thread's
+    own block gets its share of a shared L3, data all threads hold together (the
+    whole problem) all of it."""
     capacities = [
         ("L1", (m.l1_ways - 1) * m.l1_sets * m.line),
         ("L2", m.l2_ways_effective * m.l2_sets * m.line),
     ]
     if m.l3 is not None:
         ways, sets, sharing = m.l3
-        capacities.append(("L3", ways * sets * m.line // max(1, min(m.threads, sharing))))
+        sharers = 1 if whole_problem else max(1, min(m.threads, sharing))
+        capacities.append(("L3", ways * sets * m.line // sharers))
     return next((level for level, cap in capacities if size <= cap and level in m.bandwidth), "DRAM")
 
 
@@ -265,10 +272,11 @@ STALL_TERM = "l1 misses"
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile")
 
 
-def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int) -> float:
+def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int,
+                       with_b: bool = True) -> float:  # fmt: skip
     """Bytes the busiest thread brings in once (C `c_passes` times): split by rows, its
     rows of A and C and all of B; by columns, all of A and its columns of B and C."""
-    a, b, out = shape.m * shape.k, shape.k * shape.n, shape.m * shape.n
+    a, b, out = shape.m * shape.k, shape.k * shape.n * with_b, shape.m * shape.n
     a_share, b_share = (share, 1.0) if c.split == "rows" else (1.0, share)
     return (a * a_share + b * b_share + c_passes * out * share) * F32
 
@@ -353,7 +361,7 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     for level, size in ((a_level, a_bytes * share), (b_level, b_bytes * share)):
         if level != "L1":
             per_level[level] = per_level.get(level, 0.0) + size
-    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 2), m)
+    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 2), m, whole_problem=True)
     if once_level != "L1":
         per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(shape, c, share, 2)
     terms = [
@@ -382,7 +390,7 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
         columns = round_up(shape.n, nr) * col_share
         b_pack = shape.k * columns
         a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
-        pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[_holding_level(shape.k * shape.n * F32, m)]
+        pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[_holding_level(shape.k * shape.n * F32, m, whole_problem=True)]
         pack_ns += a_pack * 2 / m.vector_loads_per_ns(lanes)  # A is copied one scalar at a time
         whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[c.split]
         terms.append(Term("packing", pack_ns, f"each thread packs {whose} (A once per column block) "
@@ -412,7 +420,7 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
     fma = vectors / m.fma_per_ns()
     busy = vectors * max(1 / m.fma_per_ns(), (1 + 1 / u) / m.vector_loads_per_ns(lanes))  # B, C/u
     chain = float(m.fma.latency) * (u + STORE_FORWARD_FACTOR) / u  # per k: u FMAs per C round trip
-    b_level = _holding_level(shape.k * shape.n * F32, m)
+    b_level = _holding_level(shape.k * shape.n * F32, m, whole_problem=True)
     terms = [
         Term("fma", steps * fma * share, "one FMA per vector of the C row per (row, k)"),
         Term("loads", steps * (busy - fma) * share, f"a B load per FMA and a C load per {u} "
@@ -424,14 +432,19 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
     if shape.n % lanes:  # the last vector of each C row: masked B and C loads and C store
         terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * share,
                           f"masked B/C accesses where N={shape.n} is not a multiple of {lanes}"))
-    if b_level != "L1":
-        terms.append(Term(f"memory {b_level}", steps * shape.n * F32 / m.bandwidth[b_level] * share,
-                          f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) re-read per row"))
-    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m)
+    traffic: dict[str, tuple[float, str]] = {}  # level: (bytes, why)
+    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m, whole_problem=True)
     if once_level != "L1":
-        once = _first_touch_bytes(shape, c, share, 1)
-        terms.append(Term(f"memory {once_level}", once / m.bandwidth[once_level],
-                          f"A, B, C once from {once_level} ({_first_touch_why(c)})"))
+        traffic[once_level] = (_first_touch_bytes(shape, c, share, 1),
+                               f"A, B, C once from {once_level} ({_first_touch_why(c)})")  # fmt: skip
+    if b_level != "L1":  # B from b_level for every row: its first read is one of them
+        first_b = _first_touch_bytes(shape, c, share, 1) - _first_touch_bytes(shape, c, share, 1, with_b=False)
+        size, why = traffic.get(b_level, (first_b, ""))
+        traffic[b_level] = (size - first_b + steps * shape.n * F32 * share,
+                            f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) read per row"
+                            + (f"; {why}" if why else ""))  # fmt: skip
+    for level, (size, why) in traffic.items():
+        terms.append(Term(f"memory {level}", size / m.bandwidth[level], why))
     params = [
         ("algorithm", "broadcast"),
         ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
