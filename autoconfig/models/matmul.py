@@ -2,10 +2,10 @@
 predicted time as named terms; the fastest prediction is the choice.
 
 Parameters (BLIS analytic model, Low et al. 2016, DESIGN §4, with corrections):
-- register tile mr×nv: every tile with mr·nv + nv + 1 < vector registers is scored
-  (one kept spare, see SPARE_REGISTERS);
+- register tile mr×nv: every tile with mr·nv + nv + 1 ≤ vector registers is scored;
   fewer than latency×throughput (FMAs in flight, from the profile) accumulators
-  leave the FMA units idle, and edge tiles compute padded lanes and rows;
+  leave the FMA units idle, and just that many still lose some (LATENCY_OVERLAP);
+  edge tiles compute padded lanes and rows;
 - kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
   ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. DESIGN §4 writes
   nr/mr; that gave kc=64 on the development machine, measured 0.68× OpenBLAS at
@@ -75,10 +75,14 @@ MASKED_LOAD_COST = 3.0
 AMD Zen; NEON has none and LLVM scalarizes it): the unpacked edge column pays it on
 every k step, the packed one never (its panels are zero-padded)."""
 
-SPARE_REGISTERS = 1
-"""Vector registers the model leaves free: tiles using all 16 AVX2 registers (4x3)
-measured 10-12% slower than 6x2 (15 of 16) at 512³, 1024³ and 4096x16x64, with no
-spills in the hot loop; the compiler keeps masks and broadcast copies there."""
+LATENCY_OVERLAP = 4.0
+"""Exponent of the soft maximum of a k step's FMA issue time and the FMA latency: with
+exactly latency×throughput accumulators (4x2 on AVX2: 8) the FMA units are not kept
+busy: measured 8% slower than 12 accumulators (6x2, 4x3) at 96x512x256 and 17%
+at 4x512x512; p=4 predicts 13%. (Tiles that fill all 16 AVX2 registers, 4x3, were
+once left out after measuring 10-12% slower than 6x2 when the micro-kernel loaded C
+before its k loop; starting from zero, 4x3 and 6x2 measure within 1% at 512³ and
+1024³.)"""
 
 BROADCAST_ROWS = 8
 """Rows of B that broadcast adds per pass over the C row (its unroll), as OpenBLAS's
@@ -296,9 +300,9 @@ def _busiest_share(tiles: int, threads: int) -> float:
 def _microkernel_ns(rows: int, vectors: int, lanes: int, m: _Machine) -> tuple[float, float, float]:
     """Per k step of one micro-kernel: (FMA issue, extra wait on latency, extra wait on loads)."""
     issue = rows * vectors / m.fma_per_ns()
-    latency = float(m.fma.latency)
+    busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
     loads = (vectors + rows) / m.vector_loads_per_ns(lanes)
-    return issue, max(0.0, latency - issue), max(0.0, loads - max(issue, latency))
+    return issue, busy - issue, max(0.0, loads - busy)
 
 
 def _tile_kinds(shape: MatmulShape, c: MatmulConfig) -> list[tuple[int, int, int]]:
@@ -477,12 +481,12 @@ def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, thr
     out = []
     for lanes in widths:
         m = _Machine.of(profile, lanes, threads)
-        rows = min(BROADCAST_ROWS, min(m.registers, target.vector_registers) - 2 - SPARE_REGISTERS)
+        rows = min(BROADCAST_ROWS, min(m.registers, target.vector_registers) - 2)
         for split in splits:
             out.append(MatmulConfig("broadcast", lanes, unroll=rows, threads=threads, split=split))
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
-                if mr * nv + nv + 1 + SPARE_REGISTERS > min(m.registers, target.vector_registers):
+                if mr * nv + nv + 1 > min(m.registers, target.vector_registers):
                     continue
                 kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
                 for algorithm in ("tiled", "packed"):
@@ -541,12 +545,15 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     return Choice(_best(per_algorithm), per_algorithm, profile, target)
 
 
-def loads_per_fma(config: MatmulConfig) -> float:
-    """L1 loads per vector FMA: (mr + nv)/(mr·nv) for a register tile; for broadcast a B
-    load per FMA and a C load per `unroll`."""
+def loads_per_fma(shape: MatmulShape, config: MatmulConfig) -> float:
+    """L1 loads per vector FMA on this shape: (rows + vectors)/(rows·vectors) averaged
+    over the tiles that actually run (with M=4, a 6x2 tile runs as 4x2); for broadcast a
+    B load per FMA and a C load per `unroll`."""
     if config.algorithm == "broadcast":
         return 1 + 1 / config.unroll
-    return (config.mr + config.nv) / (config.mr * config.nv)
+    kinds = _tile_kinds(shape, config)
+    loads = sum(count * (rows + vectors) for count, rows, vectors in kinds)
+    return loads / sum(count * rows * vectors for count, rows, vectors in kinds)
 
 
 def _best(predictions) -> Prediction:
@@ -555,6 +562,6 @@ def _best(predictions) -> Prediction:
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (loads_per_fma(p.config), p.config.split != "rows", p.total_ns))
+    return min(near, key=lambda p: (loads_per_fma(p.shape, p.config), p.config.split != "rows", p.total_ns))
 
 
