@@ -276,12 +276,17 @@ STALL_TERM = "l1 misses"
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile")
 
 
-def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int,
-                       with_b: bool = True) -> float:  # fmt: skip
+def _row_and_column_shares(c: MatmulConfig, share: float) -> tuple[float, float]:
+    """The busiest thread's fractions of the rows (A) and of the columns (B) it works
+    on: the split dimension is shared out, the other is whole."""
+    return (share, 1.0) if c.split == "rows" else (1.0, share)
+
+
+def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int) -> float:
     """Bytes the busiest thread brings in once (C `c_passes` times): split by rows, its
     rows of A and C and all of B; by columns, all of A and its columns of B and C."""
-    a, b, out = shape.m * shape.k, shape.k * shape.n * with_b, shape.m * shape.n
-    a_share, b_share = (share, 1.0) if c.split == "rows" else (1.0, share)
+    a_share, b_share = _row_and_column_shares(c, share)
+    a, b, out = shape.m * shape.k, shape.k * shape.n, shape.m * shape.n
     return (a * a_share + b * b_share + c_passes * out * share) * F32
 
 
@@ -383,18 +388,20 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     for level, size in per_level.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
-                          f"B in {b_level} per row block; A, B, C once from {once_level} ({_first_touch_why(c)})"))  # fmt: skip
+                          f"B in {b_level} per row block; A, B, C once from {once_level} "
+                          f"({_first_touch_why(c)})"))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'kept'}: {b_why}"))
     if c.algorithm == "packed":
         # Each thread packs the B columns and A rows of its block: split by rows, all
         # of B and its share of A (once per column block); by columns, its share of B
         # and all of A once per column block of its own.
-        row_share, col_share = (share, 1.0) if c.split == "rows" else (1.0, share)
+        row_share, col_share = _row_and_column_shares(c, share)
         columns = round_up(shape.n, nr) * col_share
         b_pack = shape.k * columns
         a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
-        pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[_holding_level(shape.k * shape.n * F32, m, whole_problem=True)]
+        b_held = _holding_level(shape.k * shape.n * F32, m, whole_problem=True)
+        pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[b_held]
         pack_ns += a_pack * 2 / m.vector_loads_per_ns(lanes)  # A is copied one scalar at a time
         whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[c.split]
         terms.append(Term("packing", pack_ns, f"each thread packs {whose} (A once per column block) "
@@ -442,7 +449,7 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
         traffic[once_level] = (_first_touch_bytes(shape, c, share, 1),
                                f"A, B, C once from {once_level} ({_first_touch_why(c)})")  # fmt: skip
     if b_level != "L1":  # B from b_level for every row: its first read is one of them
-        first_b = _first_touch_bytes(shape, c, share, 1) - _first_touch_bytes(shape, c, share, 1, with_b=False)
+        first_b = shape.k * shape.n * F32 * _row_and_column_shares(c, share)[1]
         size, why = traffic.get(b_level, (first_b, ""))
         traffic[b_level] = (size - first_b + steps * shape.n * F32 * share,
                             f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) read per row"
