@@ -9,7 +9,8 @@
  *
  * One job = `parts` calls of a task trampoline (kernels/abi.py, `c_tasks`):
  *   task(buffers + i * nbuf, sizes + i * nsize)   for i in [0, parts)
- * Part 0 runs on the calling thread, part i on worker i. The caller takes back any
+ * Part 0 runs on the calling thread, part i on worker i. `ac_job_run` is the entry
+ * from Python: a prepared job plus the call's numpy arrays. The caller takes back any
  * part whose worker has not started it by the time the caller is free, so a
  * sleeping worker never makes a call slower than running it all serially.
  */
@@ -152,6 +153,41 @@ int ac_pool_run(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
   }
   pthread_mutex_unlock(&run_lock);
   return by_workers;
+}
+
+/* A kernel prepared for repeated calls on fixed parts: part i's buffers are
+ * buffers[i * nbuf ...], of which the first `nshared` are the numpy arrays given at
+ * each call and the rest the part's own (e.g. a packing workspace). */
+typedef struct {
+  ac_task task;
+  int64_t parts;
+  void **buffers;
+  int64_t nbuf;
+  const int64_t *sizes;
+  int64_t nsize;
+  int64_t nshared;
+  int64_t data_offset; /* where an array object keeps its data pointer */
+} ac_job;
+
+enum { MAX_SHARED = 6 };
+
+/* An array's data pointer, read where numpy's PyArray_DATA reads it (the field after
+ * the object header; the caller checks `offset` once against numpy's own answer).
+ * Reading it here instead of through ctypes saves microseconds per call. */
+static void *array_data(const void *array, int64_t offset) {
+  return *(void *const *)((const char *)array + offset);
+}
+
+/* Run `job` on the numpy arrays a0.. (its first `nshared` buffers; the rest are
+ * None): one part on the calling thread, several on the pool. Returns the parts run
+ * by workers. */
+int ac_job_run(ac_job *job, const void *a0, const void *a1, const void *a2, const void *a3,
+               const void *a4, const void *a5) {
+  const void *arrays[MAX_SHARED] = {a0, a1, a2, a3, a4, a5};
+  for (int64_t i = 0; i < job->parts; i++)
+    for (int64_t j = 0; j < job->nshared; j++)
+      job->buffers[i * job->nbuf + j] = array_data(arrays[j], job->data_offset);
+  return ac_pool_run(job->task, job->parts, job->buffers, job->nbuf, job->sizes, job->nsize);
 }
 
 __attribute__((constructor)) static void register_fork_handler(void) {

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.errors import AutoconfigError
 from kernels.library import Kernel, run_tool
 
 POOL_SOURCE = Path(__file__).with_name("pool.c")
@@ -38,19 +39,40 @@ def split(units: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
+JOB_ARRAYS = 6
+"""Most numpy arrays a prepared call takes (``ac_job_run``'s array parameters)."""
+
+
+class _Job(ctypes.Structure):
+    """``ac_job`` in pool.c: a kernel's parts, their buffers and sizes."""
+
+    _fields_ = [("task", ctypes.c_void_p), ("parts", ctypes.c_int64), ("buffers", ctypes.c_void_p),
+                ("nbuf", ctypes.c_int64), ("sizes", ctypes.c_void_p), ("nsize", ctypes.c_int64),
+                ("nshared", ctypes.c_int64), ("data_offset", ctypes.c_int64)]  # fmt: skip
+
+
+def array_data_offset() -> int:
+    """Where an array object holds its data pointer: numpy's C ABI puts it right after
+    the object header (what PyArray_DATA reads), checked here against numpy itself."""
+    offset = object.__basicsize__
+    probe = np.empty(1, np.float32)
+    if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.ctypes.data:
+        raise AutoconfigError(f"numpy {np.__version__} keeps array data where autoconfig does not expect it")
+    return offset
+
+
 @functools.cache
-def _pool_run() -> ctypes._CFuncPtr:
-    """``ac_pool_run`` from the native pool, compiled once per process."""
+def _job_run() -> ctypes._CFuncPtr:
+    """``ac_job_run`` from the native pool, compiled once per process."""
     workdir = tempfile.TemporaryDirectory(prefix="autoconfig-pool-")
     library = Path(workdir.name) / "libacpool.so"
     run_tool(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(library), str(POOL_SOURCE)],
              "compiling the thread pool")  # fmt: skip
     cdll = ctypes.CDLL(str(library))
     cdll._workdir = workdir  # removed with the library at exit
-    run = cdll.ac_pool_run
+    run = cdll.ac_job_run
     run.restype = ctypes.c_int
-    run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                    ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
+    run.argtypes = [ctypes.c_void_p] + [ctypes.py_object] * JOB_ARRAYS
     return run
 
 
@@ -59,9 +81,12 @@ class SplitKernel:
     ``(*shared, *private[i], *sizes[i])``: `shared` buffers change per call, the
     private buffers and sizes of each part are fixed when it is built.
 
-    Native kernels go to the native pool (part 0 on the calling thread); emulated
-    ones run their parts one after another (emulation checks results, not speed).
-    Calls from several Python threads take turns: the private buffers are reused.
+    Native kernels run in C (pool.c, ``ac_job_run``): one part on the calling thread,
+    several on the native pool (part 0 on the calling thread); the array pointers are
+    read there too, which makes a call a few microseconds cheaper than ctypes
+    conversions. Emulated ones run their parts one after another (emulation checks
+    results, not speed). Calls from several Python threads take turns: the private
+    buffers are reused.
     """
 
     def __init__(self, kernel: Kernel, sizes: Sequence[Sequence[int]],
@@ -71,36 +96,32 @@ class SplitKernel:
         self.private = [tuple(p) for p in private] if private else [()] * len(self.sizes)
         n_private = len(self.private[0])
         self._shared = len(kernel.signature.buffers) - n_private
-        self._direct = self._pool = None
         self._turn = threading.Lock()
+        self._job = None
         if kernel.library.mode != "native":
             return
-        if len(self.sizes) == 1:  # one part: call the kernel itself, arguments bound
-            self._direct = kernel.native_function
-            self._fixed = (*(b.ctypes.data for b in self.private[0]), *self.sizes[0])
-            return
+        if self._shared > JOB_ARRAYS:
+            raise AutoconfigError(f"{kernel.signature.symbol}: {self._shared} arrays per call, "
+                                  f"the native runtime takes at most {JOB_ARRAYS}")  # fmt: skip
         self._pointers = np.zeros((len(self.sizes), self._shared + n_private), np.uint64)
         for i, buffers in enumerate(self.private):
             self._pointers[i, self._shared :] = [b.ctypes.data for b in buffers]
         self._size_array = np.array(self.sizes, np.int64).reshape(len(self.sizes), -1)
-        self._pool = functools.partial(
-            _pool_run(), kernel.task_address, len(self.sizes),
-            self._pointers.ctypes.data, self._pointers.shape[1],
-            self._size_array.ctypes.data, self._size_array.shape[1],
-        )  # fmt: skip
+        self._job = _Job(kernel.task_address, len(self.sizes), self._pointers.ctypes.data,
+                         self._pointers.shape[1], self._size_array.ctypes.data,
+                         self._size_array.shape[1], self._shared, array_data_offset())  # fmt: skip
+        self._run = functools.partial(_job_run(), ctypes.addressof(self._job))
+        self._padding = (None,) * (JOB_ARRAYS - self._shared)
 
     def __call__(self, *shared: np.ndarray) -> int:
-        """Run every part on `shared` (already checked by the caller); returns how
-        many parts ran on worker threads (the others ran on the calling thread)."""
+        """Run every part on `shared` (numpy arrays, already checked by the caller);
+        returns how many parts ran on worker threads (the others ran on the calling
+        thread)."""
         if len(shared) != self._shared:
             raise TypeError(f"expected {self._shared} shared buffers, got {len(shared)}")
         with self._turn:
-            if self._pool is not None:
-                self._pointers[:, : self._shared] = [a.ctypes.data for a in shared]
-                return self._pool()
-            if self._direct is not None:
-                self._direct(*(a.ctypes.data for a in shared), *self._fixed)
-                return 0
+            if self._job is not None:
+                return self._run(*shared, *self._padding)
             for private, sizes in zip(self.private, self.sizes, strict=True):
                 self.kernel.call_unchecked(*shared, *private, *sizes)
             return 0

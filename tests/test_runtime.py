@@ -129,3 +129,19 @@ def test_forked_child_starts_its_own_workers(avx2):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child hung calling a 2-part kernel")
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_arrays_are_read_where_numpy_keeps_them(avx2, parts):
+    # views into larger arrays start past their base's data: the native runtime must
+    # read each view's own data pointer, on one part and on several
+    m, n, k = 20, 24, 12
+    base_a, base_b = operands(m + 3, n, 2 * k, parts)
+    a, b = np.ascontiguousarray(base_a[:, :k])[1 : m + 1], base_b[k:]
+    assert a.base is not None and b.base is not None and b.flags.c_contiguous
+    c_base = np.full((m + 2, n), 7.0, np.float32)
+    c = c_base[1 : m + 1]
+    config = mm.MatmulConfig("packed", 8, 4, 2, accumulate=True, threads=parts)
+    compile_matmul(m, n, k, profile=HOST_PROFILE, config=config)(a, b, c)
+    np.testing.assert_allclose(c, reference(a, b) + 7, rtol=1e-4, atol=1e-4)
+    assert (c_base[0] == 7).all() and (c_base[-1] == 7).all()  # nothing written outside the view
