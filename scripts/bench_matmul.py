@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -63,6 +64,12 @@ WARMUP_SECONDS = 0.05
 """Calls before timing, by time rather than count: after the pause a halted vCPU and
 sleeping workers take milliseconds to come back (one warm-up call left 256³ at 2
 threads measuring 63 GFLOP/s for us and 90 for OpenBLAS, 125 and 122 when warm)."""
+
+
+PINNING = """One-thread runs are pinned to one core (the calling thread, where every peer
+computes at one thread): unpinned, the scheduler moved the thread between the two
+vCPUs and the same 256³ kernel measured 69-82 GFLOP/s from one process to the next
+(each move leaves the working set in the other core's L2); pinned, 82-83."""
 
 
 def median_seconds(fn: Callable[[], object], reps: int) -> float:
@@ -149,6 +156,8 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=0.3,
                         help="seconds between peers (OpenBLAS and torch workers spin-wait)")
     parser.add_argument("--quick", action="store_true", help="squares up to 1024, fewer zoo shapes")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let one-thread runs migrate between cores (see PINNING)")
     parser.add_argument("--plot", default="bench-matmul.png")
     args = parser.parse_args()
     profile = resolve_profile(args.profile)
@@ -160,12 +169,16 @@ def main() -> int:
     header = " ".join([f"{'shape':<22}", f"{'M x N x K':<19}", f"{'our config':<20}",
                        *[f"{p:>8}" for p in peer_names],
                        *[f"{'vs ' + p:>8}" for p in peer_names[1:]], f"{'build':>7}"])  # fmt: skip
+    all_cpus = os.sched_getaffinity(0)
     for threads in sorted({1, cores}):
-        print(f"\nprofile {profile.name}; {threads} thread(s); GFLOP/s, median of "
-              f"{args.rounds} interleaved rounds x {args.reps} reps")
+        pinned = threads == 1 and not args.no_pin
+        print(f"\nprofile {profile.name}; {threads} thread(s){' pinned to one core' if pinned else ''}; "
+              f"GFLOP/s, median of {args.rounds} interleaved rounds x {args.reps} reps")
         print(header)
         shapes = {f"square {s}": (s, s, s) for s in squares} | zoo
+        os.sched_setaffinity(0, {min(all_cpus)} if pinned else all_cpus)
         results[threads] = run(shapes, threads, args, profile)
+        os.sched_setaffinity(0, all_cpus)
         big = [r for r in results[threads] if r["name"].startswith("square") and r["shape"][0] >= 256]
         for peer in peer_names[1:]:
             print(f"geomean ours/{peer}, squares 256-{max(squares)}: "
