@@ -69,7 +69,8 @@ threads measuring 63 GFLOP/s for us and 90 for OpenBLAS, 125 and 122 when warm).
 PINNING = """One-thread runs are pinned to one core (the calling thread, where every peer
 computes at one thread): unpinned, the scheduler moved the thread between the two
 vCPUs and the same 256³ kernel measured 69-82 GFLOP/s from one process to the next
-(each move leaves the working set in the other core's L2); pinned, 82-83."""
+(each move leaves the working set in the other core's L2); pinned, 82-83 in six
+processes. Pinned runs still see the odd slow round (another tenant), hence medians."""
 
 
 def median_seconds(fn: Callable[[], object], reps: int) -> float:
