@@ -11,8 +11,10 @@ several passes over all shapes, and each configuration keeps its best sample:
 interference on a shared machine only ever slows a run and comes in bursts of a
 second or more; round-robin keeps one burst from sinking one configuration, and
 passes minutes apart keep a long one from sinking a whole shape (one pass of 7
-rounds left regrets of 25-40% on shapes that measured within 5% when repeated). The grid's members are compared with each other, not
-with a peer.
+rounds left regrets of 25-40% on shapes that measured within 5% when repeated). The
+process is pinned to one core (as in bench_matmul.py: a thread moved to the other core
+leaves its working set in that core's L2). The grid's members are compared with each
+other, not with a peer.
 
 Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 5] [--passes 3] [--quick]
        [--shape M N K]   (one shape, every configuration's predicted and measured time)
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -154,11 +157,12 @@ def main() -> int:
     args = parser.parse_args()
     profile = resolve_profile(args.profile)
     target = target_for_profile(profile)
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
     if args.shape:
         shapes = {"x".join(map(str, args.shape)): tuple(args.shape)}
     print(f"profile {profile.name}, target {target.name}, 1 thread; times: best of "
-          f"{args.passes} passes x {args.reps} round-robin rounds", flush=True)  # fmt: skip
+          f"{args.passes} passes x {args.reps} round-robin rounds, pinned to one core", flush=True)  # fmt: skip
     grids = {}
     for name, dims in shapes.items():
         shape = mm.MatmulShape(*dims)
