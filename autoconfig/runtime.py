@@ -7,7 +7,9 @@ are done, with the GIL released and no Python in between. Python threads were
 measured too slow for this (every futex and GIL hand-off wakes a halted vCPU:
 0.79x OpenBLAS at 2 threads on 256-2048 squares, sub-millisecond calls not
 scaling at all). Each part gets its own scratch buffers (e.g. a matmul's packing
-workspace), allocated once per compiled kernel.
+workspace), allocated once per compiled kernel. Even one part goes through C: the
+call passes the numpy arrays themselves and C reads their data pointers, half the
+cost of converting them with ctypes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class _Job(ctypes.Structure):
                 ("nshared", ctypes.c_int64), ("data_offset", ctypes.c_int64)]  # fmt: skip
 
 
+@functools.cache
 def array_data_offset() -> int:
     """Where an array object holds its data pointer: numpy's C ABI puts it right after
     the object header (what PyArray_DATA reads), checked here against numpy itself."""
