@@ -1,6 +1,6 @@
 """f32 matmul ``C = A·B`` (or ``C += A·B``), row-major, generated for one static shape.
 
-Three algorithms, chosen and parameterized by `MatmulConfig`:
+Four algorithms, chosen and parameterized by `MatmulConfig`:
 
 broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through memory)::
 
@@ -18,6 +18,13 @@ loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto)::
           for k in pc..pc+kc:  b[v] = B[k, jr+v*L];  acc[r][v] += A[ir+r, k] * b[v]
           C tile = acc on the first K block unless accumulating, else C tile += acc
                                                            # nr = nv*L
+
+dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead)::
+
+    for ir in rows step mr:  acc[mr][u] = 0
+        for k in 0..K step u*L:  acc[r][c] += A[ir+r, k+c*L : +L] * B[k+c*L : +L, 0]
+                                                           # then whole vectors, last one masked
+        C[ir+r, 0] (+)= sum of acc[r][*] and of its lanes    # u = unroll partial sums per row
 
 Edges: the last row tile has M mod mr rows (its own micro-kernel variant); the last
 column tile has the needed vectors only, its last one masked; K blocks end at K.
@@ -52,8 +59,8 @@ from kernels.emit import (
 from kernels.mlir import arith, ir, memref, scf, vector
 from kernels.target import Target
 
-Algorithm = Literal["broadcast", "tiled", "packed"]
-ALGORITHMS: tuple[Algorithm, ...] = ("broadcast", "tiled", "packed")
+Algorithm = Literal["broadcast", "tiled", "packed", "dot"]
+ALGORITHMS: tuple[Algorithm, ...] = ("broadcast", "tiled", "packed", "dot")
 Split = Literal["rows", "columns"]
 SPLITS: tuple[Split, ...] = ("rows", "columns")
 
@@ -81,12 +88,12 @@ class MatmulConfig:
 
     algorithm: Algorithm
     lanes: int  # f32 per vector (may be narrower than the ISA's widest)
-    mr: int = 1  # rows of the register tile (1 for broadcast)
+    mr: int = 1  # rows of the register tile (1 for broadcast; rows per tile for dot)
     nv: int = 1  # vectors per row of the register tile (tile width nr = nv·lanes)
     kc: int = 0  # K block (0: all of K)
     mc: int = 0  # rows per M block (0: all rows), a multiple of mr
     nc: int = 0  # columns per N block (0: all of N), a multiple of nr
-    unroll: int = 1  # copies of the K-loop body per trip
+    unroll: int = 1  # copies of the K-loop body per trip (dot: partial sums per row)
     accumulate: bool = False  # C += A·B instead of C = A·B
     threads: int = 1  # blocks run concurrently (runtime, not codegen)
     split: Split = "rows"  # which tiles the threads divide (runtime, not codegen)
@@ -141,9 +148,14 @@ class MatmulConfig:
                 raise AutoconfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.algorithm == "broadcast" and (self.mr, self.nv) != (1, 1):
             raise AutoconfigError("broadcast matmul works on one row and one vector: mr=nv=1")
+        if self.algorithm == "dot" and (shape.n, self.nv) != (1, 1):
+            raise AutoconfigError(f"dot matmul is for N=1 (matrix times vector) with nv=1, got N={shape.n} nv={self.nv}")
         if self.algorithm == "broadcast":
             registers = self.unroll + 2
             needs = f"broadcast with unroll={self.unroll} needs {self.unroll} A broadcasts + C + B"
+        elif self.algorithm == "dot":
+            registers = self.mr * self.unroll + 2
+            needs = f"dot with {self.mr} rows x {self.unroll} partial sums needs {self.mr * self.unroll} accumulators + A + B"
         else:
             registers = self.mr * self.nv + self.nv + 1
             needs = (f"register tile {self.mr}x{self.nv} needs {self.mr * self.nv} accumulators + "
@@ -201,6 +213,8 @@ def generate(shape: MatmulShape, config: MatmulConfig, target: Target) -> Kernel
             emitter = _Emitter(shape, config, target, args)
             if config.algorithm == "broadcast":
                 emitter.broadcast()
+            elif config.algorithm == "dot":
+                emitter.dot(f32_memref(args["b"], [shape.k]))
             else:
                 emitter.blocked(packed=config.algorithm == "packed")
         verify(module)
@@ -267,7 +281,8 @@ class _Emitter:
                 scf.yield_([])
 
     def k_loop(self, lo: ir.Value, hi: ir.Value, accs: list[ir.Value], step: Callable) -> list[ir.Value]:
-        """acc = step(k, acc) for k in [lo, hi): `unroll` copies per trip, then the rest."""
+        """acc = step(k, copy, acc) for k in [lo, hi): `unroll` copies per trip (copy =
+        0..unroll-1), then the rest one per trip (copy 0)."""
         u = self.config.unroll
         if u == 1:
             return self._k_trips(lo, hi, 1, accs, step)
@@ -280,7 +295,7 @@ class _Emitter:
             values = list(loop.inner_iter_args)
             for copy in range(copies):
                 k = loop.induction_variable
-                values = step(arith.addi(k, index(copy)) if copy else k, values)
+                values = step(arith.addi(k, index(copy)) if copy else k, copy, values)
             scf.yield_(values)
         return list(loop.results)
 
@@ -346,6 +361,49 @@ class _Emitter:
 
         self.for_range(self.tile_begin, self.tile_end, 1, row)
 
+    # ------------------------------------------------------------ dot (N = 1)
+
+    def dot(self, b: ir.Value) -> None:
+        """Matrix times vector: each row of A against `b` (B's one column, contiguous),
+        along K in vectors; `unroll` partial sums per row cover the FMA latency and are
+        added up, lanes and all, at the end."""
+        lanes, u, k = self.lanes, self.config.unroll, self.shape.k
+        vectors = k // lanes  # whole vectors along K; the rest is one masked vector
+
+        def tile(row0: ir.Value, rows: int) -> None:
+            row = [arith.addi(row0, index(r)) if r else row0 for r in range(rows)]
+
+            def step(kv: ir.Value, copy: int, acc: list[ir.Value], mask: ir.Value | None = None) -> list[ir.Value]:
+                at = arith.muli(kv, index(lanes))
+                load = (lambda m, i: vector.maskedload(self.vec, m, i, mask, self.zero)) if mask else (
+                    lambda m, i: vector.load(self.vec, m, i))  # fmt: skip
+                b_k = load(b, [at])
+                out = list(acc)
+                for r in range(rows):
+                    out[r * u + copy] = vector.fma(load(self.a, [row[r], at]), b_k, out[r * u + copy])
+                return out
+
+            acc = self.k_loop(index(0), index(vectors), [self.zero] * (rows * u), step)
+            if k % lanes:
+                acc = step(index(vectors), 0, acc, self.edge_mask_along_k(vectors * lanes))
+            for r in range(rows):
+                total = acc[r * u]
+                for partial in acc[r * u + 1 : (r + 1) * u]:
+                    total = arith.addf(total, partial)
+                value = vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD, total)
+                if self.config.accumulate:
+                    value = arith.addf(memref.load(self.c, [row[r], index(0)]), value)
+                memref.store(value, self.c, [row[r], index(0)])
+
+        asked = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, self.col_lo, self.col_hi))  # the one column tile
+        with ir.InsertionPoint(asked.then_block):
+            self.for_row_tiles(self.tile_begin, self.tile_end, tile)
+            scf.yield_([])
+
+    def edge_mask_along_k(self, k: int) -> ir.Value:
+        """Mask of the lanes of the K vector starting at `k` that lie inside K."""
+        return vector.create_mask(mask_type(self.target, self.lanes), [index(self.shape.k - k)])
+
     # ------------------------------------------------------------ tiled / packed
 
     def blocked(self, packed: bool) -> None:
@@ -409,7 +467,7 @@ class _Emitter:
             for v in range(vectors):  # a prefetch never faults, even past the end of C
                 memref.prefetch(self.c, [row_index[r], cols[v]], False, 3, True)
 
-        def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        def step(k: ir.Value, _copy: int, acc: list[ir.Value]) -> list[ir.Value]:
             b = [load_b(v, k) for v in range(vectors)]
             out = []
             for r in range(rows):

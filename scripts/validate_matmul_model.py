@@ -52,6 +52,7 @@ SHAPES = {
     "conv 49x1024x1024": (49, 1024, 1024), "fc 1x1000x1024": (1, 1000, 1024),
 }  # fmt: skip
 TILES = [(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (6, 2), (3, 3), (4, 3), (2, 4)]
+DOT_TILES = [(1, 1), (1, 4), (1, 8), (2, 4), (4, 1), (4, 2), (8, 1)]  # (rows, partial sums)
 
 
 def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
@@ -66,6 +67,9 @@ def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
         kc, mc, nc, _ = block_sizes(shape, mr, nv * widest, m)
         for algorithm in ("tiled", "packed"):
             configs.append(mm.MatmulConfig(algorithm, widest, mr, nv, kc, mc, nc, UNROLL))
+    if shape.n == 1:  # matrix times vector: rows x partial sums along K
+        configs += [mm.MatmulConfig("dot", widest, mr=mr, unroll=u) for mr, u in DOT_TILES
+                    if mr * u + 2 <= target.vector_registers]  # fmt: skip
     return configs
 
 
@@ -209,6 +213,8 @@ def main() -> int:
 def describe(c: mm.MatmulConfig) -> str:
     if c.algorithm == "broadcast":
         return f"broadcast L={c.lanes} u={c.unroll}"
+    if c.algorithm == "dot":
+        return f"dot {c.mr} rows x {c.unroll} sums"
     return f"{c.algorithm} {c.mr}x{c.nv} kc={c.kc}"
 
 

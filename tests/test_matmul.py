@@ -159,10 +159,39 @@ def test_api_rejects_bad_input():
     (mm.MatmulConfig("broadcast", 8, mr=2), "broadcast matmul works on one row"),
     (mm.MatmulConfig("broadcast", 8, unroll=15), "unroll=15 needs 15 A broadcasts .* = 17 vector registers"),
     (mm.MatmulConfig("tiled", 8, split="diagonal"), "unknown split 'diagonal': rows, columns"),
+    (mm.MatmulConfig("dot", 8, mr=4), r"dot matmul is for N=1 \(matrix times vector\) with nv=1, got N=16"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):
         compile_matmul(16, 16, 16, profile=HOST_PROFILE, target="avx2", config=config)
+
+
+def test_dot_rejects_more_partial_sums_than_registers():
+    config = mm.MatmulConfig("dot", 8, mr=4, unroll=4)
+    with pytest.raises(AutoconfigError, match="4 rows x 4 partial sums needs 16 accumulators .* = 18 vector"):
+        compile_matmul(16, 1, 16, profile=HOST_PROFILE, target="avx2", config=config)
+
+
+DOT_SHAPES = [(1, 1, 1), (7, 1, 13), (1, 1, 64), (13, 1, 3)]
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512", "neon", "rvv128", "rvv256"])
+def test_dot_correct_on_every_target(case_id):
+    # matrix times vector (N = 1), K in whole vectors, a masked rest, or less than a vector
+    target = target_for(case_id)
+    require_runnable(target)
+    lanes = target.f32_lanes
+    configs = mm.MatmulConfig("dot", lanes, mr=3, unroll=2), mm.MatmulConfig("dot", lanes, unroll=3, accumulate=True)
+    for config in configs:
+        for dims in [*DOT_SHAPES, (5, 1, 2 * lanes + 3)]:
+            shape = mm.MatmulShape(*dims)
+            check(build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32"), shape, config)
+
+
+def test_matrix_times_vector_picks_dot():
+    # N = 1: vectorizing along N would use one lane of each vector
+    for m, k in ((1000, 1000), (1, 100000)):
+        assert plan_matmul(m, 1, k, profile=HOST_PROFILE, threads=1).best.config.algorithm == "dot"
 
 
 def test_choice_differs_between_machines_and_says_why():
@@ -186,8 +215,8 @@ def test_choice_differs_between_machines_and_says_why():
 
 def test_prediction_terms_are_named_and_sum_up():
     profile = load_profile(HOST_PROFILE)
-    shape = mm.MatmulShape(300, 200, 100)
     for algorithm in mm.ALGORITHMS:
+        shape = mm.MatmulShape(300, 1 if algorithm == "dot" else 200, 100)  # dot: matrix times vector
         config = next(c for c in [p.config for p in choose(shape, profile, target_for("avx2"), 1).per_algorithm]
                       if c.algorithm == algorithm)  # fmt: skip
         p = predict(shape, config, profile)

@@ -14,7 +14,10 @@ Parameters (BLIS analytic model, Low et al. 2016, DESIGN §4, with corrections):
   on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
   (random 4 KiB page placement conflicts in a physically indexed L2 before it is
   full: the knee was 0.6-0.9× of 1 MiB on the development machine);
-- nc: the B block (kc×nc) in the L3 ways left after the A block, per core sharing it.
+- nc: the B block (kc×nc) in the L3 ways left after the A block, per core sharing it;
+- dot (N = 1 only): every mr rows × u partial sums with mr·u + 2 ≤ registers is scored,
+  with the same FMA/latency/load terms per step (mr·u FMAs, (mr+1)·u loads), the
+  lane reductions, and A streamed once.
 
 Time terms (ns): the micro-kernel's FMA issue, its latency floor and its loads
 (L1 bandwidth); masked edge loads; data traffic per memory level against that
@@ -258,6 +261,8 @@ def predict(shape: MatmulShape, config: MatmulConfig, profile: HardwareProfile) 
     share = _busiest_share(config.split_units(shape), config.threads)
     if config.algorithm == "broadcast":
         terms, params = _broadcast_terms(shape, config, m, share)
+    elif config.algorithm == "dot":
+        terms, params = _dot_terms(shape, config, m, share)
     else:
         terms, params = _blocked_terms(shape, config, m, share)
     parts = min(config.threads, config.split_units(shape))
@@ -303,12 +308,13 @@ def _busiest_share(tiles: int, threads: int) -> float:
     return math.ceil(tiles / parts) / tiles
 
 
-def _microkernel_ns(rows: int, vectors: int, lanes: int, m: _Machine) -> tuple[float, float, float]:
-    """Per k step of one micro-kernel: (FMA issue, extra wait on latency, extra wait on loads)."""
-    issue = rows * vectors / m.fma_per_ns()
+def _microkernel_ns(accumulators: int, loads: int, lanes: int, m: _Machine) -> tuple[float, float, float]:
+    """Per step of one micro-kernel (one FMA into each of its independent accumulators,
+    `loads` vector loads): (FMA issue, extra wait on latency, extra wait on loads)."""
+    issue = accumulators / m.fma_per_ns()
     busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
-    loads = (vectors + rows) / m.vector_loads_per_ns(lanes)
-    return issue, busy - issue, max(0.0, loads - busy)
+    load_ns = loads / m.vector_loads_per_ns(lanes)
+    return issue, busy - issue, max(0.0, load_ns - busy)
 
 
 def _tile_kinds(shape: MatmulShape, c: MatmulConfig) -> list[tuple[int, int, int]]:
@@ -354,7 +360,7 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     lanes, nr = c.lanes, c.nr
     issue = latency = loads = 0.0
     for count, rows, vectors in _tile_kinds(shape, c):
-        i, l, ld = _microkernel_ns(rows, vectors, lanes, m)
+        i, l, ld = _microkernel_ns(rows * vectors, rows + vectors, lanes, m)
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
@@ -421,17 +427,18 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
     ]
-    params = [
-        ("algorithm", c.algorithm),
-        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
-        ("tile", f"{c.mr}x{c.nv} vectors: {c.mr * c.nv} accumulators + {c.nv} B + 1 A = "
-                 f"{c.mr * c.nv + c.nv + 1} of {m.registers} registers; "
-                 f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
-        *blocks,
-        ("unroll", f"{c.unroll} copies of the k step per loop trip"),
-        ("threads", _threads_reason(shape, c)),
-    ]  # fmt: skip
-    return terms, params
+    tile = (f"{c.mr}x{c.nv} vectors: {c.mr * c.nv} accumulators + {c.nv} B + 1 A = "
+            f"{c.mr * c.nv + c.nv + 1} of {m.registers} registers; "
+            f"{m.fma.in_flight:.1f} FMAs in flight cover the latency")
+    return terms, _parameters(shape, c, ("tile", tile), *blocks,
+                              ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
+
+
+def _parameters(shape: MatmulShape, c: MatmulConfig, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
+    """(parameter, reason) pairs: the algorithm, its vector width, its own parameters,
+    the threads."""
+    return [("algorithm", c.algorithm), ("lanes", f"{c.lanes} f32 = {c.lanes * 32}-bit vectors{along}"), *own,
+            ("threads", _threads_reason(shape, c))]  # fmt: skip
 
 
 def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
@@ -466,14 +473,47 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
                             + (f"; {why}" if why else ""))  # fmt: skip
     for level, (size, why) in traffic.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level], why))
-    params = [
-        ("algorithm", "broadcast"),
-        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors"),
-        ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts + C + B = "
-                   f"{u + 2} of {m.registers} registers"),
-        ("threads", _threads_reason(shape, c)),
-    ]
-    return terms, params
+    return terms, _parameters(shape, c, ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts "
+                                                   f"+ C + B = {u + 2} of {m.registers} registers"))
+
+
+def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
+    """Matrix times vector (N = 1): A streamed once, a vector of K per FMA, B's column
+    re-read per row tile; each row's partial sums are reduced across lanes at the end."""
+    lanes, u = c.lanes, c.unroll
+    vectors = math.ceil(shape.k / lanes)
+    issue = latency = loads = 0.0
+    full_tiles, edge_rows = divmod(shape.m, c.mr)
+    for count, rows in ((full_tiles, c.mr), (1 if edge_rows else 0, edge_rows)):
+        i, l, ld = _microkernel_ns(rows * u, (rows + 1) * u, lanes, m)  # u vectors of K per step
+        steps = count * vectors / u
+        issue, latency, loads = issue + steps * i, latency + steps * l, loads + steps * ld
+    reduce = math.ceil(shape.m / c.mr) * (u - 1 + math.log2(lanes)) * float(m.fma.latency)
+    masked = shape.m * 2 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * (shape.k % lanes > 0)
+    terms = [
+        Term("fma", issue * share, f"{c.mr} rows x {u} partial sums along K, {lanes} lanes at "
+                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
+        Term("latency", latency * share, f"fewer than {m.fma.in_flight:.1f} partial sums wait on FMA latency"),
+        Term("loads", loads * share, f"{c.mr} A + 1 B loads per {c.mr} FMAs beyond the FMA time (L1 bandwidth)"),
+        Term("edges", (reduce + masked) * share, "each tile's partial sums added across lanes"
+                                                 + (f"; masked loads where K={shape.k} is not a multiple of "
+                                                    f"{lanes}" if masked else "")),
+    ]  # fmt: skip
+    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m, whole_problem=True)
+    b_bytes = shape.k * F32
+    b_level = _holding_level(b_bytes, m, whole_problem=True)
+    traffic: dict[str, float] = {}
+    if once_level != "L1":
+        traffic[once_level] = _first_touch_bytes(shape, c, share, 1)
+    if b_level != "L1":  # B's column again for every further row tile
+        traffic[b_level] = traffic.get(b_level, 0.0) + (math.ceil(shape.m / c.mr) * share - 1) * b_bytes
+    for level, size in traffic.items():
+        terms.append(Term(f"memory {level}", max(0.0, size) / m.bandwidth[level],
+                          f"A once, B's column ({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
+                          f"A, B, C once from {once_level} ({_first_touch_why(c)})"))  # fmt: skip
+    tile = (f"{c.mr} rows x {u} partial sums: {c.mr * u} accumulators + A + B = {c.mr * u + 2} of "
+            f"{m.registers} registers; {m.fma.in_flight:.1f} FMAs in flight cover the latency")
+    return terms, _parameters(shape, c, ("tile", tile), along=" along K")
 
 
 def _threads_reason(shape: MatmulShape, c: MatmulConfig) -> str:
@@ -501,6 +541,10 @@ def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, thr
         rows = min(BROADCAST_ROWS, min(m.registers, target.vector_registers) - 2)
         for split in splits:
             out.append(MatmulConfig("broadcast", lanes, unroll=rows, threads=threads, split=split))
+        if shape.n == 1:  # matrix times vector: rows x partial sums along K
+            registers = min(m.registers, target.vector_registers)
+            out += [MatmulConfig("dot", lanes, mr=mr, unroll=u, threads=threads)
+                    for mr in range(1, MAX_MR + 1) for u in range(1, MAX_NV + 1) if mr * u + 2 <= registers]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
                 if mr * nv + nv + 1 > min(m.registers, target.vector_registers):
@@ -541,7 +585,8 @@ class Choice:
         lines.append("best of each algorithm:")
         for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
             c = p.config
-            tile = "" if c.algorithm == "broadcast" else f" {c.mr}x{c.nv} kc={c.kc} mc={c.mc} nc={c.nc}"
+            tile = {"broadcast": "", "dot": f" {c.mr} rows x {c.unroll} sums"}.get(
+                c.algorithm, f" {c.mr}x{c.nv} kc={c.kc} mc={c.mc} nc={c.nc}")  # fmt: skip
             lines.append(f"  {c.algorithm:<9} lanes={c.lanes}{tile}: {p.total_ns / 1e3:.1f} µs "
                          f"({p.gflops:.1f} GFLOP/s)")  # fmt: skip
         return "\n".join(lines)
@@ -558,16 +603,20 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
         for t in thread_options
         for config in candidates(shape, profile, target, t)
     ]
-    per_algorithm = tuple(_best(p for p in predictions if p.config.algorithm == a) for a in ALGORITHMS)
+    per_algorithm = tuple(
+        _best(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
+    )
     return Choice(_best(per_algorithm), per_algorithm, profile, target)
 
 
 def loads_per_fma(shape: MatmulShape, config: MatmulConfig) -> float:
     """L1 loads per vector FMA on this shape: (rows + vectors)/(rows·vectors) averaged
     over the tiles that actually run (with M=4, a 6x2 tile runs as 4x2); for broadcast a
-    B load per FMA and a C load per `unroll`."""
+    B load per FMA and a C load per `unroll`; for dot an A load per FMA and a B load per row."""
     if config.algorithm == "broadcast":
         return 1 + 1 / config.unroll
+    if config.algorithm == "dot":
+        return 1 + 1 / min(config.mr, shape.m)
     kinds = _tile_kinds(shape, config)
     loads = sum(count * (rows + vectors) for count, rows, vectors in kinds)
     return loads / sum(count * rows * vectors for count, rows, vectors in kinds)
