@@ -252,9 +252,11 @@ class _Emitter:
         full = self.shape.n // nr * nr
         return full, -(-(self.shape.n - full) // self.lanes)
 
-    def edge_mask(self, column: ir.Value | int) -> ir.Value:
-        """Mask of the lanes of the vector starting at `column` that lie inside N."""
-        remaining = arith.subi(index(self.shape.n), index(column) if isinstance(column, int) else column)
+    def edge_mask(self, start: ir.Value | int, end: int | None = None) -> ir.Value:
+        """Mask of the lanes of the vector starting at `start` that lie below `end`
+        (N: the vector's columns inside the matrix)."""
+        end = self.shape.n if end is None else end
+        remaining = arith.subi(index(end), index(start) if isinstance(start, int) else start)
         return vector.create_mask(mask_type(self.target, self.lanes), [remaining])
 
     def for_range(self, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[ir.Value], None]) -> None:
@@ -375,8 +377,12 @@ class _Emitter:
 
             def step(kv: ir.Value, copy: int, acc: list[ir.Value], mask: ir.Value | None = None) -> list[ir.Value]:
                 at = arith.muli(kv, index(lanes))
-                load = (lambda m, i: vector.maskedload(self.vec, m, i, mask, self.zero)) if mask else (
-                    lambda m, i: vector.load(self.vec, m, i))  # fmt: skip
+
+                def load(memory: ir.Value, indices: list[ir.Value]) -> ir.Value:
+                    if mask is None:
+                        return vector.load(self.vec, memory, indices)
+                    return vector.maskedload(self.vec, memory, indices, mask, self.zero)
+
                 b_k = load(b, [at])
                 out = list(acc)
                 for r in range(rows):
@@ -385,7 +391,7 @@ class _Emitter:
 
             acc = self.k_loop(index(0), index(vectors), [self.zero] * (rows * u), step)
             if k % lanes:
-                acc = step(index(vectors), 0, acc, self.edge_mask_along_k(vectors * lanes))
+                acc = step(index(vectors), 0, acc, self.edge_mask(vectors * lanes, end=k))
             for r in range(rows):
                 total = acc[r * u]
                 for partial in acc[r * u + 1 : (r + 1) * u]:
@@ -399,10 +405,6 @@ class _Emitter:
         with ir.InsertionPoint(asked.then_block):
             self.for_row_tiles(self.tile_begin, self.tile_end, tile)
             scf.yield_([])
-
-    def edge_mask_along_k(self, k: int) -> ir.Value:
-        """Mask of the lanes of the K vector starting at `k` that lie inside K."""
-        return vector.create_mask(mask_type(self.target, self.lanes), [index(self.shape.k - k)])
 
     # ------------------------------------------------------------ tiled / packed
 
