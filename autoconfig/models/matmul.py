@@ -96,6 +96,7 @@ once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
 
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
+MAX_SUMS = 8  # dot's partial sums per row: FMAs in flight are 6-8 on the profiled machines
 
 
 @dataclass(frozen=True)
@@ -488,8 +489,9 @@ def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
         i, l, ld = _microkernel_ns(rows * u, (rows + 1) * u, lanes, m)  # u vectors of K per step
         steps = count * vectors / u
         issue, latency, loads = issue + steps * i, latency + steps * l, loads + steps * ld
-    reduce = math.ceil(shape.m / c.mr) * (u - 1 + math.log2(lanes)) * float(m.fma.latency)
-    masked = shape.m * 2 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * (shape.k % lanes > 0)
+    tiles = math.ceil(shape.m / c.mr)
+    reduce = tiles * (u - 1 + math.log2(lanes)) * float(m.fma.latency)  # a tile's rows reduce side by side
+    masked = (shape.m + tiles) * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * (shape.k % lanes > 0)
     terms = [
         Term("fma", issue * share, f"{c.mr} rows x {u} partial sums along K, {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
@@ -506,7 +508,7 @@ def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
     if once_level != "L1":
         traffic[once_level] = _first_touch_bytes(shape, c, share, 1)
     if b_level != "L1":  # B's column again for every further row tile
-        traffic[b_level] = traffic.get(b_level, 0.0) + (math.ceil(shape.m / c.mr) * share - 1) * b_bytes
+        traffic[b_level] = traffic.get(b_level, 0.0) + (tiles * share - 1) * b_bytes
     for level, size in traffic.items():
         terms.append(Term(f"memory {level}", max(0.0, size) / m.bandwidth[level],
                           f"A once, B's column ({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
@@ -544,7 +546,7 @@ def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, thr
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
             registers = min(m.registers, target.vector_registers)
             out += [MatmulConfig("dot", lanes, mr=mr, unroll=u, threads=threads)
-                    for mr in range(1, MAX_MR + 1) for u in range(1, MAX_NV + 1) if mr * u + 2 <= registers]  # fmt: skip
+                    for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1) if mr * u + 2 <= registers]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
                 if mr * nv + nv + 1 > min(m.registers, target.vector_registers):
