@@ -102,6 +102,13 @@ class MatmulConfig:
     def nr(self) -> int:
         return self.nv * self.lanes
 
+    @property
+    def tile(self) -> str:
+        """The register tile in a few characters, for tables: '6x2' (rows x vectors),
+        'u8' (broadcast: rows of B per pass), '8x1 sums' (dot: rows x partial sums)."""
+        return {"broadcast": f"u{self.unroll}", "dot": f"{self.mr}x{self.unroll} sums"}.get(
+            self.algorithm, f"{self.mr}x{self.nv}")  # fmt: skip
+
     def col_tiles(self, shape: MatmulShape) -> int:
         return -(-shape.n // self.nr)
 
@@ -307,13 +314,16 @@ class _Emitter:
             return None
         return arith.cmpi(arith.CmpIPredicate.eq, pc, index(0))
 
+    def load(self, memory: ir.Value, indices: list[ir.Value], mask: ir.Value | None = None) -> ir.Value:
+        """A vector from `memory` at `indices`; with a mask, the lanes outside it are 0
+        and never read."""
+        if mask is None:
+            return vector.load(self.vec, memory, indices)
+        return vector.maskedload(self.vec, memory, indices, mask, self.zero)
+
     def load_c(self, row: ir.Value, col: ir.Value, mask: ir.Value | None, fresh: ir.Value | None) -> ir.Value:
         """C[row, col:col+L], or zeros when `fresh` (first K block, not accumulating)."""
-        loaded = (
-            vector.maskedload(self.vec, self.c, [row, col], mask, self.zero)
-            if mask is not None
-            else vector.load(self.vec, self.c, [row, col])
-        )
+        loaded = self.load(self.c, [row, col], mask)
         return loaded if fresh is None else arith.select(fresh, self.zero, loaded)
 
     def store_c(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None) -> None:
@@ -339,12 +349,7 @@ class _Emitter:
                 def column(j: ir.Value, mask: ir.Value | None) -> None:
                     acc = self.load_c(i, j, mask, fresh)
                     for a_k, k in zip(a, ks, strict=True):
-                        b = (
-                            vector.maskedload(self.vec, self.b, [k, j], mask, self.zero)
-                            if mask is not None
-                            else vector.load(self.vec, self.b, [k, j])
-                        )
-                        acc = vector.fma(a_k, b, acc)
+                        acc = vector.fma(a_k, self.load(self.b, [k, j], mask), acc)
                     self.store_c(acc, i, j, mask)
 
                 self.for_range(self.col_lo, arith.minsi(self.col_hi, index(full)), lanes,
@@ -377,16 +382,10 @@ class _Emitter:
 
             def step(kv: ir.Value, copy: int, acc: list[ir.Value], mask: ir.Value | None = None) -> list[ir.Value]:
                 at = arith.muli(kv, index(lanes))
-
-                def load(memory: ir.Value, indices: list[ir.Value]) -> ir.Value:
-                    if mask is None:
-                        return vector.load(self.vec, memory, indices)
-                    return vector.maskedload(self.vec, memory, indices, mask, self.zero)
-
-                b_k = load(b, [at])
+                b_k = self.load(b, [at], mask)
                 out = list(acc)
                 for r in range(rows):
-                    out[r * u + copy] = vector.fma(load(self.a, [row[r], at]), b_k, out[r * u + copy])
+                    out[r * u + copy] = vector.fma(self.load(self.a, [row[r], at], mask), b_k, out[r * u + copy])
                 return out
 
             acc = self.k_loop(index(0), index(vectors), [self.zero] * (rows * u), step)
@@ -501,10 +500,7 @@ class _Emitter:
         lanes, cfg = self.lanes, self.config
         if not packed:
             def load_b(v: int, k: ir.Value) -> ir.Value:
-                col = arith.addi(jr, index(v * lanes))
-                if last_mask is not None and v == vectors - 1:
-                    return vector.maskedload(self.vec, self.b, [k, col], last_mask, self.zero)
-                return vector.load(self.vec, self.b, [k, col])
+                return self.load(self.b, [k, arith.addi(jr, index(v * lanes))], last_mask if v == vectors - 1 else None)
 
             return (lambda r, k: memref.load(self.a, [arith.addi(row0, index(r)), k])), load_b
         kc = self.packed_kc()
@@ -518,7 +514,7 @@ class _Emitter:
 
         def load_b_packed(v: int, k: ir.Value) -> ir.Value:
             at = arith.addi(b_panel, arith.addi(arith.muli(arith.subi(k, pc), index(cfg.nr)), index(v * lanes)))
-            return vector.load(self.vec, self.work, [at])
+            return self.load(self.work, [at])
 
         def load_a_packed(r: int, k: ir.Value) -> ir.Value:
             at = arith.addi(a_base, arith.addi(a_tile, arith.addi(arith.muli(arith.subi(k, pc), index(cfg.mr)), index(r))))
@@ -555,11 +551,7 @@ class _Emitter:
                     dst_row = arith.addi(base, arith.muli(arith.subi(k, pc), index(cfg.nr)))
                     for v in range(cfg.nv):
                         col = arith.addi(jr, index(v * lanes))
-                        value = (
-                            vector.maskedload(self.vec, self.b, [k, col], self.edge_mask(col), self.zero)
-                            if masked
-                            else vector.load(self.vec, self.b, [k, col])
-                        )
+                        value = self.load(self.b, [k, col], self.edge_mask(col) if masked else None)
                         vector.store(value, self.work, [arith.addi(dst_row, index(v * lanes))])
 
                 self.for_range(k0, k_end, 1, row)

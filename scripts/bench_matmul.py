@@ -132,9 +132,8 @@ def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) ->
 def describe(c) -> str:
     """'packed 6x2/8', 'broadcast u8/8', 'dot 8x1 sums/8', plus the split when threads
     divide columns."""
-    tile = {"broadcast": f"u{c.unroll}", "dot": f"{c.mr}x{c.unroll} sums"}.get(c.algorithm, f"{c.mr}x{c.nv}")
     split = " cols" if c.threads > 1 and c.split == "columns" else ""
-    return f"{c.algorithm} {tile}/{c.lanes}{split}"
+    return f"{c.algorithm} {c.tile}/{c.lanes}{split}"
 
 
 def format_row(row: dict, peer_names: list[str]) -> str:

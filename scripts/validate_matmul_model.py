@@ -211,11 +211,8 @@ def main() -> int:
 
 
 def describe(c: mm.MatmulConfig) -> str:
-    if c.algorithm == "broadcast":
-        return f"broadcast L={c.lanes} u={c.unroll}"
-    if c.algorithm == "dot":
-        return f"dot {c.mr} rows x {c.unroll} sums"
-    return f"{c.algorithm} {c.mr}x{c.nv} kc={c.kc}"
+    blocked = c.algorithm in ("tiled", "packed")
+    return f"{c.algorithm} {c.tile}" + (f" kc={c.kc}" if blocked else f" L={c.lanes}")
 
 
 if __name__ == "__main__":

@@ -540,16 +540,16 @@ def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, thr
     out = []
     for lanes in widths:
         m = _Machine.of(profile, lanes, threads)
-        rows = min(BROADCAST_ROWS, min(m.registers, target.vector_registers) - 2)
+        registers = min(m.registers, target.vector_registers)
         for split in splits:
-            out.append(MatmulConfig("broadcast", lanes, unroll=rows, threads=threads, split=split))
+            out.append(MatmulConfig("broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2), threads=threads,
+                                    split=split))  # fmt: skip
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
-            registers = min(m.registers, target.vector_registers)
             out += [MatmulConfig("dot", lanes, mr=mr, unroll=u, threads=threads)
                     for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1) if mr * u + 2 <= registers]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
-                if mr * nv + nv + 1 > min(m.registers, target.vector_registers):
+                if mr * nv + nv + 1 > registers:
                     continue
                 kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
                 for algorithm in ("tiled", "packed"):
@@ -587,9 +587,8 @@ class Choice:
         lines.append("best of each algorithm:")
         for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
             c = p.config
-            tile = {"broadcast": "", "dot": f" {c.mr} rows x {c.unroll} sums"}.get(
-                c.algorithm, f" {c.mr}x{c.nv} kc={c.kc} mc={c.mc} nc={c.nc}")  # fmt: skip
-            lines.append(f"  {c.algorithm:<9} lanes={c.lanes}{tile}: {p.total_ns / 1e3:.1f} µs "
+            blocks = f" kc={c.kc} mc={c.mc} nc={c.nc}" if c.algorithm in ("tiled", "packed") else ""
+            lines.append(f"  {c.algorithm:<9} lanes={c.lanes} {c.tile}{blocks}: {p.total_ns / 1e3:.1f} µs "
                          f"({p.gflops:.1f} GFLOP/s)")  # fmt: skip
         return "\n".join(lines)
 
