@@ -11,7 +11,7 @@ __all__ = ["AutoconfigError", "__version__", "compile_matmul", "plan_matmul"]
 def __getattr__(name: str):
     """Lazy API: importing the package stays cheap (no MLIR, no LLVM) until used."""
     if name in ("compile_matmul", "plan_matmul"):
-        from autoconfig import compile as api
+        from autoconfig import matmul as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'autoconfig' has no attribute {name!r}")

@@ -112,7 +112,7 @@ def _cmd_profile_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain_matmul(args: argparse.Namespace) -> int:
-    from autoconfig.compile import plan_matmul
+    from autoconfig.matmul import plan_matmul
 
     choice = plan_matmul(args.m, args.n, args.k, profile=args.profile, target=args.target,
                          threads=args.threads)  # fmt: skip
@@ -131,7 +131,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_fuse(args: argparse.Namespace) -> int:
     import json
 
-    from autoconfig.compile import resolve_profile
+    from autoconfig.resolve import resolve_profile
     from autoconfig.fusion import plan
     from autoconfig.fusion.classify import mapping
     from autoconfig.graph.onnx_import import load_onnx

@@ -30,7 +30,7 @@ def run_demo(targets: list[Target], n: int, say: Callable[[str], None] = print) 
         library = build_library(fma.generate(config, target))
         built = time.perf_counter() - start
         out = np.empty(n, np.float32)
-        library.kernel(fma.SIGNATURE.symbol)(out, a, b, c, n)
+        library.kernel(config.symbol)(out, a, b, c, n)
         error = float(np.max(np.abs(out - expected))) if n else 0.0
         ok = bool(np.allclose(out, expected, rtol=1e-6, atol=1e-6))
         all_ok &= ok

@@ -21,7 +21,6 @@ from kernels.emit import (
     KernelModule,
     check_lanes,
     f32_memref,
-    f32_splat,
     f32_vector_type,
     index,
     kernel_body,
@@ -30,21 +29,9 @@ from kernels.emit import (
     new_module,
     verify,
 )
-from kernels.mlir import arith, ir, scf, vector
+from kernels.loops import for_range, load, prefix_mask, store
+from kernels.mlir import arith, ir, vector
 from kernels.target import Target
-
-SIGNATURE = KernelSignature(
-    symbol="ac_fma_f32",
-    params=(
-        Param("out", Role.OUT, extent=("n",)),
-        Param("a", Role.IN, extent=("n",)),
-        Param("b", Role.IN, extent=("n",)),
-        Param("c", Role.IN, extent=("n",)),
-        Param("n", Role.SIZE),
-    ),
-    doc="out[i] = a[i] * b[i] + c[i] for 0 <= i < n; out may alias none of a, b, c.",
-)
-
 
 @dataclass(frozen=True)
 class FmaConfig:
@@ -57,30 +44,43 @@ class FmaConfig:
         """One full vector register per step: the natural width on `target`."""
         return cls(lanes=target.f32_lanes)
 
+    @property
+    def symbol(self) -> str:
+        return f"ac_fma_f32_l{self.lanes}"
+
+
+def signature(config: FmaConfig) -> KernelSignature:
+    """``SYMBOL(out, a, b, c, n)``."""
+    return KernelSignature(
+        symbol=config.symbol,
+        params=(
+            Param("out", Role.OUT, extent=("n",)),
+            Param("a", Role.IN, extent=("n",)),
+            Param("b", Role.IN, extent=("n",)),
+            Param("c", Role.IN, extent=("n",)),
+            Param("n", Role.SIZE),
+        ),
+        doc="out[i] = a[i] * b[i] + c[i] for 0 <= i < n; out may alias none of a, b, c.",
+    )
+
 
 def generate(config: FmaConfig, target: Target) -> KernelModule:
-    """The FMA kernel for `target` with the C ABI of `SIGNATURE`."""
+    """The FMA kernel for `target` with the C ABI of `signature(config)`."""
     check_lanes(target, config.lanes)
+    sig = signature(config)
     with new_module() as module:
         vec = f32_vector_type(target, config.lanes)
-        with kernel_body(module, SIGNATURE) as args:
+        with kernel_body(module, sig) as args:
             n = args["n"]
             out, a, b, c = (f32_memref(args[name], [n]) for name in ("out", "a", "b", "c"))
             count = index(n)
             step = lane_step(target, config.lanes)
             full = arith.subi(count, arith.remui(count, step))
 
-            loop = scf.ForOp(index(0), full, step)
-            with ir.InsertionPoint(loop.body):
-                i = loop.induction_variable
-                va, vb, vc = (vector.load(vec, src, [i]) for src in (a, b, c))
-                vector.store(vector.fma(va, vb, vc), out, [i])
-                scf.yield_([])
+            def fma_at(i: ir.Value, mask: ir.Value | None = None) -> None:
+                store(vector.fma(*(load(vec, src, [i], mask) for src in (a, b, c))), out, [i], mask)
 
-            tail = vector.create_mask(mask_type(target, config.lanes), [arith.subi(count, full)])
-            zero = f32_splat(target, config.lanes, 0.0)
-            va, vb, vc = (vector.maskedload(vec, src, [full], tail, zero) for src in (a, b, c))
-            vector.maskedstore(out, [full], tail, vector.fma(va, vb, vc))
+            for_range(0, full, step, fma_at)
+            fma_at(full, prefix_mask(mask_type(target, config.lanes), arith.subi(count, full)))
         verify(module)
-    return KernelModule(module=module, signatures=(SIGNATURE,), target=target)
-
+    return KernelModule(module=module, signatures=(sig,), target=target)

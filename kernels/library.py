@@ -26,7 +26,8 @@ import numpy as np
 from autoconfig.errors import AutoconfigError
 from kernels.abi import KernelSignature, Role, c_driver, c_header, c_tasks
 from kernels.emit import KernelModule
-from kernels.lower import ObjectFile, compile_object, to_llvm_ir
+from kernels.cache import KernelCache, compile_modules, default_cache
+from kernels.lower import ObjectFile
 from kernels.target import Target
 
 
@@ -36,10 +37,13 @@ class KernelLibrary:
 
     target: Target
     signatures: tuple[KernelSignature, ...]
-    object: ObjectFile
+    objects: tuple[ObjectFile, ...]
     header: Path
     mode: str  # "native" or "emulated"
     binary: Path  # the shared library (native) or the static driver executable
+    archive: Path | None  # the static library (emulated targets: for linking elsewhere)
+    compiled: int  # kernel modules compiled by this build
+    cached: int  # kernel modules taken from the cache instead
     _workdir: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
     _cdll: ctypes.CDLL | None = field(default=None, repr=False)
 
@@ -51,13 +55,28 @@ class KernelLibrary:
         known = ", ".join(s.symbol for s in self.signatures)
         raise AutoconfigError(f"no kernel {symbol!r} in this library (it has {known})")
 
+    @property
+    def assembly(self) -> str:
+        """The assembly of every kernel module, one after another."""
+        return "\n".join(o.assembly for o in self.objects)
 
-def build_library(kmod: KernelModule, out_dir: Path | None = None) -> KernelLibrary:
-    """Lower, compile and link `kmod` for running on this host, natively or emulated.
 
-    Files go to `out_dir`, or to a temporary directory removed with the library.
+def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path | None = None,
+                  cache: KernelCache | None = None) -> KernelLibrary:  # fmt: skip
+    """Lower, compile and link kernel modules (one target) into one library that runs
+    on this host, natively or emulated.
+
+    Modules are compiled in parallel (LLVM in child processes, one per core); a module
+    whose compiled object is in `cache` (default: the user's, `default_cache()`) is
+    not compiled again. Files go to `out_dir`, or to a temporary directory removed
+    with the library.
     """
-    target = kmod.target
+    modules = [modules] if isinstance(modules, KernelModule) else list(modules)
+    if not modules:
+        raise AutoconfigError("a kernel library needs at least one kernel module")
+    target = modules[0].target
+    if any(m.target != target for m in modules):
+        raise AutoconfigError("the kernel modules of one library must share one target")
     execution = target.execution()
     if execution.mode == "unavailable":
         raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")
@@ -66,27 +85,41 @@ def build_library(kmod: KernelModule, out_dir: Path | None = None) -> KernelLibr
         workdir = tempfile.TemporaryDirectory(prefix=f"autoconfig-{target.name}-")
         out_dir = Path(workdir.name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    obj = compile_object(to_llvm_ir(kmod.module), target, out_dir)
-    signatures = list(kmod.signatures)
+    cache = default_cache() if cache is None else cache
+    objects, compiled = compile_modules(modules, out_dir, cache)
+    signatures = _unique_signatures(modules)
     header = out_dir / "kernels.h"
     header.write_text(c_header(signatures))
+    paths = [str(o.path) for o in objects]
+    archive, cdll = None, None
     if execution.mode == "native":
         binary = out_dir / "libkernels.so"
         tasks = out_dir / "tasks.c"
         tasks.write_text(c_tasks(signatures))
         command = ["cc", "-shared", "-fPIC", "-O2", f"-I{out_dir}", "-o", str(binary)]
-        run_tool([*command, str(tasks), str(obj.path)], "linking")
+        run_tool([*command, str(tasks), *paths], "linking")
         cdll = ctypes.CDLL(str(binary))
     else:
+        archive = out_dir / "libkernels.a"
+        archive.unlink(missing_ok=True)
+        run_tool([target.cross_ar, "rcs", str(archive), *paths], "archiving")
         driver = out_dir / "driver.c"
         driver.write_text(c_driver(signatures))
         binary = out_dir / "driver"
         command = [target.cross_cc, "-static", "-O2", f"-I{out_dir}", "-o", str(binary)]
-        run_tool([*command, str(driver), str(obj.path), "-lm"], "linking the driver")
-        cdll = None
-    return KernelLibrary(
-        target, tuple(signatures), obj, header, execution.mode, binary, workdir, cdll
-    )
+        run_tool([*command, str(driver), str(archive), "-lm"], "linking the driver")
+    return KernelLibrary(target, tuple(signatures), tuple(objects), header, execution.mode, binary,
+                         archive, compiled, len(objects) - compiled, workdir, cdll)  # fmt: skip
+
+
+def _unique_signatures(modules: Sequence[KernelModule]) -> list[KernelSignature]:
+    """Every module's signatures once; two different kernels with one symbol are an error."""
+    seen: dict[str, KernelSignature] = {}
+    for module in modules:
+        for sig in module.signatures:
+            if seen.setdefault(sig.symbol, sig) != sig:
+                raise AutoconfigError(f"two different kernels are named {sig.symbol}")
+    return list(seen.values())
 
 
 @dataclass

@@ -7,7 +7,9 @@ aborts its process: here it becomes an AutoconfigError naming the target.
 
 from __future__ import annotations
 
+import re
 import signal
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -33,7 +35,8 @@ PIPELINE = ",".join(
         "reconcile-unrealized-casts",
     ]
 )
-"""The MLIR pass pipeline to the LLVM dialect (checked on this toolchain, DESIGN §3)."""
+"""The MLIR pass pipeline to the LLVM dialect, checked on the bundled bindings (LLVM 24 dev):
+vector ops become scf loops or LLVM intrinsics, scf becomes cf, then everything LLVM."""
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,35 @@ def parse_mlir(text: str, source: str = "<input>") -> ir.Module:
 
 
 def to_llvm_ir(module: ir.Module) -> str:
-    """Lower a verified module to LLVM IR text (the module is lowered in place)."""
+    """Lower a verified module to LLVM IR text (a copy is lowered; `module` is kept)."""
     with module.context:
         try:
-            passmanager.PassManager.parse(f"builtin.module({PIPELINE})").run(module.operation)
-            return str(translate_module_to_llvmir(module.operation))
+            lowered = module.operation.clone()
+            passmanager.PassManager.parse(f"builtin.module({PIPELINE})").run(lowered.operation)
+            return exact_float_literals(str(translate_module_to_llvmir(lowered.operation)))
         except MLIRError as err:
             raise AutoconfigError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
+
+
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+)")
+
+
+def exact_float_literals(llvm_ir: str) -> str:
+    """f32 constants in the hexadecimal form llvmlite's LLVM reads (the double with the
+    same value). The bindings' newer LLVM prints them as short decimals
+    (``1.000000e-01``, rejected unless exact in double precision) or as raw f32 bits
+    (``f0xC2B0C0A5``, a syntax llvmlite's LLVM does not know). Every decimal literal is
+    taken as an f32: generated kernels hold no f64 values."""
+
+    def hexadecimal(match: re.Match) -> str:
+        literal = match[1]
+        if literal.startswith("f0x"):
+            value = struct.unpack("<f", int(literal[3:], 16).to_bytes(4, "little"))[0]
+        else:
+            value = struct.unpack("<f", struct.pack("<f", float(literal)))[0]  # rounded to f32
+        return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+    return _FLOAT_LITERAL.sub(hexadecimal, llvm_ir)
 
 
 def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "kernels") -> ObjectFile:

@@ -25,7 +25,6 @@ result is one scalar, so both kernels are correct on any VLEN.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 from autoconfig.errors import AutoconfigError
 from kernels.abi import KernelSignature, Param, Role
@@ -41,7 +40,8 @@ from kernels.emit import (
     new_module,
     verify,
 )
-from kernels.mlir import arith, ir, memref, scf, vector
+from kernels.loops import for_carry, lane_sum, load
+from kernels.mlir import arith, ir, memref, vector
 from kernels.target import Target
 
 
@@ -52,6 +52,10 @@ class FmaChainConfig:
     lanes: int
     chains: int
     unroll: int = 4  # copies of the body per loop trip, to hide the loop's own cost
+
+    @property
+    def symbol(self) -> str:
+        return f"ac_fmachain_f32_l{self.lanes}c{self.chains}u{self.unroll}"
 
     @property
     def fmas_per_iteration(self) -> int:
@@ -67,6 +71,10 @@ class StreamConfig:
     accumulators: int
 
     @property
+    def symbol(self) -> str:
+        return f"ac_stream_f32_l{self.lanes}a{self.accumulators}"
+
+    @property
     def block(self) -> int:
         """Elements read per inner-loop trip."""
         return self.lanes * self.accumulators
@@ -74,7 +82,7 @@ class StreamConfig:
 
 def fma_chain_signature(config: FmaChainConfig) -> KernelSignature:
     return KernelSignature(
-        symbol="ac_fmachain_f32",
+        symbol=config.symbol,
         params=(
             Param("out", Role.OUT, extent=(1,)),
             Param("xy", Role.IN, extent=(2,)),
@@ -87,7 +95,7 @@ def fma_chain_signature(config: FmaChainConfig) -> KernelSignature:
 
 def stream_signature(config: StreamConfig) -> KernelSignature:
     return KernelSignature(
-        symbol="ac_stream_f32",
+        symbol=config.symbol,
         params=(
             Param("out", Role.OUT, extent=(1,)),
             Param("data", Role.IN, extent=("n",)),
@@ -105,10 +113,6 @@ def _check_counts(**counts: int) -> None:
             raise AutoconfigError(f"{name} must be >= 1, got {count}")
 
 
-def _store_sum(accumulators: list[ir.Value], out: ir.Value) -> None:
-    """out[0] = the sum of every lane of every accumulator."""
-    total = vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD, reduce(arith.addf, accumulators))
-    memref.store(total, out, [index(0)])
 
 
 def generate_fma_chain(config: FmaChainConfig, target: Target) -> KernelModule:
@@ -128,13 +132,13 @@ def generate_fma_chain(config: FmaChainConfig, target: Target) -> KernelModule:
             vec = f32_vector_type(target, config.lanes)
             x, y = (vector.broadcast(vec, memref.load(xy, [index(k)])) for k in (0, 1))
             zero = f32_splat(target, config.lanes, 0.0)
-            loop = scf.ForOp(index(0), index(args["iters"]), index(1), [zero] * config.chains)
-            with ir.InsertionPoint(loop.body):
-                acc = list(loop.inner_iter_args)
+            def iteration(_: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                 for _ in range(config.unroll):
                     acc = [vector.fma(a, x, y) for a in acc]
-                scf.yield_(acc)
-            _store_sum(list(loop.results), out)
+                return acc
+
+            chains = for_carry(0, index(args["iters"]), 1, [zero] * config.chains, iteration)
+            memref.store(lane_sum(chains), out, [index(0)])
         verify(module)
     return KernelModule(module=module, signatures=(sig,), target=target)
 
@@ -154,18 +158,15 @@ def generate_stream(config: StreamConfig, target: Target) -> KernelModule:
             block = arith.muli(step, index(config.accumulators))
             full = arith.subi(count, arith.remui(count, block))
             zero = f32_splat(target, config.lanes, 0.0)
-            passes = scf.ForOp(index(0), index(args["reps"]), index(1), [zero] * config.accumulators)
-            with ir.InsertionPoint(passes.body):
-                sweep = scf.ForOp(index(0), full, block, list(passes.inner_iter_args))
-                with ir.InsertionPoint(sweep.body):
-                    i = sweep.induction_variable
-                    acc = [
-                        arith.addf(a, vector.load(vec, data, [arith.addi(i, arith.muli(step, index(j)))]))
-                        for j, a in enumerate(sweep.inner_iter_args)
-                    ]
-                    scf.yield_(acc)
-                scf.yield_(list(sweep.results))
-            _store_sum(list(passes.results), out)
+            def sweep(i: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                return [arith.addf(a, load(vec, data, [arith.addi(i, arith.muli(step, index(j)))]))
+                        for j, a in enumerate(acc)]  # fmt: skip
+
+            def one_pass(_: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                return for_carry(0, full, block, acc, sweep)
+
+            sums = for_carry(0, index(args["reps"]), 1, [zero] * config.accumulators, one_pass)
+            memref.store(lane_sum(sums), out, [index(0)])
         verify(module)
     return KernelModule(module=module, signatures=(sig,), target=target)
 

@@ -56,6 +56,11 @@ class Target:
         return self.vector_bits // 32
 
     @property
+    def cross_ar(self) -> str:
+        """The archiver of the cross toolchain (binutils beside `cross_cc`)."""
+        return self.cross_cc.removesuffix("gcc") + "ar"
+
+    @property
     def vscale(self) -> int:
         """LLVM's vscale on this target: VLEN/64 for RVV, 1 for fixed-length ISAs."""
         return self.vector_bits // 64 if self.scalable else 1

@@ -32,7 +32,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autoconfig import compile_matmul
-from autoconfig.compile import resolve_profile
+from autoconfig.resolve import resolve_profile
 
 SQUARES = [64, 128, 256, 512, 1024, 2048]
 ZOO = {  # (M, N, K) at batch 1: Gemm layers and 1x1 convolutions as GEMM
@@ -121,7 +121,7 @@ def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) ->
                 times[peer].append(median_seconds(fn, args.reps))
         flops = 2 * m * n * k
         row = {"name": name, "shape": (m, n, k), "build": build,
-               "config": describe(ours.config)}  # fmt: skip
+               "config": describe(ours.plan)}  # fmt: skip
         for peer, ts in times.items():
             row[peer] = flops / statistics.median(ts) / 1e9
         rows.append(row)
@@ -129,10 +129,11 @@ def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) ->
     return rows
 
 
-def describe(c) -> str:
+def describe(plan) -> str:
     """'packed 6x2/8', 'broadcast u8/8', 'dot 8x1 sums/8', plus the split when threads
     divide columns."""
-    split = " cols" if c.threads > 1 and c.split == "columns" else ""
+    c = plan.config
+    split = " cols" if plan.threads > 1 and plan.split == "columns" else ""
     return f"{c.algorithm} {c.tile}/{c.lanes}{split}"
 
 

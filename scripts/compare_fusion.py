@@ -15,7 +15,7 @@ import argparse
 import math
 import sys
 
-from autoconfig.compile import resolve_profile
+from autoconfig.resolve import resolve_profile
 from autoconfig.fusion import plan
 from autoconfig.fusion.planning import is_legal
 from autoconfig.graph import zoo

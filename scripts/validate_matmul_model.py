@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoconfig.compile import resolve_profile, target_for_profile
-from autoconfig.models.matmul import BROADCAST_ROWS, UNROLL, _Machine, block_sizes, choose, predict
+from autoconfig.resolve import resolve_profile, target_for_profile
+from autoconfig.machine import Machine
+from autoconfig.models.matmul import BROADCAST_ROWS, UNROLL, MatmulPlan, block_sizes, choose, predict
 from kernels import matmul as mm
 from kernels.library import build_library
 
@@ -58,19 +59,16 @@ DOT_TILES = [(1, 1), (1, 4), (1, 8), (2, 4), (4, 1), (4, 2), (8, 1)]  # (rows, p
 def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
     """Configurations spanning all algorithms, valid for the target."""
     widest = target.f32_lanes
-    configs = [mm.MatmulConfig("broadcast", lanes, unroll=rows)
+    configs = [mm.MatmulConfig(shape, "broadcast", lanes, unroll=rows)
                for lanes in sorted({widest, max(4, widest // 2)}) for rows in (1, BROADCAST_ROWS)]  # fmt: skip
-    m = _Machine.of(profile, widest, 1)
+    m = Machine.of(profile).at(widest, 1)
     for mr, nv in TILES:
-        if mr * nv + nv + 1 > target.vector_registers:
-            continue
         kc, mc, nc, _ = block_sizes(shape, mr, nv * widest, m)
-        for algorithm in ("tiled", "packed"):
-            configs.append(mm.MatmulConfig(algorithm, widest, mr, nv, kc, mc, nc, UNROLL))
+        configs += [mm.MatmulConfig(shape, algorithm, widest, mr, nv, kc, mc, nc, UNROLL)
+                    for algorithm in ("tiled", "packed")]  # fmt: skip
     if shape.n == 1:  # matrix times vector: rows x partial sums along K
-        configs += [mm.MatmulConfig("dot", widest, mr=mr, unroll=u) for mr, u in DOT_TILES
-                    if mr * u + 2 <= target.vector_registers]  # fmt: skip
-    return configs
+        configs += [mm.MatmulConfig(shape, "dot", widest, mr=mr, unroll=u) for mr, u in DOT_TILES]
+    return [c for c in configs if c.registers_needed()[0] <= target.vector_registers]
 
 
 @dataclass
@@ -91,15 +89,15 @@ class Operands:
             rng.standard_normal((shape.m, shape.k), dtype=np.float32),
             rng.standard_normal((shape.k, shape.n), dtype=np.float32),
             np.empty((shape.m, shape.n), np.float32),
-            np.empty(max(1, *(c.workspace(shape) for c in configs)), np.float32),
+            np.empty(max(1, *(c.workspace() for c in configs)), np.float32),
         )
 
 
 def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target, x: Operands) -> Callable[[], None]:
     """The kernel as a no-argument call, after checking its result against numpy."""
-    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-    args = [x.c, x.a, x.b] + ([x.work[: config.workspace(shape)]] if config.workspace(shape) else [])
-    tiles = (0, config.row_tiles(shape), 0, config.col_tiles(shape))
+    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    args = [x.c, x.a, x.b] + ([x.work[: config.workspace()]] if config.workspace() else [])
+    tiles = (0, config.row_tiles(), 0, config.col_tiles())
     x.c.fill(np.nan)
     kernel(*args, *tiles)
     if not np.allclose(x.c, x.a.astype(np.float64) @ x.b, rtol=1e-3, atol=1e-3 * math.sqrt(shape.k)):
@@ -188,7 +186,7 @@ def main() -> int:
     regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
     for name, (shape, pick, calls) in grids.items():
         times, configs = measured[name], list(calls)
-        predicted = {c: predict(shape, c, profile).total_ns for c in configs}
+        predicted = {c: predict(MatmulPlan(c), profile).total_ns for c in configs}
         best = min(times, key=times.get)
         regret = times[pick] / times[best] - 1
         rho = spearman([predicted[c] for c in configs], [times[c] for c in configs])

@@ -18,7 +18,7 @@ C_PROGRAM = r"""
 int main(void) {
   float a[11], b[11], c[11], out[11];
   for (int i = 0; i < 11; i++) { a[i] = (float)i; b[i] = 2.0f; c[i] = 1.0f; }
-  ac_fma_f32(out, a, b, c, 11);
+  ac_fma_f32_l8(out, a, b, c, 11);
   for (int i = 0; i < 11; i++) if (out[i] != 2.0f * i + 1.0f) { printf("bad %d\n", i); return 1; }
   printf("ok\n");
   return 0;
@@ -27,9 +27,9 @@ int main(void) {
 
 
 def test_header_declares_the_kernel():
-    header = c_header([fma.SIGNATURE])
+    header = c_header([fma.signature(fma.FmaConfig(8))])
     assert (
-        "void ac_fma_f32(float *out, const float *a, const float *b, const float *c, int64_t n);"
+        "void ac_fma_f32_l8(float *out, const float *a, const float *b, const float *c, int64_t n);"
         in header
     )
     assert "#include <stdint.h>" in header and 'extern "C"' in header
@@ -37,12 +37,12 @@ def test_header_declares_the_kernel():
 
 def test_c_program_calls_the_generated_kernel(tmp_path):
     host = get_target("host")
-    library = build_library(fma.generate(fma.FmaConfig.widest(host), host), tmp_path / "lib")
+    library = build_library(fma.generate(fma.FmaConfig(8), host), tmp_path / "lib")
     exe = tmp_path / "prog"
     (tmp_path / "prog.c").write_text(C_PROGRAM)
     subprocess.run(
         ["cc", "-O1", f"-I{library.header.parent}", "-o", str(exe), str(tmp_path / "prog.c"),
-         str(library.object.path)],
+         str(library.objects[0].path)],
         check=True,
     )  # fmt: skip
     assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "ok\n"

@@ -14,10 +14,11 @@ from tests.conftest import CASE_IDS_ALL, target_for
 @pytest.mark.parametrize("case_id", CASE_IDS_ALL)
 def test_installed_llvmlite_parses_the_bindings_ir(case_id):
     target = target_for(case_id)
-    llvm_ir = to_llvm_ir(fma.generate(fma.FmaConfig.widest(target), target).module)
+    config = fma.FmaConfig.widest(target)
+    llvm_ir = to_llvm_ir(fma.generate(config, target).module)
     module = llvm.parse_assembly(llvm_ir)
     module.verify()
-    assert module.get_function(fma.SIGNATURE.symbol).name == fma.SIGNATURE.symbol
+    assert module.get_function(config.symbol).name == config.symbol
 
 
 def test_unverifiable_mlir_names_the_cause():

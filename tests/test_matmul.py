@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
-from autoconfig.models.matmul import choose, predict
+from autoconfig.models.matmul import MatmulPlan, choose, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -29,7 +30,19 @@ def reference(a, b, c=None):
     return out if c is None else out + c
 
 
-def check(kernel_call, shape, config, accumulate_into=None, seed=0):
+ANY = mm.MatmulShape(1, 1, 1)  # the shape of config templates; set where they are used
+
+
+def at(config: mm.MatmulConfig, dims) -> mm.MatmulConfig:
+    return replace(config, shape=mm.MatmulShape(*dims))
+
+
+def build(config, target):
+    return build_library(mm.generate(config, target)).kernel(config.symbol)
+
+
+def check(kernel_call, config, seed=0):
+    shape = config.shape
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((shape.m, shape.k), dtype=np.float32)
     b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
@@ -37,8 +50,8 @@ def check(kernel_call, shape, config, accumulate_into=None, seed=0):
     before = c.copy()
     args = [c, a, b]
     if config.algorithm == "packed":
-        args.append(np.full(config.workspace(shape), np.nan, np.float32))
-    rows, cols = config.row_tiles(shape), config.col_tiles(shape)
+        args.append(np.full(config.workspace(), np.nan, np.float32))
+    rows, cols = config.row_tiles(), config.col_tiles()
     for row_range in ((0, rows // 2), (rows // 2, rows)):  # disjoint blocks, as threads do
         for col_range in ((0, cols // 2), (cols // 2, cols)):
             kernel_call(*args, *row_range, *col_range)
@@ -48,11 +61,11 @@ def check(kernel_call, shape, config, accumulate_into=None, seed=0):
 
 def configs_for(lanes: int) -> list[mm.MatmulConfig]:
     return [
-        mm.MatmulConfig("broadcast", lanes),
-        mm.MatmulConfig("broadcast", lanes, unroll=4),
-        mm.MatmulConfig("tiled", lanes, mr=3, nv=2, kc=8, mc=6, nc=2 * 2 * lanes, unroll=3),
-        mm.MatmulConfig("packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
-        mm.MatmulConfig("packed", lanes, mr=2, nv=1, accumulate=True),
+        mm.MatmulConfig(ANY, "broadcast", lanes),
+        mm.MatmulConfig(ANY, "broadcast", lanes, unroll=4),
+        mm.MatmulConfig(ANY, "tiled", lanes, mr=3, nv=2, kc=8, mc=6, nc=2 * 2 * lanes, unroll=3),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=2, nv=1, accumulate=True),
     ]
 
 
@@ -64,9 +77,8 @@ HOST_SHAPES = [(1, 1, 1), (13, 17, 19), (9, 33, 7), (64, 48, 40), (2, 100, 3), (
 def test_host_correct(config, dims):
     target = target_for("avx2")
     require_runnable(target)
-    shape = mm.MatmulShape(*dims)
-    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-    check(kernel, shape, config)
+    config = at(config, dims)
+    check(build(config, target), config)
 
 
 @pytest.mark.parametrize("case_id", ["avx512", "neon", "rvv128", "rvv256"])
@@ -76,9 +88,8 @@ def test_other_targets_correct(case_id):
     lanes = target.f32_lanes
     for config in configs_for(lanes):
         for dims in [(1, 1, 1), (7, 13, 5), (11, 2 * lanes + 3, 9)]:
-            shape = mm.MatmulShape(*dims)
-            kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-            check(kernel, shape, config)
+            shaped = at(config, dims)
+            check(build(shaped, target), shaped)
 
 
 @pytest.mark.parametrize("case_id, pattern, absent", [
@@ -89,9 +100,8 @@ def test_other_targets_correct(case_id):
 ])  # fmt: skip
 def test_generated_instructions(tmp_path, case_id, pattern, absent):
     target = target_for(case_id)
-    shape = mm.MatmulShape(20, 40, 30)
-    config = mm.MatmulConfig("packed", target.f32_lanes, mr=4, nv=2, kc=16, unroll=2)
-    asm = compile_object(to_llvm_ir(mm.generate(shape, config, target).module), target, tmp_path).assembly
+    config = mm.MatmulConfig(mm.MatmulShape(20, 40, 30), "packed", target.f32_lanes, mr=4, nv=2, kc=16, unroll=2)
+    asm = compile_object(to_llvm_ir(mm.generate(config, target).module), target, tmp_path).assembly
     assert re.search(pattern, asm)
     assert absent is None or absent not in asm
 
@@ -101,21 +111,21 @@ def test_api_chooses_builds_and_runs_with_threads():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((300, 100), dtype=np.float32), rng.standard_normal((100, 200), dtype=np.float32)
     np.testing.assert_allclose(f(a, b), reference(a, b), rtol=1e-4, atol=1e-3)
-    assert f.config.threads == 2 and "choice:" in f.explain()  # big enough to split
+    assert f.plan.threads == 2 and "choice:" in f.explain()  # big enough to split
 
 
 @pytest.mark.parametrize("dims, split", [((1, 4096, 1024), "columns"), ((4096, 64, 64), "rows")])
 def test_threads_split_the_dimension_with_tiles_to_share(dims, split):
     choice = plan_matmul(*dims, profile=HOST_PROFILE, threads=2)
-    assert (choice.best.config.threads, choice.best.config.split) == (2, split)
+    assert (choice.best.plan.threads, choice.best.plan.split) == (2, split)
     assert "split into 2 blocks" in choice.explain()
 
 
 @pytest.mark.parametrize("algorithm", ["broadcast", "tiled", "packed"])
 def test_api_column_split_is_correct(algorithm):
     tile = (1, 1) if algorithm == "broadcast" else (3, 2)
-    config = mm.MatmulConfig(algorithm, 8, *tile, threads=3, split="columns")
-    f = compile_matmul(7, 61, 20, profile=HOST_PROFILE, config=config)
+    config = mm.MatmulConfig(mm.MatmulShape(7, 61, 20), algorithm, 8, *tile)
+    f = compile_matmul(7, 61, 20, profile=HOST_PROFILE, config=config, threads=3, split_by="columns")
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((7, 20), dtype=np.float32), rng.standard_normal((20, 61), dtype=np.float32)
     np.testing.assert_allclose(f(a, b), reference(a, b), rtol=1e-4, atol=1e-4)
@@ -123,11 +133,11 @@ def test_api_column_split_is_correct(algorithm):
 
 def test_small_problems_stay_on_one_thread():
     choice = plan_matmul(16, 16, 16, profile=HOST_PROFILE, threads=2)
-    assert choice.best.config.threads == 1  # dispatch would cost more than it saves
+    assert choice.best.plan.threads == 1  # dispatch would cost more than it saves
 
 
 def test_api_forced_config_and_accumulate():
-    config = mm.MatmulConfig("tiled", 8, mr=2, nv=1, kc=4, accumulate=True)
+    config = mm.MatmulConfig(mm.MatmulShape(5, 9, 11), "tiled", 8, mr=2, nv=1, kc=4, accumulate=True)
     f = compile_matmul(5, 9, 11, profile=HOST_PROFILE, config=config, threads=2)
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((5, 11), dtype=np.float32), rng.standard_normal((11, 9), dtype=np.float32)
@@ -152,24 +162,23 @@ def test_api_rejects_bad_input():
         compile_matmul(0, 5, 6, profile=HOST_PROFILE)
 
 
+SQUARE16 = mm.MatmulShape(16, 16, 16)
+
+
 @pytest.mark.parametrize("config, reason", [
-    (mm.MatmulConfig("tiled", 8, mr=8, nv=3), "needs 24 accumulators .* = 28 vector registers; avx2 has 16"),
-    (mm.MatmulConfig("packed", 16, mr=4, nv=1), "lanes=16 is invalid for avx2"),
-    (mm.MatmulConfig("tiled", 8, mr=4, nv=2, mc=6), "mc=6 must be a multiple of mr=4"),
-    (mm.MatmulConfig("broadcast", 8, mr=2), "broadcast matmul works on one row"),
-    (mm.MatmulConfig("broadcast", 8, unroll=15), "unroll=15 needs 15 A broadcasts .* = 17 vector registers"),
-    (mm.MatmulConfig("tiled", 8, split="diagonal"), "unknown split 'diagonal': rows, columns"),
-    (mm.MatmulConfig("dot", 8, mr=4), r"dot matmul is for N=1 \(matrix times vector\) with nv=1, got N=16"),
+    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=8, nv=3), "needs 24 accumulators .* = 28 vector registers; avx2 has 16"),
+    (mm.MatmulConfig(SQUARE16, "packed", 16, mr=4, nv=1), "lanes=16 is invalid for avx2"),
+    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, nv=2, mc=6), "mc=6 must be a multiple of mr=4"),
+    (mm.MatmulConfig(SQUARE16, "broadcast", 8, mr=2), "broadcast matmul works on one row"),
+    (mm.MatmulConfig(SQUARE16, "broadcast", 8, unroll=15), "u15 needs 15 A broadcasts .* = 17 vector registers"),
+    (mm.MatmulConfig(SQUARE16, "dot", 8, mr=4), r"dot matmul is for N=1 \(matrix times vector\) with nv=1, got N=16"),
+    (mm.MatmulConfig(mm.MatmulShape(16, 1, 16), "dot", 8, mr=4, unroll=4), "4x4 partial sums .* = 18 vector"),
+    (mm.MatmulConfig(mm.MatmulShape(16, 8, 16), "tiled", 8), "forced config is for .* not M=16 N=16 K=16"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):
-        compile_matmul(16, 16, 16, profile=HOST_PROFILE, target="avx2", config=config)
-
-
-def test_dot_rejects_more_partial_sums_than_registers():
-    config = mm.MatmulConfig("dot", 8, mr=4, unroll=4)
-    with pytest.raises(AutoconfigError, match="4 rows x 4 partial sums needs 16 accumulators .* = 18 vector"):
-        compile_matmul(16, 1, 16, profile=HOST_PROFILE, target="avx2", config=config)
+        compile_matmul(16, config.shape.n if config.shape.n == 1 else 16, 16, profile=HOST_PROFILE, target="avx2",
+                       config=config)  # fmt: skip
 
 
 DOT_SHAPES = [(1, 1, 1), (7, 1, 13), (1, 1, 64), (13, 1, 3)]
@@ -181,11 +190,11 @@ def test_dot_correct_on_every_target(case_id):
     target = target_for(case_id)
     require_runnable(target)
     lanes = target.f32_lanes
-    configs = mm.MatmulConfig("dot", lanes, mr=3, unroll=2), mm.MatmulConfig("dot", lanes, unroll=3, accumulate=True)
+    configs = mm.MatmulConfig(ANY, "dot", lanes, mr=3, unroll=2), mm.MatmulConfig(ANY, "dot", lanes, unroll=3, accumulate=True)
     for config in configs:
         for dims in [*DOT_SHAPES, (5, 1, 2 * lanes + 3)]:
-            shape = mm.MatmulShape(*dims)
-            check(build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32"), shape, config)
+            shaped = at(config, dims)
+            check(build(shaped, target), shaped)
 
 
 def test_matrix_times_vector_picks_dot():
@@ -210,7 +219,7 @@ def test_choice_differs_between_machines_and_says_why():
     for choice in picks.values():
         fastest = min(p.total_ns for p in choice.per_algorithm)
         assert choice.best in choice.per_algorithm and choice.best.total_ns <= fastest * 1.02
-        assert choice.best.config.validate(choice.target, shape) is None
+        assert choice.best.config.validate(choice.target) is None
 
 
 def test_prediction_terms_are_named_and_sum_up():
@@ -219,7 +228,7 @@ def test_prediction_terms_are_named_and_sum_up():
         shape = mm.MatmulShape(300, 1 if algorithm == "dot" else 200, 100)  # dot: matrix times vector
         config = next(c for c in [p.config for p in choose(shape, profile, target_for("avx2"), 1).per_algorithm]
                       if c.algorithm == algorithm)  # fmt: skip
-        p = predict(shape, config, profile)
+        p = predict(MatmulPlan(config), profile)
         names = {t.name for t in p.terms}
         assert {"fma", "latency", "loads", "call"} <= names and any(n.startswith("memory") for n in names)
         assert all(t.ns >= 0 and t.why for t in p.terms)
@@ -236,10 +245,10 @@ def test_unpacked_b_rows_that_start_mid_line_count_both_lines():
     # N=255: rows 1020 B apart start mid-line, so a 6x2 tile's 64 B of B touch two
     # lines on most rows; the tiled panel (256 rows) then overflows L1, and packing wins
     # (measured 5-15% faster than tiled on this shape)
-    profile, config = load_profile(HOST_PROFILE), mm.MatmulConfig("tiled", 8, 6, 2, kc=256)
+    profile, config = load_profile(HOST_PROFILE), mm.MatmulConfig(ANY, "tiled", 8, 6, 2, kc=256)
 
     def l1_misses(n: int) -> tuple[float, str]:
-        p = predict(mm.MatmulShape(2704, n, 256), config, profile)
+        p = predict(MatmulPlan(at(config, (2704, n, 256))), profile)
         return next((t.ns, t.why) for t in p.terms if t.name == "l1 misses")
 
     assert l1_misses(272)[0] == 0 and "256 lines" in l1_misses(272)[1]  # 17 lines apart: aligned
@@ -260,3 +269,9 @@ def test_cli_explain():
          "--profile", str(HOST_PROFILE)], capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "M=0" in bad.stderr
+
+
+def test_unknown_split_rejected():
+    with pytest.raises(AutoconfigError, match="unknown split 'diagonal': rows, columns"):
+        compile_matmul(16, 16, 16, profile=HOST_PROFILE, config=mm.MatmulConfig(SQUARE16, "tiled", 8),
+                       split_by="diagonal")  # fmt: skip

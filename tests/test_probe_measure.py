@@ -34,7 +34,7 @@ def test_fma_chain_kernel_computes_the_chains(case_id):
     target = target_for(case_id)
     require_runnable(target)
     config = mb.FmaChainConfig(lanes=target.f32_lanes, chains=3, unroll=2)
-    kernel = build_library(mb.generate_fma_chain(config, target)).kernel("ac_fmachain_f32")
+    kernel = build_library(mb.generate_fma_chain(config, target)).kernel(config.symbol)
     out = np.zeros(1, np.float32)
     kernel(out, np.array([0.5, 1.0], np.float32), 5)
     expected = fma_chain_reference(3, 2, target.f32_lanes, 5, 0.5, 1.0)
@@ -46,7 +46,7 @@ def test_stream_kernel_sums_whole_blocks(case_id):
     target = target_for(case_id)
     require_runnable(target)
     config = mb.StreamConfig(lanes=target.f32_lanes, accumulators=3)
-    kernel = build_library(mb.generate_stream(config, target)).kernel("ac_stream_f32")
+    kernel = build_library(mb.generate_stream(config, target)).kernel(config.symbol)
     data = np.arange(1000, dtype=np.float32) % 7
     out = np.zeros(1, np.float32)
     kernel(out, data, 1000, 2)

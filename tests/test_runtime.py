@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from autoconfig import compile_matmul
-from autoconfig.compile import part_blocks
+from autoconfig.matmul import part_blocks
+from autoconfig.models.matmul import MatmulPlan
 from autoconfig.runtime import SplitKernel, split
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -40,12 +40,11 @@ def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])
 def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
     # accumulating C += A·B: a part run twice or not at all changes the result
-    shape = mm.MatmulShape(41, 24, 13)
-    config = mm.MatmulConfig("packed", 8, mr=2, nv=1, kc=8, accumulate=True)
-    kernel = build_library(mm.generate(shape, config, avx2)).kernel("ac_matmul_f32")
-    ranges = [(b, e, 0, config.col_tiles(shape)) for b, e in split(config.row_tiles(shape), parts)]
+    config = mm.MatmulConfig(mm.MatmulShape(41, 24, 13), "packed", 8, mr=2, nv=1, kc=8, accumulate=True)
+    kernel = build_library(mm.generate(config, avx2)).kernel(config.symbol)
+    ranges = [(b, e, 0, config.col_tiles()) for b, e in split(config.row_tiles(), parts)]
     assert len(ranges) == parts
-    work = [[np.empty(config.workspace(shape), np.float32)] for _ in ranges]
+    work = [[np.empty(config.workspace(), np.float32)] for _ in ranges]
     run = SplitKernel(kernel, ranges, work)
     a, b = operands(41, 24, 13, parts)
     c = np.ones((41, 24), np.float32)
@@ -55,10 +54,9 @@ def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
 
 def two_part_matmul(target, m: int, n: int, k: int) -> SplitKernel:
     """C = A·B (tiled, unpacked) split into two row blocks."""
-    shape = mm.MatmulShape(m, n, k)
-    config = mm.MatmulConfig("tiled", 8, mr=4, nv=2)
-    kernel = build_library(mm.generate(shape, config, target)).kernel("ac_matmul_f32")
-    return SplitKernel(kernel, part_blocks(shape, replace(config, threads=2)))
+    config = mm.MatmulConfig(mm.MatmulShape(m, n, k), "tiled", 8, mr=4, nv=2)
+    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    return SplitKernel(kernel, part_blocks(MatmulPlan(config, threads=2)))
 
 
 def a_worker_helps(run: SplitKernel, a: np.ndarray, b: np.ndarray, seconds: float = 5.0) -> bool:
@@ -86,8 +84,9 @@ def test_concurrent_callers_each_get_their_result(avx2):
     # six Python threads, two per compiled matmul: the pool and each packing workspace
     # are shared between callers
     shapes = [(60, 40, 30), (37, 72, 19), (90, 16, 64)]
-    compiled = [compile_matmul(m, n, k, profile=HOST_PROFILE,
-                               config=mm.MatmulConfig("packed", 8, 4, 2, threads=2)) for m, n, k in shapes]  # fmt: skip
+    compiled = [compile_matmul(m, n, k, profile=HOST_PROFILE, threads=2,
+                               config=mm.MatmulConfig(mm.MatmulShape(m, n, k), "packed", 8, 4, 2))
+                for m, n, k in shapes]  # fmt: skip
     failures: list[str] = []
 
     def hammer(caller: int) -> None:
@@ -141,7 +140,7 @@ def test_arrays_are_read_where_numpy_keeps_them(avx2, parts):
     assert a.base is not None and b.base is not None and b.flags.c_contiguous
     c_base = np.full((m + 2, n), 7.0, np.float32)
     c = c_base[1 : m + 1]
-    config = mm.MatmulConfig("packed", 8, 4, 2, accumulate=True, threads=parts)
-    compile_matmul(m, n, k, profile=HOST_PROFILE, config=config)(a, b, c)
+    config = mm.MatmulConfig(mm.MatmulShape(m, n, k), "packed", 8, 4, 2, accumulate=True)
+    compile_matmul(m, n, k, profile=HOST_PROFILE, config=config, threads=parts)(a, b, c)
     np.testing.assert_allclose(c, reference(a, b) + 7, rtol=1e-4, atol=1e-4)
     assert (c_base[0] == 7).all() and (c_base[-1] == 7).all()  # nothing written outside the view

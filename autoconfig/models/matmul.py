@@ -1,14 +1,14 @@
 """The matmul model: from the hardware profile alone, each algorithm's parameters and
 predicted time as named terms; the fastest prediction is the choice.
 
-Parameters (BLIS analytic model, Low et al. 2016, DESIGN §4, with corrections):
+Parameters (the BLIS analytic model, Low et al., ACM TOMS 2016, with corrections):
 - register tile mr×nv: every tile with mr·nv + nv + 1 ≤ vector registers is scored;
   fewer than latency×throughput (FMAs in flight, from the profile) accumulators
   leave the FMA units idle, and just that many still lose some (LATENCY_OVERLAP);
   edge tiles compute padded lanes and rows;
 - kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
-  ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. DESIGN §4 writes
-  nr/mr; that gave kc=64 on the development machine, measured 0.68× OpenBLAS at
+  ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. The paper's form
+  ⌊(W−1)/(1+nr/mr)⌋ gave kc=64 on the development machine, measured 0.68× OpenBLAS at
   1024³ against 0.96× for kc=256 (this rule: kc=320);
 - mc: the A block (mc×kc) fills the L2 ways left after two B micro-panels, counted
   on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
@@ -36,27 +36,20 @@ overlapping form predicted 88 GFLOP/s; the kernel measured 46-50).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.profile import FmaFigures, HardwareProfile
-from kernels.matmul import ALGORITHMS, SPLITS, MatmulConfig, MatmulShape, round_up
+from autoconfig.profile import HardwareProfile
+from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
+from kernels import epilogue as ep
+from kernels.matmul import ALGORITHMS, MatmulConfig, MatmulShape
+from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
-
-F32 = 4  # bytes per element
 
 UNROLL = 4
 """K-loop copies per trip: hides the loop's own instructions; measured at 512³ on the
 development machine, packed 6x2 went from 58 to 78 GFLOP/s with 4 copies."""
-
-CALL_NS = 3_500.0
-"""Python-side cost of one kernel call (argument checks, output allocation, the native
-call): 3.5 µs measured on a 1x1x1 matmul."""
-
-THREAD_DISPATCH_NS = 1_000.0
-"""Handing row blocks to the native pool (autoconfig/pool.c) and joining: ~0.1 µs
-measured with an empty task while workers spin, plus their first touches of A, B
-and C; the Python pool it replaced cost ~40 µs on 2 cores."""
 
 STORE_FORWARD_FACTOR = 1.5
 """Broadcast's C vector goes store→load every k: store forwarding adds about half an
@@ -94,6 +87,9 @@ gemv kernels do: C traffic drops by that factor and B streams from as many rows 
 once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
 12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread)."""
 
+Split = Literal["rows", "columns"]
+SPLITS: tuple[Split, ...] = ("rows", "columns")
+
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
 MAX_SUMS = 8  # dot's partial sums per row: FMAs in flight are 6-8 on the profiled machines
@@ -112,11 +108,18 @@ class Term:
 class Prediction:
     """A configuration with its predicted time broken into named terms."""
 
-    shape: MatmulShape
-    config: MatmulConfig
+    plan: MatmulPlan
     terms: tuple[Term, ...]
     total_ns: float
     parameters: tuple[tuple[str, str], ...]  # (parameter, reason)
+
+    @property
+    def config(self) -> MatmulConfig:
+        return self.plan.config
+
+    @property
+    def shape(self) -> MatmulShape:
+        return self.plan.shape
 
     @property
     def gflops(self) -> float:
@@ -126,89 +129,10 @@ class Prediction:
         return next(t.ns for t in self.terms if t.name == name)
 
 
-@dataclass(frozen=True)
-class _Machine:
-    """The profile figures the model uses, for one thread count."""
-
-    fma: FmaFigures
-    widest_lanes: int  # of the probe's streaming loads
-    registers: int
-    cores: int
-    threads: int
-    l1_ways: int
-    l1_sets: int
-    line: int
-    l2_ways_effective: int
-    l2_sets: int
-    l3: tuple[int, int, int] | None  # (ways, sets, cores sharing)
-    bandwidth: dict[str, float]  # GB/s = bytes/ns per level, per thread with `threads` running
-    bandwidth_one: dict[str, float]  # one thread
-
-    @classmethod
-    def of(cls, profile: HardwareProfile, lanes: int, threads: int) -> _Machine:
-        fma = next((f for f in profile.fma if f.lanes == lanes), None)
-        if fma is None:
-            widths = ", ".join(str(f.vector_bits) for f in profile.fma)
-            raise AutoconfigError(f"profile {profile.name} has no {lanes * 32}-bit FMA figures ({widths})")
-        l1, l2, l3 = profile.cache(1), profile.cache(2), profile.cache(3)
-        if l1 is None or l2 is None or profile.bandwidth is None:
-            raise AutoconfigError(f"profile {profile.name} lacks L1/L2 geometry or bandwidth")
-        single = profile.bandwidth.single_thread
-        many = profile.bandwidth.all_threads
-        knee = single.knees.get("L2")
-        ways = int(l2.ways)
-        if knee is not None:  # effective L2 ways from the measured knee
-            ways = max(2, min(ways, math.floor(ways * float(knee) / int(l2.size))))
-        levels = [k for k in ("L1", "L2", "L3", "DRAM") if k in single.levels]
-
-        def scaled(level: str) -> float:
-            """One thread's share when `threads` stream at once: the probe's totals
-            interpolated between one and all hardware threads, divided among them (a
-            shared level gives each less; the total was once used per thread, which
-            halved the DRAM time of 2-thread plans)."""
-            one = float(single.levels[level])
-            if threads == 1:
-                return one
-            total = float(many.levels[level])  # with all hardware threads
-            return (one + (total - one) * (threads - 1) / max(1, many.threads - 1)) / threads
-
-        return cls(
-            fma=fma,
-            widest_lanes=profile.widest_fma().lanes,
-            registers=int(profile.vector.registers),
-            cores=int(profile.cores),
-            threads=threads,
-            l1_ways=int(l1.ways),
-            l1_sets=int(l1.sets),
-            line=int(l1.line),
-            l2_ways_effective=ways,
-            l2_sets=int(l2.sets),
-            l3=(int(l3.ways), int(l3.sets), int(l3.shared_by)) if l3 else None,
-            bandwidth={k: scaled(k) for k in levels},
-            bandwidth_one={k: float(single.levels[k]) for k in levels},
-        )
-
-    def fma_per_ns(self) -> float:
-        return float(self.fma.throughput)
-
-    def vector_loads_per_ns(self, lanes: int) -> float:
-        """L1 load instructions per ns, whatever their width (up to the widest): the
-        probe streams full-width vectors, and the load ports count instructions, not
-        bytes (scaling by width made 128-bit loads look twice as frequent, and picked
-        128-bit broadcast matmul where 256-bit measured 1.65x faster)."""
-        del lanes  # the rate is per instruction
-        return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
-
-    def beyond(self, level: str) -> str:
-        """The next level out (L3 may be missing: then DRAM)."""
-        order = [k for k in ("L1", "L2", "L3", "DRAM") if k in self.bandwidth]
-        return order[min(order.index(level) + 1, len(order) - 1)]
-
-
 # ---------------------------------------------------------------- parameters
 
 
-def block_sizes(shape: MatmulShape, mr: int, nr: int, m: _Machine) -> tuple[int, int, int, list[tuple[str, str]]]:
+def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, int, int, list[tuple[str, str]]]:
     """(kc, mc, nc) from the cache geometry, with the reason for each."""
     b_ways = max(1, math.floor((m.l1_ways - 1) / (1 + mr / nr)))
     kc = max(UNROLL, b_ways * m.l1_sets * m.line // (nr * F32) // UNROLL * UNROLL)
@@ -238,69 +162,98 @@ def block_sizes(shape: MatmulShape, mr: int, nr: int, m: _Machine) -> tuple[int,
     return kc, mc, nc, [("kc", kc_why), ("mc", mc_why), ("nc", nc_why)]
 
 
-def _holding_level(size: float, m: _Machine, whole_problem: bool = False) -> str:
-    """The innermost level whose (effective) capacity holds `size` bytes: a thread's
-    own block gets its share of a shared L3, data all threads hold together (the
-    whole problem) all of it."""
-    capacities = [
-        ("L1", (m.l1_ways - 1) * m.l1_sets * m.line),
-        ("L2", m.l2_ways_effective * m.l2_sets * m.line),
-    ]
-    if m.l3 is not None:
-        ways, sets, sharing = m.l3
-        sharers = 1 if whole_problem else max(1, min(m.threads, sharing))
-        capacities.append(("L3", ways * sets * m.line // sharers))
-    return next((level for level, cap in capacities if size <= cap and level in m.bandwidth), "DRAM")
-
-
 # ---------------------------------------------------------------- prediction
 
 
-def predict(shape: MatmulShape, config: MatmulConfig, profile: HardwareProfile) -> Prediction:
-    """Predicted time of `config` on `shape` from `profile`, as named terms."""
-    m = _Machine.of(profile, config.lanes, config.threads)
-    share = _busiest_share(config.split_units(shape), config.threads)
-    if config.algorithm == "broadcast":
-        terms, params = _broadcast_terms(shape, config, m, share)
-    elif config.algorithm == "dot":
-        terms, params = _dot_terms(shape, config, m, share)
-    else:
-        terms, params = _blocked_terms(shape, config, m, share)
-    parts = min(config.threads, config.split_units(shape))
-    overhead = CALL_NS + (THREAD_DISPATCH_NS if parts > 1 else 0.0)
+@dataclass(frozen=True)
+class MatmulPlan:
+    """A config with how the runtime runs it: on how many threads, dividing which tiles
+    (split by rows: each thread packs all of B; by columns: only its columns, and all
+    of A). Runtime choices, not code: the kernel takes its tile ranges as arguments."""
+
+    config: MatmulConfig
+    threads: int = 1
+    split: Split = "rows"
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise AutoconfigError(f"unknown split {self.split!r}: {', '.join(SPLITS)}")
+        if self.threads < 1:
+            raise AutoconfigError(f"threads must be >= 1, got {self.threads}")
+
+    @property
+    def shape(self) -> MatmulShape:
+        return self.config.shape
+
+    def split_units(self) -> int:
+        """How many tiles the threads divide: row tiles or column tiles."""
+        return self.config.row_tiles() if self.split == "rows" else self.config.col_tiles()
+
+    def parts(self) -> int:
+        """Blocks that actually run at once."""
+        return min(self.threads, self.split_units())
+
+
+def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
+    """Predicted time of `plan` on the machine, as named terms."""
+    base = machine if isinstance(machine, Machine) else Machine.of(machine)
+    config = plan.config
+    m = base.at(config.lanes, plan.threads)
+    share = _busiest_share(plan.split_units(), plan.threads)
+    terms_of = {"broadcast": _broadcast_terms, "dot": _dot_terms}.get(config.algorithm, _blocked_terms)
+    terms, params = terms_of(plan, m, share)
+    if config.epilogue:
+        terms.append(_epilogue_term(plan, m, share))
+    parts = plan.parts()
+    overhead = m.call_ns + (m.dispatch_ns if parts > 1 else 0.0)
     terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
     kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
     memory = max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
     rest = sum(t.ns for t in terms if t.name in ("packing", "call", STALL_TERM))
     overlapped = (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP)
-    return Prediction(shape, config, tuple(terms), overlapped + rest, tuple(params))
+    return Prediction(plan, tuple(terms), overlapped + rest, tuple(params))
+
+
+def _epilogue_term(plan: MatmulPlan, m: Machine, share: float) -> Term:
+    """The epilogue's vector ops on every output vector, once, at the FMA issue rate
+    (a vector op per FMA slot), and its operands read alongside: a per-column bias
+    stays in L1, a residual of C's shape streams from where it lies."""
+    c, s = plan.config, plan.shape
+    vectors = s.m * ceil_div(s.n, c.lanes)
+    ops_ns = vectors * ep.vector_ops(c.epilogue) / m.fma_per_ns()
+    residual_bytes = sum(s.m * s.n * F32 for op in c.epilogue if op.operand == "output")
+    read_ns = m.traffic_ns(residual_bytes) if residual_bytes else 0.0
+    return Term("epilogue", (ops_ns + read_ns) * share,
+                f"{ep.describe(c.epilogue)}: {ep.vector_ops(c.epilogue)} vector ops per output vector"
+                + (f", {residual_bytes / 1e6:.2f} MB of residual read" if residual_bytes else ""))  # fmt: skip
 
 
 STALL_TERM = "l1 misses"
 """Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
 
 
-KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile")
+KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
 
 
-def _row_and_column_shares(c: MatmulConfig, share: float) -> tuple[float, float]:
+def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
     """The busiest thread's fractions of the rows (A) and of the columns (B) it works
     on: the split dimension is shared out, the other is whole."""
-    return (share, 1.0) if c.split == "rows" else (1.0, share)
+    return (share, 1.0) if p.split == "rows" else (1.0, share)
 
 
-def _first_touch_bytes(shape: MatmulShape, c: MatmulConfig, share: float, c_passes: int) -> float:
+def _first_touch_bytes(p: MatmulPlan, share: float, c_passes: int) -> float:
     """Bytes the busiest thread brings in once (C `c_passes` times): split by rows, its
     rows of A and C and all of B; by columns, all of A and its columns of B and C."""
-    a_share, b_share = _row_and_column_shares(c, share)
+    a_share, b_share = _row_and_column_shares(p, share)
+    shape = p.shape
     a, b, out = shape.m * shape.k, shape.k * shape.n, shape.m * shape.n
     return (a * a_share + b * b_share + c_passes * out * share) * F32
 
 
-def _first_touch_why(c: MatmulConfig) -> str:
-    if c.threads == 1:
+def _first_touch_why(p: MatmulPlan) -> str:
+    if p.threads == 1:
         return "one thread"
-    return "each thread: all of B, its rows of A" if c.split == "rows" else "each thread: all of A, its columns of B"
+    return "each thread: all of B, its rows of A" if p.split == "rows" else "each thread: all of A, its columns of B"
 
 
 def _busiest_share(tiles: int, threads: int) -> float:
@@ -309,20 +262,21 @@ def _busiest_share(tiles: int, threads: int) -> float:
     return math.ceil(tiles / parts) / tiles
 
 
-def _microkernel_ns(accumulators: int, loads: int, lanes: int, m: _Machine) -> tuple[float, float, float]:
+def _microkernel_ns(accumulators: int, loads: int, lanes: int, m: Machine) -> tuple[float, float, float]:
     """Per step of one micro-kernel (one FMA into each of its independent accumulators,
     `loads` vector loads): (FMA issue, extra wait on latency, extra wait on loads)."""
     issue = accumulators / m.fma_per_ns()
     busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
-    load_ns = loads / m.vector_loads_per_ns(lanes)
+    load_ns = loads / m.vector_loads_per_ns()
     return issue, busy - issue, max(0.0, load_ns - busy)
 
 
-def _tile_kinds(shape: MatmulShape, c: MatmulConfig) -> list[tuple[int, int, int]]:
+def _tile_kinds(c: MatmulConfig) -> list[tuple[int, int, int]]:
     """(count, rows, vectors) of full, row-edge, column-edge and corner tiles."""
+    shape = c.shape
     full_rows, edge_rows = divmod(shape.m, c.mr)
     full_cols, rest = divmod(shape.n, c.nr)
-    edge_vectors = -(-rest // c.lanes)
+    edge_vectors = ceil_div(rest, c.lanes)
     kinds = [
         (full_rows * full_cols, c.mr, c.nv),
         (full_rows, c.mr, edge_vectors),
@@ -332,7 +286,7 @@ def _tile_kinds(shape: MatmulShape, c: MatmulConfig) -> list[tuple[int, int, int
     return [(n, r, v) for n, r, v in kinds if n and r and v]
 
 
-def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: _Machine) -> tuple[bool, str]:
+def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[bool, str]:
     """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1.
 
     Its lines land in sets spaced by the row stride: a stride that is a multiple of
@@ -356,11 +310,12 @@ def _panel_lines(stride: int, width: int, rows: int, line: int) -> int:
     return len({i for r in range(rows) for i in range(r * stride // line, (r * stride + width - 1) // line + 1)})
 
 
-def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
-    kc, mc, nc = c.blocks(shape)
+def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
+    shape, c = p.shape, p.config
+    kc, mc, nc = c.blocks()
     lanes, nr = c.lanes, c.nr
     issue = latency = loads = 0.0
-    for count, rows, vectors in _tile_kinds(shape, c):
+    for count, rows, vectors in _tile_kinds(c):
         i, l, ld = _microkernel_ns(rows * vectors, rows + vectors, lanes, m)
         issue += count * i * shape.k
         latency += count * l * shape.k
@@ -371,10 +326,10 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
     masked_c = 2 * shape.m * k_blocks * (MASKED_LOAD_COST - 1) * (shape.n % lanes > 0)
-    edges = (edge_loads + masked_c) / m.vector_loads_per_ns(lanes)
+    edges = (edge_loads + masked_c) / m.vector_loads_per_ns()
     column_tiles, row_blocks = math.ceil(shape.n / nr), math.ceil(shape.m / mc)
-    a_level = _holding_level(mc * kc * F32, m)
-    b_level = _holding_level(kc * min(nc, round_up(shape.n, nr)) * F32, m)
+    a_level = m.holding_level(mc * kc * F32)
+    b_level = m.holding_level(kc * min(nc, round_up(shape.n, nr)) * F32)
     a_bytes = shape.m * shape.k * F32 * column_tiles  # A block re-read per column tile
     b_bytes = shape.k * shape.n * F32 * row_blocks  # B block re-read per row block
     b_why = "B micro-panels stay in L1"
@@ -387,9 +342,9 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     for level, size in ((a_level, a_bytes * share), (b_level, b_bytes * share)):
         if level != "L1":
             per_level[level] = per_level.get(level, 0.0) + size
-    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 2), m, whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
     if once_level != "L1":
-        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(shape, c, share, 2)
+        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, 2)
     terms = [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
@@ -406,21 +361,21 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
                           f"B in {b_level} per row block; A, B, C once from {once_level} "
-                          f"({_first_touch_why(c)})"))  # fmt: skip
+                          f"({_first_touch_why(p)})"))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'kept'}: {b_why}"))
     if c.algorithm == "packed":
         # Each thread packs the B columns and A rows of its block: split by rows, all
         # of B and its share of A (once per column block); by columns, its share of B
         # and all of A once per column block of its own.
-        row_share, col_share = _row_and_column_shares(c, share)
+        row_share, col_share = _row_and_column_shares(p, share)
         columns = round_up(shape.n, nr) * col_share
         b_pack = shape.k * columns
         a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
-        b_held = _holding_level(shape.k * shape.n * F32, m, whole_problem=True)
+        b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
         pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[b_held]
-        pack_ns += a_pack * 2 / m.vector_loads_per_ns(lanes)  # A is copied one scalar at a time
-        whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[c.split]
+        pack_ns += a_pack * 2 / m.vector_loads_per_ns()  # A is copied one scalar at a time
+        whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[p.split]
         terms.append(Term("packing", pack_ns, f"each thread packs {whose} (A once per column block) "
                                               "into zero-padded panels"))  # fmt: skip
     *derived, reasons = block_sizes(shape, c.mr, nr, m)
@@ -431,25 +386,27 @@ def _blocked_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: floa
     tile = (f"{c.mr}x{c.nv} vectors: {c.mr * c.nv} accumulators + {c.nv} B + 1 A = "
             f"{c.mr * c.nv + c.nv + 1} of {m.registers} registers; "
             f"{m.fma.in_flight:.1f} FMAs in flight cover the latency")
-    return terms, _parameters(shape, c, ("tile", tile), *blocks,
+    return terms, _parameters(p, ("tile", tile), *blocks,
                               ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
 
 
-def _parameters(shape: MatmulShape, c: MatmulConfig, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
+def _parameters(p: MatmulPlan, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
     """(parameter, reason) pairs: the algorithm, its vector width, its own parameters,
     the threads."""
+    c = p.config
     return [("algorithm", c.algorithm), ("lanes", f"{c.lanes} f32 = {c.lanes * 32}-bit vectors{along}"), *own,
-            ("threads", _threads_reason(shape, c))]  # fmt: skip
+            ("epilogue", ep.describe(c.epilogue)), ("threads", _threads_reason(p))]  # fmt: skip
 
 
-def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
+def _broadcast_terms(p: MatmulPlan, m: Machine, share: float):
+    shape, c = p.shape, p.config
     lanes, u = c.lanes, c.unroll
     vectors = math.ceil(shape.n / lanes)
     steps = shape.m * shape.k  # (row, k) pairs; a pass over the C row covers u of them
     fma = vectors / m.fma_per_ns()
-    busy = vectors * max(1 / m.fma_per_ns(), (1 + 1 / u) / m.vector_loads_per_ns(lanes))  # B, C/u
+    busy = vectors * max(1 / m.fma_per_ns(), (1 + 1 / u) / m.vector_loads_per_ns())  # B, C/u
     chain = float(m.fma.latency) * (u + STORE_FORWARD_FACTOR) / u  # per k: u FMAs per C round trip
-    b_level = _holding_level(shape.k * shape.n * F32, m, whole_problem=True)
+    b_level = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     terms = [
         Term("fma", steps * fma * share, "one FMA per vector of the C row per (row, k)"),
         Term("loads", steps * (busy - fma) * share, f"a B load per FMA and a C load per {u} "
@@ -459,28 +416,29 @@ def _broadcast_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: fl
         Term("c tile", 0.0, "C is streamed through L1, not kept in registers"),
     ]  # fmt: skip
     if shape.n % lanes:  # the last vector of each C row: masked B and C loads and C store
-        terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * share,
+        terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns() * share,
                           f"masked B/C accesses where N={shape.n} is not a multiple of {lanes}"))
     traffic: dict[str, tuple[float, str]] = {}  # level: (bytes, why)
-    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m, whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 1), whole_problem=True)
     if once_level != "L1":
-        traffic[once_level] = (_first_touch_bytes(shape, c, share, 1),
-                               f"A, B, C once from {once_level} ({_first_touch_why(c)})")  # fmt: skip
+        traffic[once_level] = (_first_touch_bytes(p, share, 1),
+                               f"A, B, C once from {once_level} ({_first_touch_why(p)})")  # fmt: skip
     if b_level != "L1":  # B from b_level for every row: its first read is one of them
-        first_b = shape.k * shape.n * F32 * _row_and_column_shares(c, share)[1]
+        first_b = shape.k * shape.n * F32 * _row_and_column_shares(p, share)[1]
         size, why = traffic.get(b_level, (first_b, ""))
         traffic[b_level] = (size - first_b + steps * shape.n * F32 * share,
                             f"B ({shape.k * shape.n * F32 / 1e6:.2f} MB, in {b_level}) read per row"
                             + (f"; {why}" if why else ""))  # fmt: skip
     for level, (size, why) in traffic.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level], why))
-    return terms, _parameters(shape, c, ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts "
+    return terms, _parameters(p, ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts "
                                                    f"+ C + B = {u + 2} of {m.registers} registers"))
 
 
-def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
+def _dot_terms(p: MatmulPlan, m: Machine, share: float):
     """Matrix times vector (N = 1): A streamed once, a vector of K per FMA, B's column
     re-read per row tile; each row's partial sums are reduced across lanes at the end."""
+    shape, c = p.shape, p.config
     lanes, u = c.lanes, c.unroll
     vectors = math.ceil(shape.k / lanes)
     issue = latency = loads = 0.0
@@ -491,7 +449,7 @@ def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
         issue, latency, loads = issue + steps * i, latency + steps * l, loads + steps * ld
     tiles = math.ceil(shape.m / c.mr)
     reduce = tiles * (u - 1 + math.log2(lanes)) * float(m.fma.latency)  # a tile's rows reduce side by side
-    masked = (shape.m + tiles) * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns(lanes) * (shape.k % lanes > 0)
+    masked = (shape.m + tiles) * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns() * (shape.k % lanes > 0)
     terms = [
         Term("fma", issue * share, f"{c.mr} rows x {u} partial sums along K, {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
@@ -501,62 +459,59 @@ def _dot_terms(shape: MatmulShape, c: MatmulConfig, m: _Machine, share: float):
                                                  + (f"; masked loads where K={shape.k} is not a multiple of "
                                                     f"{lanes}" if masked else "")),
     ]  # fmt: skip
-    once_level = _holding_level(_first_touch_bytes(shape, c, 1.0, 1), m, whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 1), whole_problem=True)
     b_bytes = shape.k * F32
-    b_level = _holding_level(b_bytes, m, whole_problem=True)
+    b_level = m.holding_level(b_bytes, whole_problem=True)
     traffic: dict[str, float] = {}
     if once_level != "L1":
-        traffic[once_level] = _first_touch_bytes(shape, c, share, 1)
+        traffic[once_level] = _first_touch_bytes(p, share, 1)
     if b_level != "L1":  # B's column again for every further row tile
         traffic[b_level] = traffic.get(b_level, 0.0) + (tiles * share - 1) * b_bytes
     for level, size in traffic.items():
         terms.append(Term(f"memory {level}", max(0.0, size) / m.bandwidth[level],
                           f"A once, B's column ({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
-                          f"A, B, C once from {once_level} ({_first_touch_why(c)})"))  # fmt: skip
+                          f"A, B, C once from {once_level} ({_first_touch_why(p)})"))  # fmt: skip
     tile = (f"{c.mr} rows x {u} partial sums: {c.mr * u} accumulators + A + B = {c.mr * u + 2} of "
             f"{m.registers} registers; {m.fma.in_flight:.1f} FMAs in flight cover the latency")
-    return terms, _parameters(shape, c, ("tile", tile), along=" along K")
+    return terms, _parameters(p, ("tile", tile), along=" along K")
 
 
-def _threads_reason(shape: MatmulShape, c: MatmulConfig) -> str:
-    parts = min(c.threads, c.split_units(shape))
+def _threads_reason(p: MatmulPlan) -> str:
+    parts, c = p.parts(), p.config
     if parts == 1:
-        return f"{c.threads}: one block (a second would cost more in dispatch than it saves)"
-    size = "rows" if c.split == "rows" else "columns"
-    return (f"{c.threads}: the {c.split_units(shape)} {c.split[:-1]} tiles ({c.mr if c.split == 'rows' else c.nr} "
+        return f"{p.threads}: one block (a second would cost more in dispatch than it saves)"
+    size = "rows" if p.split == "rows" else "columns"
+    return (f"{p.threads}: the {p.split_units()} {p.split[:-1]} tiles ({c.mr if p.split == 'rows' else c.nr} "
             f"{size} each) split into {parts} blocks (dispatch costs {THREAD_DISPATCH_NS / 1e3:.1f} µs)")
 
 
 # ---------------------------------------------------------------- choice
 
 
-def candidates(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int) -> list[MatmulConfig]:
-    """Every configuration the model scores: algorithms × widths × register tiles."""
+def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
+               epilogue: ep.Epilogue = ()) -> list[MatmulPlan]:  # fmt: skip
+    """Every plan the model scores: algorithms × widths × register tiles × splits."""
     widths = [
-        f.lanes for f in profile.fma
-        if f.lanes <= target.f32_lanes and (not target.scalable or f.lanes % target.vscale == 0)
+        lanes for lanes in machine.fma_by_lanes
+        if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)
     ]  # fmt: skip
-    splits = SPLITS if threads > 1 else SPLITS[:1]
-    out = []
+    registers = min(machine.registers, target.vector_registers)
+    configs = []
     for lanes in widths:
-        m = _Machine.of(profile, lanes, threads)
-        registers = min(m.registers, target.vector_registers)
-        for split in splits:
-            out.append(MatmulConfig("broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2), threads=threads,
-                                    split=split))  # fmt: skip
+        m = machine.at(lanes, threads)
+        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2)))
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
-            out += [MatmulConfig("dot", lanes, mr=mr, unroll=u, threads=threads)
-                    for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1) if mr * u + 2 <= registers]  # fmt: skip
+            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u)
+                        for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
-                if mr * nv + nv + 1 > registers:
-                    continue
                 kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
-                for algorithm in ("tiled", "packed"):
-                    for split in splits:
-                        out.append(MatmulConfig(algorithm, lanes, mr, nv, kc, mc, nc, UNROLL, threads=threads,
-                                                split=split))  # fmt: skip
-    return [c for c in out if c.threads == 1 or c.split_units(shape) > 1]  # else 1 thread says it
+                configs += [MatmulConfig(shape, algorithm, lanes, mr, nv, kc, mc, nc, UNROLL)
+                            for algorithm in ("tiled", "packed")]  # fmt: skip
+    configs = [replace(c, epilogue=epilogue) for c in configs if c.registers_needed()[0] <= registers]
+    splits = SPLITS if threads > 1 else SPLITS[:1]
+    plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
+    return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
 
 
 @dataclass(frozen=True)
@@ -574,13 +529,13 @@ class Choice:
         s = b.shape
         lines = [
             f"matmul M={s.m} N={s.n} K={s.k} on {self.target.name} "
-            f"(profile {self.profile.name}, {b.config.threads} thread(s))",
+            f"(profile {self.profile.name}, {b.plan.threads} thread(s))",
             f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s",
             "parameters:",
         ]
         for name, why in b.parameters:
             lines.append(f"  {name:<10} {why}")
-        lines.append(f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile, largest "
+        lines.append(f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile+epilogue, largest "
                      "memory) + l1 misses + packing + call):")
         for t in b.terms:
             lines.append(f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}")
@@ -593,32 +548,35 @@ class Choice:
         return "\n".join(lines)
 
 
-def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None) -> Choice:
-    """The configuration with the lowest predicted time using at most `threads` threads
-    (the profile's cores if None): a small problem may be faster on fewer threads
-    than the dispatch to more costs."""
-    budget = threads or int(profile.cores)
-    thread_options = sorted({1, budget})
+def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
+           epilogue: ep.Epilogue = ()) -> Choice:  # fmt: skip
+    """The plan with the lowest predicted time using at most `threads` threads (the
+    profile's cores if None): a small problem may be faster on fewer threads than the
+    dispatch to more costs."""
+    machine = Machine.of(profile)
+    budget = threads or machine.cores
     predictions = [
-        predict(shape, config, profile)
-        for t in thread_options
-        for config in candidates(shape, profile, target, t)
+        predict(plan, machine)
+        for t in sorted({1, budget})
+        for plan in candidates(shape, machine, target, t, epilogue)
     ]
+    if not predictions:
+        raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     per_algorithm = tuple(
         _best(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
     )
     return Choice(_best(per_algorithm), per_algorithm, profile, target)
 
 
-def loads_per_fma(shape: MatmulShape, config: MatmulConfig) -> float:
+def loads_per_fma(config: MatmulConfig) -> float:
     """L1 loads per vector FMA on this shape: (rows + vectors)/(rows·vectors) averaged
     over the tiles that actually run (with M=4, a 6x2 tile runs as 4x2); for broadcast a
     B load per FMA and a C load per `unroll`; for dot an A load per FMA and a B load per row."""
     if config.algorithm == "broadcast":
         return 1 + 1 / config.unroll
     if config.algorithm == "dot":
-        return 1 + 1 / min(config.mr, shape.m)
-    kinds = _tile_kinds(shape, config)
+        return 1 + 1 / min(config.mr, config.shape.m)
+    kinds = _tile_kinds(config)
     loads = sum(count * (rows + vectors) for count, rows, vectors in kinds)
     return loads / sum(count * rows * vectors for count, rows, vectors in kinds)
 
@@ -629,6 +587,6 @@ def _best(predictions) -> Prediction:
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (loads_per_fma(p.shape, p.config), p.config.split != "rows", p.total_ns))
+    return min(near, key=lambda p: (loads_per_fma(p.config), p.plan.split != "rows", p.total_ns))
 
 

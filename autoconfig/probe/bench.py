@@ -120,7 +120,7 @@ def measure_fma(
     def rate(chains: int, threads: int = 1) -> float:  # vector FMAs per ns
         config = microbench.FmaChainConfig(lanes, chains, unroll=4)
         library = build_library(microbench.generate_fma_chain(config, target))
-        kernel = library.kernel("ac_fmachain_f32")
+        kernel = library.kernel(config.symbol)
         outs = [np.zeros(1, np.float32) for _ in range(threads)]
         iters = _calibrated(lambda i: kernel(outs[0], xy, i), settings.call_seconds, 256)
         calls = [lambda o=o: kernel(o, xy, iters) for o in outs]
@@ -160,7 +160,7 @@ class BandwidthBench:
         accumulators = 8 if target.vector_registers <= 16 else 16
         self.config = microbench.StreamConfig(target.f32_lanes, accumulators)
         library = build_library(microbench.generate_stream(self.config, target))
-        self.kernel = library.kernel("ac_stream_f32")
+        self.kernel = library.kernel(self.config.symbol)
 
     @property
     def block_bytes(self) -> int:

@@ -1,0 +1,143 @@
+"""One view of the machine for every model: what the operator models and the fusion
+planner read, built from a hardware profile once.
+
+It holds the cache geometry (with the L2's effective capacity from the probe's
+bandwidth knee), the load bandwidth of every level for one thread and for all, the
+FMA figures of every vector width, the vector registers, and the runtime's own
+costs (a kernel call, handing parts to the thread pool). `at(lanes, threads)` is the
+same view for one vector width and one thread count: FMA figures of that width,
+bandwidth per thread when that many stream at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.profile import FmaFigures, HardwareProfile
+
+F32 = 4  # bytes per element
+
+CALL_NS = 3_500.0
+"""Cost of one kernel call from Python (argument checks, output allocation, the native
+call): 3.5 µs measured on a 1x1x1 matmul."""
+
+THREAD_DISPATCH_NS = 1_000.0
+"""Handing parts to the native pool (autoconfig/pool.c) and joining: ~0.1 µs measured
+with an empty task while workers spin, plus their first touches of the operands;
+the Python pool it replaced cost ~40 µs on 2 cores."""
+
+LEVELS = ("L1", "L2", "L3", "DRAM")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The profile's figures as the models use them, at one vector width and thread count."""
+
+    name: str
+    fma_by_lanes: dict[int, FmaFigures]
+    widest_lanes: int  # of the probe's streaming loads
+    registers: int
+    cores: int
+    l1_ways: int
+    l1_sets: int
+    line: int
+    l2_ways_effective: int
+    l2_sets: int
+    l3: tuple[int, int, int] | None  # (ways, sets, cores sharing)
+    bandwidth_one: dict[str, float]  # GB/s = bytes/ns per level, one thread
+    bandwidth_all: dict[str, float]  # all hardware threads together
+    all_threads: int  # how many threads the all-thread figures ran
+    call_ns: float = CALL_NS
+    dispatch_ns: float = THREAD_DISPATCH_NS
+    lanes: int = 0  # the vector width of this view (0: the widest)
+    threads: int = 1  # threads running at once in this view
+
+    @classmethod
+    def of(cls, profile: HardwareProfile) -> Machine:
+        """The view of `profile` (widest vectors, one thread)."""
+        l1, l2, l3 = profile.cache(1), profile.cache(2), profile.cache(3)
+        if l1 is None or l2 is None or profile.bandwidth is None:
+            raise AutoconfigError(f"profile {profile.name} lacks L1/L2 geometry or bandwidth")
+        single, many = profile.bandwidth.single_thread, profile.bandwidth.all_threads
+        ways = int(l2.ways)
+        knee = single.knees.get("L2")
+        if knee is not None:  # effective L2 ways from the measured knee
+            ways = max(2, min(ways, math.floor(ways * float(knee) / int(l2.size))))
+        levels = [k for k in LEVELS if k in single.levels]
+        widest = profile.widest_fma().lanes
+        return cls(
+            name=profile.name,
+            fma_by_lanes={f.lanes: f for f in profile.fma},
+            widest_lanes=widest,
+            registers=int(profile.vector.registers),
+            cores=int(profile.cores),
+            l1_ways=int(l1.ways),
+            l1_sets=int(l1.sets),
+            line=int(l1.line),
+            l2_ways_effective=ways,
+            l2_sets=int(l2.sets),
+            l3=(int(l3.ways), int(l3.sets), int(l3.shared_by)) if l3 else None,
+            bandwidth_one={k: float(single.levels[k]) for k in levels},
+            bandwidth_all={k: float(many.levels.get(k, single.levels[k])) for k in levels},
+            all_threads=int(many.threads),
+            lanes=widest,
+        )
+
+    def at(self, lanes: int, threads: int) -> Machine:
+        """This view at another vector width and thread count."""
+        if lanes not in self.fma_by_lanes:
+            widths = ", ".join(str(w * 32) for w in self.fma_by_lanes)
+            raise AutoconfigError(f"profile {self.name} has no {lanes * 32}-bit FMA figures ({widths})")
+        return replace(self, lanes=lanes, threads=threads)
+
+    @property
+    def fma(self) -> FmaFigures:
+        return self.fma_by_lanes[self.lanes]
+
+    def fma_per_ns(self) -> float:
+        return float(self.fma.throughput)
+
+    def elementwise_per_ns(self) -> float:
+        """f32 element operations per ns on one core: a vector op per FMA slot."""
+        return self.fma_per_ns() * self.lanes
+
+    @property
+    def bandwidth(self) -> dict[str, float]:
+        """Each level's bandwidth per thread with `threads` streaming at once: the probe's
+        totals interpolated between one and all hardware threads, divided among them (a
+        shared level gives each less; the total was once used per thread, which halved
+        the DRAM time of 2-thread plans)."""
+        if self.threads == 1:
+            return self.bandwidth_one
+        extra = (self.threads - 1) / max(1, self.all_threads - 1)
+        return {k: (one + (self.bandwidth_all[k] - one) * extra) / self.threads
+                for k, one in self.bandwidth_one.items()}  # fmt: skip
+
+    def vector_loads_per_ns(self) -> float:
+        """L1 load instructions per ns, whatever their width (up to the widest): the
+        probe streams full-width vectors, and the load ports count instructions, not
+        bytes (scaling by width made 128-bit loads look twice as frequent, and picked
+        128-bit broadcast matmul where 256-bit measured 1.65x faster)."""
+        return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
+
+    def capacities(self, whole_problem: bool = False) -> list[tuple[str, int]]:
+        """(level, bytes it holds for one thread): L1 less one way for everything else,
+        the L2's effective ways, and a thread's share of a shared L3 — or all of it for
+        data all threads hold together (`whole_problem`)."""
+        out = [("L1", (self.l1_ways - 1) * self.l1_sets * self.line),
+               ("L2", self.l2_ways_effective * self.l2_sets * self.line)]  # fmt: skip
+        if self.l3 is not None:
+            ways, sets, sharing = self.l3
+            sharers = 1 if whole_problem else max(1, min(self.threads, sharing))
+            out.append(("L3", ways * sets * self.line // sharers))
+        return [(level, size) for level, size in out if level in self.bandwidth_one]
+
+    def holding_level(self, size: float, whole_problem: bool = False) -> str:
+        """The innermost level whose (effective) capacity holds `size` bytes."""
+        return next((level for level, cap in self.capacities(whole_problem) if size <= cap), "DRAM")
+
+    def traffic_ns(self, size: float, whole_problem: bool = True) -> float:
+        """Moving `size` bytes once at the bandwidth of the level that holds them."""
+        return size / self.bandwidth[self.holding_level(size, whole_problem)]

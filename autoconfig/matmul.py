@@ -1,0 +1,134 @@
+"""The matmul API: compile ``C = A·B`` for this machine and call it on numpy arrays.
+
+``compile_matmul(M, N, K)`` asks the matmul model for a plan (or takes a forced
+configuration), generates and builds the kernel for the target, and returns a
+callable that splits the tiles across the plan's threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
+from autoconfig.resolve import resolve_profile, resolve_target
+from autoconfig.runtime import SplitKernel, scratch, split
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.library import KernelLibrary, build_library
+from kernels.target import Target
+
+
+class CompiledMatmul:
+    """``f(A, B[, operands]) -> C`` (or ``f(A, B, C[, operands])`` accumulating) for one
+    shape, with its plan. `operands` are the epilogue's tensors in its order: a bias
+    of N values, a residual of C's shape."""
+
+    def __init__(self, plan: MatmulPlan, target: Target, prediction: Prediction,
+                 choice: Choice | None, library: KernelLibrary):  # fmt: skip
+        self.plan, self.config, self.shape, self.target = plan, plan.config, plan.shape, target
+        self.prediction, self.choice, self.library = prediction, choice, library
+        work = self.config.workspace()
+        blocks = part_blocks(plan)
+        private = [[w] for w in scratch(work, len(blocks))] if work else None
+        self._run = SplitKernel(library.kernel(self.config.symbol), blocks, private)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+        s, cfg = self.shape, self.config
+        a = _matrix("A", a, (s.m, s.k))
+        b = _matrix("B", b, (s.k, s.n))
+        operands = ep.operand_names(cfg.epilogue)
+        if cfg.accumulate:
+            if not rest:
+                raise AutoconfigError("this matmul accumulates (C += A·B): pass C")
+            out, rest = rest[0], rest[1:]
+            if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (s.m, s.n)
+                    and out.flags.c_contiguous and out.flags.writeable):  # fmt: skip
+                raise AutoconfigError(f"C must be a writeable C-contiguous float32 array of shape {(s.m, s.n)}")
+        else:
+            out = np.empty((s.m, s.n), np.float32)
+        if len(rest) != len(operands):
+            names = ", ".join(name for _, name, _ in operands) or "none"
+            writes = "accumulates into C" if cfg.accumulate else "overwrites C (do not pass C)"
+            raise AutoconfigError(f"this matmul {writes} and takes {len(operands)} epilogue operand(s) "
+                                  f"({names}), got {len(rest)}")  # fmt: skip
+        tensors = [_matrix(name, x, (s.n,) if kind == "channel" else (s.m, s.n))
+                   for (_, name, kind), x in zip(operands, rest, strict=True)]  # fmt: skip
+        self._run(out, a, b, *tensors)  # checked above
+        return out
+
+    def explain(self) -> str:
+        """Why this configuration: the model's parameters and predicted cost terms."""
+        if self.choice is not None:
+            return self.choice.explain()
+        return _explain_forced(self.prediction, self.target)
+
+
+def part_blocks(plan: MatmulPlan) -> list[tuple[int, int, int, int]]:
+    """Each thread's (row_begin, row_end, col_begin, col_end) in tiles: the tiles of
+    the split dimension cut into at most `threads` near-equal ranges."""
+    c = plan.config
+    rows, cols = (0, c.row_tiles()), (0, c.col_tiles())
+    if plan.split == "rows":
+        return [(*r, *cols) for r in split(rows[1], plan.threads)]
+    return [(*rows, *part) for part in split(cols[1], plan.threads)]
+
+
+def _matrix(name: str, x: object, shape: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise AutoconfigError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise AutoconfigError(f"{name} must be float32, got {x.dtype}")
+    if x.shape != shape:
+        raise AutoconfigError(f"{name} must have shape {shape}, got {x.shape}")
+    return np.ascontiguousarray(x)
+
+
+def _explain_forced(p: Prediction, target: Target) -> str:
+    lines = [f"matmul M={p.shape.m} N={p.shape.n} K={p.shape.k} on {target.name}: forced "
+             f"{p.config.algorithm}, predicted {p.total_ns / 1e3:.1f} µs = {p.gflops:.1f} GFLOP/s"]  # fmt: skip
+    lines += [f"  {name:<10} {why}" for name, why in p.parameters]
+    lines += [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in p.terms]
+    return "\n".join(lines)
+
+
+def plan_matmul(m: int, n: int, k: int, *, profile=None, target=None, threads=None,
+                epilogue: ep.Epilogue = ()) -> Choice:  # fmt: skip
+    """The model's choice for a shape, without building anything."""
+    prof = resolve_profile(profile)
+    if threads is not None and threads < 1:
+        raise AutoconfigError(f"threads must be >= 1, got {threads}")
+    return choose(mm.MatmulShape(m, n, k), prof, resolve_target(target, prof), threads, tuple(epilogue))
+
+
+def compile_matmul(
+    m: int, n: int, k: int, *, profile=None, target=None, threads: int | None = None,
+    config: mm.MatmulConfig | None = None, split_by: Split = "rows", epilogue: ep.Epilogue = (),
+) -> CompiledMatmul:  # fmt: skip
+    """Compile ``C = A·B`` for A of M×K and B of K×N (float32, row-major), then the
+    `epilogue` ops (`kernels.epilogue`: bias, residual, relu, clip, leaky_relu,
+    sigmoid) on C as it is stored.
+
+    The matmul model picks the algorithm and its parameters from the profile (the
+    host's when None, probing quickly if there is none yet); `config` forces a
+    configuration instead (validated for the target; its shape must be M×N×K and its
+    epilogue is used); `threads` caps the thread count the model may use (with a
+    forced config, it sets it, dividing the tiles `split_by` rows or columns).
+    """
+    shape = mm.MatmulShape(m, n, k)
+    prof = resolve_profile(profile)
+    tgt = resolve_target(target, prof)
+    choice = None
+    if config is None:
+        choice = choose(shape, prof, tgt, threads, tuple(epilogue))
+        plan = choice.best.plan
+    else:
+        if config.shape != shape:
+            raise AutoconfigError(f"the forced config is for {config.shape}, not M={m} N={n} K={k}")
+        plan = MatmulPlan(replace(config, epilogue=tuple(epilogue) or config.epilogue), threads or 1, split_by)
+    plan.config.validate(tgt)
+    prediction = choice.best if choice else predict(plan, prof)
+    library = build_library(mm.generate(plan.config, tgt))
+    return CompiledMatmul(plan, tgt, prediction, choice, library)

@@ -1,0 +1,104 @@
+"""Compiling kernel modules to objects: in parallel, and at most once.
+
+A module's object is fully determined by its MLIR text (which the generator derives
+from a config and a target), the target's LLVM settings and the toolchain (the MLIR
+bindings, llvmlite, the lowering pipeline). Their digest keys a cache of compiled
+objects on disk, so an unchanged kernel is never compiled twice — across builds and
+processes. Keying by the MLIR text rather than by the config also covers a changed
+generator: new code, new text, new key.
+
+MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), then
+LLVM compiles the modules in child processes, as many at once as there are cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from kernels.emit import KernelModule
+from kernels.lower import PIPELINE, ObjectFile, compile_object, to_llvm_ir
+from kernels.target import Target
+
+CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
+
+
+def toolchain_version() -> str:
+    """What besides the MLIR text decides the object: package versions, the pipeline,
+    and the source of the LLVM step."""
+    versions = []
+    for package in ("autoconfig", "llvmlite", "torch-mlir", "mlir"):
+        try:
+            versions.append(f"{package}={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            continue
+    backend = Path(__file__).with_name("llvm_backend.py").read_bytes()
+    return ";".join(versions) + f";{PIPELINE};{hashlib.sha256(backend).hexdigest()[:16]}"
+
+
+@dataclass
+class KernelCache:
+    """Compiled objects (and their assembly) on disk, by key."""
+
+    root: Path
+
+    def key(self, module_text: str, target: Target) -> str:
+        settings = f"{target.triple}|{target.cpu}|{target.features}|{target.abi}|{target.vector_bits}"
+        return hashlib.sha256(f"{toolchain_version()}\n{settings}\n{module_text}".encode()).hexdigest()
+
+    def get(self, key: str, out_dir: Path, target: Target) -> ObjectFile | None:
+        """The cached object copied into `out_dir`, or None."""
+        obj, asm = self.root / f"{key}.o", self.root / f"{key}.s"
+        if not (obj.is_file() and asm.is_file()):
+            return None
+        path = out_dir / f"{key[:16]}.o"
+        shutil.copyfile(obj, path)
+        return ObjectFile(path=path, assembly=asm.read_text(), target=target)
+
+    def put(self, key: str, obj: ObjectFile) -> None:
+        """Store an object; written to a temporary name and renamed, so a concurrent
+        reader never sees half a file."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for suffix, data in ((".s", obj.assembly.encode()), (".o", obj.path.read_bytes())):
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:16]}.")
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, self.root / f"{key}{suffix}")
+
+
+def default_cache() -> KernelCache:
+    """``$AUTOCONFIG_CACHE_DIR``, else ``~/.cache/autoconfig/kernels``."""
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "autoconfig" / "kernels"
+    return KernelCache(Path(root))
+
+
+def compile_modules(modules: Sequence[KernelModule], out_dir: Path,
+                    cache: KernelCache) -> tuple[list[ObjectFile], int]:  # fmt: skip
+    """One object per distinct module (identical modules share one), in `out_dir`;
+    returns them and how many had to be compiled (the rest came from the cache)."""
+    target = modules[0].target
+    keyed: dict[str, KernelModule] = {}
+    for module in modules:
+        keyed.setdefault(cache.key(str(module.module), target), module)
+    objects: dict[str, ObjectFile] = {}
+    pending: dict[str, str] = {}  # key -> LLVM IR
+    for key, module in keyed.items():
+        hit = cache.get(key, out_dir, target)
+        if hit is not None:
+            objects[key] = hit
+        else:
+            pending[key] = to_llvm_ir(module.module)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as pool:
+        done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
+                        pending.items())  # fmt: skip
+        for key, obj in done:
+            cache.put(key, obj)
+            objects[key] = obj
+    return [objects[key] for key in keyed], len(pending)

@@ -1,0 +1,150 @@
+"""Control flow and vector access helpers every generator builds its loop nests from.
+
+Each helper emits one recognisable piece of a loop nest at the current insertion
+point, so that a generator reads like the nest it produces:
+
+- `for_range` / `for_carry`: ``scf.for`` without and with loop-carried values;
+- `for_unrolled`: a carried loop with `unroll` copies of its body per trip, then the
+  rest one per trip;
+- `for_tiles`: the full tiles of a range in a loop, then the one partial tile (its
+  size known at generation time) under a condition;
+- `when` / `when_else`: ``scf.if`` blocks;
+- `load` / `store`: plain or masked vector accesses (a masked lane is neither read
+  nor written); `prefix_mask`: the lanes below a bound;
+- `lane_sum`: several vectors added up, then across their lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import reduce
+
+from kernels.emit import index
+from kernels.mlir import arith, ir, scf, vector
+
+Body = Callable[[ir.Value], None]
+CarriedBody = Callable[[ir.Value, list[ir.Value]], list[ir.Value]]
+
+
+def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body: Body) -> None:
+    """``for i in [lo, hi) step step: body(i)`` (the step may be a run-time value, e.g.
+    a scalable vector's length)."""
+    loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step))
+    with ir.InsertionPoint(loop.body):
+        body(loop.induction_variable)
+        scf.yield_([])
+
+
+def for_carry(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, init: Sequence[ir.Value],
+              body: CarriedBody) -> list[ir.Value]:  # fmt: skip
+    """``values = init; for i in [lo, hi) step step: values = body(i, values)``; returns
+    the final values."""
+    loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step), list(init))
+    with ir.InsertionPoint(loop.body):
+        scf.yield_(body(loop.induction_variable, list(loop.inner_iter_args)))
+    return list(loop.results)
+
+
+def for_unrolled(lo: ir.Value, hi: ir.Value, unroll: int, init: Sequence[ir.Value],
+                 step: Callable[[ir.Value, int, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
+    """values = step(i, copy, values) for i in [lo, hi): `unroll` copies per trip (copy =
+    0..unroll-1, i = trip start + copy), then the rest one per trip (copy 0). The
+    copies hide the loop's own instructions; `copy` lets a step rotate partial sums."""
+
+    def trips(lo_: ir.Value, hi_: ir.Value, copies: int, values: list[ir.Value]) -> list[ir.Value]:
+        def body(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            for copy in range(copies):
+                carried = step(arith.addi(i, index(copy)) if copy else i, copy, carried)
+            return carried
+
+        return for_carry(lo_, hi_, copies, values, body)
+
+    if unroll == 1:
+        return trips(lo, hi, 1, list(init))
+    mid = arith.addi(lo, arith.muli(arith.divsi(arith.subi(hi, lo), index(unroll)), index(unroll)))
+    return trips(mid, hi, 1, trips(lo, mid, unroll, list(init)))
+
+
+def for_tiles(lo: ir.Value, hi: ir.Value, size: int, extent: int,
+              body: Callable[[ir.Value, int], None]) -> None:  # fmt: skip
+    """body(first, count) for the tiles [lo, hi) of `size` elements over [0, extent): the
+    full tiles in a loop (first = tile·size, count = size), then the partial tile of
+    extent mod size elements if the range holds it."""
+    full_tiles = extent // size
+    for_range(lo, arith.minsi(hi, index(full_tiles)), 1, lambda t: body(arith.muli(t, index(size)), size))
+    if extent % size:
+        has_edge = arith.andi(_compare("sle", lo, index(full_tiles)), _compare("sgt", hi, index(full_tiles)))
+        when(has_edge, lambda: body(index(full_tiles * size), extent % size))
+
+
+def when(condition: ir.Value, then: Callable[[], None]) -> None:
+    """``if condition: then()``."""
+    branch = scf.IfOp(condition)
+    with ir.InsertionPoint(branch.then_block):
+        then()
+        scf.yield_([])
+
+
+def when_else(condition: ir.Value, then: Callable[[], None], otherwise: Callable[[], None]) -> None:
+    """``if condition: then() else: otherwise()``."""
+    branch = scf.IfOp(condition, has_else=True)
+    for block, build in ((branch.then_block, then), (branch.else_block, otherwise)):
+        with ir.InsertionPoint(block):
+            build()
+            scf.yield_([])
+
+
+def greater(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+    """i1 ``x > y`` on indices."""
+    return _compare("sgt", _as_index(x), _as_index(y))
+
+
+def equal(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+    """i1 ``x == y`` on indices."""
+    return _compare("eq", _as_index(x), _as_index(y))
+
+
+def less(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+    """i1 ``x < y`` on indices."""
+    return _compare("slt", _as_index(x), _as_index(y))
+
+
+def offset(base: ir.Value, delta: int) -> ir.Value:
+    """``base + delta`` as an index (no op when delta is 0)."""
+    return arith.addi(base, index(delta)) if delta else base
+
+
+def load(vec: ir.VectorType, memory: ir.Value, indices: Sequence[ir.Value],
+         mask: ir.Value | None = None) -> ir.Value:  # fmt: skip
+    """A vector from `memory` at `indices`; with a mask, the lanes outside it are 0 and
+    never read (so a masked vector may run past the end of the buffer)."""
+    if mask is None:
+        return vector.load(vec, memory, list(indices))
+    zero = vector.broadcast(vec, arith.constant(vec.element_type, 0.0))
+    return vector.maskedload(vec, memory, list(indices), mask, zero)
+
+
+def store(value: ir.Value, memory: ir.Value, indices: Sequence[ir.Value], mask: ir.Value | None = None) -> None:
+    """Store a vector at `indices`; with a mask, only the lanes inside it."""
+    if mask is None:
+        vector.store(value, memory, list(indices))
+    else:
+        vector.maskedstore(memory, list(indices), mask, value)
+
+
+def prefix_mask(mask_type: ir.VectorType, remaining: ir.Value | int) -> ir.Value:
+    """The mask of the first `remaining` lanes (all of them when remaining >= lanes)."""
+    return vector.create_mask(mask_type, [_as_index(remaining)])
+
+
+def lane_sum(vectors: Sequence[ir.Value]) -> ir.Value:
+    """The f32 sum of every lane of every vector in `vectors`."""
+    return vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD, reduce(arith.addf, vectors))
+
+
+def _as_index(value: ir.Value | int) -> ir.Value:
+    return index(value) if isinstance(value, int) else value
+
+
+def _compare(predicate: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    return arith.cmpi(getattr(arith.CmpIPredicate, predicate), x, y)

@@ -1,0 +1,103 @@
+"""Epilogues: every op applied to the output of every matmul algorithm equals numpy's
+matmul followed by the op, on every target (qemu for NEON and RVV); the API passes
+the operands; the model charges the epilogue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoconfig import compile_matmul, plan_matmul
+from autoconfig.errors import AutoconfigError
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.library import build_library
+from tests.conftest import require_runnable, target_for
+
+HOST_PROFILE = Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml"
+
+# Two chains that between them show every op: values reach ±5, so the leaky slope,
+# both clip bounds and relu's zeros all change the result.
+CHAINS = {
+    "bias+leaky+clip": (ep.bias(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
+    "residual+relu+sigmoid": (ep.residual(), ep.relu(), ep.sigmoid()),
+}
+
+
+def algorithm_configs(lanes: int, epilogue: ep.Epilogue) -> list[mm.MatmulConfig]:
+    """One config per algorithm on a shape with edges in every dimension; K in several
+    blocks where the algorithm blocks K, so the epilogue must wait for the last one."""
+    n = 2 * lanes + 3
+    return [
+        mm.MatmulConfig(mm.MatmulShape(5, n, 9), "broadcast", lanes, unroll=2, epilogue=epilogue),
+        mm.MatmulConfig(mm.MatmulShape(7, n, 9), "tiled", lanes, mr=3, nv=2, kc=4, unroll=2, epilogue=epilogue),
+        mm.MatmulConfig(mm.MatmulShape(7, n, 9), "packed", lanes, mr=4, nv=2, kc=4, accumulate=True,
+                        epilogue=epilogue),
+        mm.MatmulConfig(mm.MatmulShape(6, 1, lanes + 3), "dot", lanes, mr=4, unroll=2, epilogue=epilogue),
+    ]  # fmt: skip
+
+
+def run_and_compare(config: mm.MatmulConfig, kernel) -> None:
+    s = config.shape
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((s.m, s.k), dtype=np.float32)
+    b = rng.standard_normal((s.k, s.n), dtype=np.float32)
+    c = rng.standard_normal((s.m, s.n), dtype=np.float32)
+    operands = [rng.standard_normal(s.n if op.operand == "channel" else (s.m, s.n), dtype=np.float32)
+                if op.operand else None for op in config.epilogue]  # fmt: skip
+    y = a.astype(np.float64) @ b + (c if config.accumulate else 0)
+    expected = ep.reference(config.epilogue, y, operands)
+    args = [c, a, b, *(x for x in operands if x is not None)]
+    if config.algorithm == "packed":
+        args.append(np.full(config.workspace(), np.nan, np.float32))
+    kernel(*args, 0, config.row_tiles(), 0, config.col_tiles())
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5, err_msg=f"{config.algorithm}")
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=str)
+@pytest.mark.parametrize("case_id", ["avx2", "avx512", "neon", "rvv128", "rvv256"])
+def test_every_op_on_every_algorithm_and_target(case_id, chain):
+    target = target_for(case_id)
+    require_runnable(target)
+    configs = algorithm_configs(target.f32_lanes, CHAINS[chain])
+    library = build_library([mm.generate(c, target) for c in configs])  # one library for all four
+    for config in configs:
+        run_and_compare(config, library.kernel(config.symbol))
+
+
+def test_exp_is_accurate_over_the_f32_range():
+    # sigmoid's exp is a polynomial: checked through sigmoid on inputs -100..100 (1x1 matmul by 1)
+    target = target_for("avx2")
+    require_runnable(target)
+    n = 4001
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(ep.sigmoid(),))
+    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    x = np.linspace(-100, 100, n, dtype=np.float32).reshape(1, n)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    np.testing.assert_allclose(out, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=2e-6, atol=1e-30)
+
+
+def test_api_bias_relu_and_its_cost():
+    f = compile_matmul(300, 200, 100, profile=HOST_PROFILE, threads=2, epilogue=(ep.bias(), ep.relu()))
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((300, 100), dtype=np.float32), rng.standard_normal((100, 200), dtype=np.float32)
+    bias = rng.standard_normal(200, dtype=np.float32)
+    np.testing.assert_allclose(f(a, b, bias), np.maximum(a.astype(np.float64) @ b + bias, 0), rtol=1e-4, atol=1e-4)
+    with pytest.raises(AutoconfigError, match=r"takes 1 epilogue operand\(s\) \(bias0\), got 0"):
+        f(a, b)
+    with pytest.raises(AutoconfigError, match=r"bias0 must have shape \(200,\)"):
+        f(a, b, np.zeros(300, np.float32))
+    terms = {t.name: t for t in f.prediction.terms}
+    assert terms["epilogue"].ns > 0 and "bias+relu" in terms["epilogue"].why
+    bare = plan_matmul(300, 200, 100, profile=HOST_PROFILE, threads=2).best
+    assert f.prediction.total_ns > bare.total_ns  # the same plan costs more with an epilogue
+
+
+def test_epilogue_ops_are_validated():
+    with pytest.raises(AutoconfigError, match="unknown epilogue op 'gelu'"):
+        ep.EpilogueOp("gelu")
+    with pytest.raises(AutoconfigError, match="clip needs low <= high"):
+        ep.clip(2, 1)
