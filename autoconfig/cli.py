@@ -157,7 +157,7 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
         print(f"kernel {k['kernel']:>3}: {' + '.join(k['ops'])}")
     print(f"{summary['operators']} operators -> {summary['kernels']} kernels, fusion ratio "
           f"{summary['fusion_ratio']:.2f}; predicted traffic {result.traffic_bytes / 1e6:.1f} MB, "
-          f"cost {summary['cost_us']:.0f} µs; search {summary['search_seconds']:.2f} s ({result.strategy})")  # fmt: skip
+          f"cost {summary['cost_us']:.0f} µs (compute included); search {summary['search_seconds']:.2f} s ({result.strategy})")  # fmt: skip
     return 0
 
 

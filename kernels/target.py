@@ -89,32 +89,19 @@ _X86_64_V3_FLAGS = frozenset({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "mov
 _X86_64_V4_FLAGS = _X86_64_V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 
 
+def _x86(name: str, level: str, bits: int, registers: int, flags: frozenset[str]) -> Target:
+    """An x86-64 target at a microarchitecture level (v3: AVX2+FMA, v4: AVX-512)."""
+    return Target(name=name, arch="x86_64", triple="x86_64-unknown-linux-gnu", cpu=f"x86-64-{level}",
+                  features="", vector_bits=bits, vector_registers=registers, scalable=False,
+                  host_flags=flags)  # fmt: skip
+
+
 def _avx2() -> Target:
-    return Target(
-        name="avx2",
-        arch="x86_64",
-        triple="x86_64-unknown-linux-gnu",
-        cpu="x86-64-v3",
-        features="",
-        vector_bits=256,
-        vector_registers=16,
-        scalable=False,
-        host_flags=_X86_64_V3_FLAGS,
-    )
+    return _x86("avx2", "v3", 256, 16, _X86_64_V3_FLAGS)
 
 
 def _avx512() -> Target:
-    return Target(
-        name="avx512",
-        arch="x86_64",
-        triple="x86_64-unknown-linux-gnu",
-        cpu="x86-64-v4",
-        features="",
-        vector_bits=512,
-        vector_registers=32,
-        scalable=False,
-        host_flags=_X86_64_V4_FLAGS,
-    )
+    return _x86("avx512", "v4", 512, 32, _X86_64_V4_FLAGS)
 
 
 def _neon() -> Target:

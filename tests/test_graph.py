@@ -117,3 +117,15 @@ def test_single_ops_match_onnxruntime(op, attrs, extra):
     model = tiny([node], [value("x", [1, 3, 5, 7])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     graph = import_model(model)
     np.testing.assert_allclose(run(graph, {"x": x})["y"], reference(model, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_operator_table_is_complete():
+    # every operator the importer accepts has a mapping type, a TVM pattern kind, a
+    # read count and a reference implementation
+    from autoconfig.graph.ops import OPERATORS, Mapping, Pattern
+    from autoconfig.graph.onnx_import import SUPPORTED
+
+    assert SUPPORTED == frozenset(OPERATORS) and len(SUPPORTED) >= 30
+    for name, row in OPERATORS.items():
+        assert isinstance(row.mapping, Mapping) and isinstance(row.pattern, Pattern), name
+        assert callable(row.reference) and callable(row.reads), name

@@ -1,47 +1,22 @@
-"""Operators by input-output mapping type (DNNFusion, PLDI'21, Table 3) and the
-legality of fusing a producer into its consumer (DESIGN §4)."""
+"""Operators by input-output mapping type (DNNFusion, PLDI'21, Table 3; the types are
+in the operator table, `autoconfig.graph.ops`) and the legality of fusing a producer
+into its consumer: anything may fuse into a one-to-one consumer; two many-to-many ops
+(or an expansion into one) never share a kernel; the other pairs are decided by the
+cost model (recomputing the producer per read against the traffic saved)."""
 
 from __future__ import annotations
 
 from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ops import Mapping, info
 
-
-class Mapping(Enum):
-    ONE_TO_ONE = "one-to-one"
-    ONE_TO_MANY = "one-to-many"
-    MANY_TO_MANY = "many-to-many"
-    REORGANIZE = "reorganize"
-    SHUFFLE = "shuffle"
-
-
-ELEMENTWISE = frozenset(
-    "Add Sub Mul Div Relu Clip Sigmoid Tanh Softplus LeakyRelu HardSigmoid HardSwish "
-    "BatchNormalization Identity Concat Slice Split".split()
-)
-MANY_TO_MANY = frozenset("Conv Gemm MatMul MaxPool AveragePool GlobalAveragePool Softmax ReduceMean".split())
-REORGANIZE = frozenset("Reshape Flatten Squeeze Unsqueeze Pad".split())
-SHUFFLE = frozenset({"Transpose"})
-ONE_TO_MANY = frozenset({"Resize", "Upsample"})
+__all__ = ["LEGALITY", "Legality", "Mapping", "mapping"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
-    """The mapping type of one node. Elementwise ops are one-to-one even when an operand
-    is broadcast (DESIGN §4 lists Add and Mul there): each output element depends on
-    one element of the streamed input; "broadcast" in the one-to-many row means an
-    explicit broadcast op such as Expand."""
-    if node.op in MANY_TO_MANY:
-        return Mapping.MANY_TO_MANY
-    if node.op in REORGANIZE:
-        return Mapping.REORGANIZE
-    if node.op in SHUFFLE:
-        return Mapping.SHUFFLE
-    if node.op in ONE_TO_MANY:
-        return Mapping.ONE_TO_MANY
-    if node.op in ELEMENTWISE:
-        return Mapping.ONE_TO_ONE
-    raise ValueError(f"no mapping type for {node.op}")
+    """The mapping type of one node, from the operator table."""
+    return info(node).mapping
 
 
 class Legality(Enum):

@@ -15,39 +15,23 @@ A group's kind is its worst member's; groups are capped at MAX_FUSE_DEPTH ops.
 from __future__ import annotations
 
 import time
-from enum import IntEnum
 
-from autoconfig.fusion.planning import FusionCost, Plan, _Analysis, plan_cost
+from autoconfig.fusion.planning import Analysis, FusionCost, Plan, plan_cost
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ops import Pattern, info
 
 MAX_FUSE_DEPTH = 256  # TVM's default max_fuse_depth
 
 
-class Pattern(IntEnum):
-    ELEMWISE = 0
-    BROADCAST = 1
-    INJECTIVE = 2
-    COMM_REDUCE = 3
-    OUT_EWISE_FUSABLE = 4
-    OPAQUE = 8
-
-
 def pattern(node: Node, graph: Graph) -> Pattern:
-    """TVM's registered pattern for the op (broadcasting binary ops are Broadcast)."""
-    op = node.op
-    if op in ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool"):
-        return Pattern.OUT_EWISE_FUSABLE
-    if op in ("ReduceMean",):
-        return Pattern.COMM_REDUCE
-    if op in ("Softmax",):
-        return Pattern.OUT_EWISE_FUSABLE
-    if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
-              "Pad", "Resize", "Upsample", "Identity"):  # fmt: skip
-        return Pattern.INJECTIVE
+    """TVM's registered pattern for the op (operator table), with its rule for
+    elementwise ops: Broadcast when an operand is broadcast (inputs of different
+    shapes, or a constant of more than one element)."""
+    kind = info(node).pattern
+    if kind != Pattern.ELEMWISE:
+        return kind
     shapes = {graph.types[i].shape for i in node.inputs if i and not graph.is_constant(i)}
-    if op == "BatchNormalization" or len(shapes) > 1 or any(
-        graph.is_constant(i) and graph.types[i].elements > 1 for i in node.inputs[1:] if i
-    ):
+    if len(shapes) > 1 or any(graph.is_constant(i) and graph.types[i].elements > 1 for i in node.inputs[1:] if i):
         return Pattern.BROADCAST
     return Pattern.ELEMWISE
 
@@ -55,7 +39,7 @@ def pattern(node: Node, graph: Graph) -> Pattern:
 def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
     """TVM's greedy plan, costed by the same model as the DP's."""
     start = time.perf_counter()
-    a = _Analysis(graph, cost)
+    a = Analysis(graph, cost)
     n = len(a.nodes)
     kinds = [pattern(node, graph) for node in a.nodes]
     ipdom = _post_dominators(a)
@@ -134,7 +118,7 @@ def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
     return Plan(ordered, total, traffic, time.perf_counter() - start, "greedy")
 
 
-def _post_dominators(a: _Analysis) -> list[int | None]:
+def _post_dominators(a: Analysis) -> list[int | None]:
     """Immediate post-dominator of every node (None: the virtual exit), by the
     Cooper-Harvey-Kennedy iteration on the reversed DAG (nodes are topological)."""
     n = len(a.nodes)

@@ -7,7 +7,11 @@ an allowed shape: an anchor with elementwise prologue/epilogue, or a chain of
 one-to-one/reorganize/shuffle ops), and no edge inside it is "no" in the legality
 table (classify.LEGALITY).
 
-Cost (ns) of a plan, from the profile (`FusionCost`):
+Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
+- compute: every op's own time (`compute_ns`): the matmul model's prediction for a
+  matmul or Gemm, the FMA peak for a convolution's multiply-adds, the elementwise
+  rate for the rest — the same whatever the grouping, so it moves no decision, but a
+  plan's cost is then the predicted time of the model, not only its overheads;
 - launch: one kernel call per group;
 - traffic: a tensor is written once if any consumer is in another group (or it is
   a graph output), and read once by every consuming op in another group; bytes at
@@ -37,22 +41,23 @@ where several long skip connections are live at once).
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from dataclasses import dataclass
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ops import info
+from autoconfig.machine import Machine
+from autoconfig.models.matmul import choose
 from autoconfig.profile import HardwareProfile
+from autoconfig.resolve import target_for_profile
+from kernels.matmul import MatmulShape
 
 BEAM = 64
 """States kept per step. On YOLO-V4 (the zoo's widest frontier) the best plan costs the
 same at 64, 256 and 1024 states (7239 µs) and 0.5% more at 16; 1024 took 6.8 s, 64
 takes about 1 s."""
-
-KERNEL_LAUNCH_NS = 6_000.0
-"""One generated kernel call from the runtime (the matmul model's measured CALL_NS)."""
 
 STREAM_SHARE = 4
 """A fused group may stream 1/STREAM_SHARE of the vector registers' worth of external
@@ -61,32 +66,32 @@ tensors; the rest hold the anchor's accumulators (matmul tiles use ~3/4 of them)
 
 @dataclass(frozen=True)
 class FusionCost:
-    """The profile figures fusion costs are made of."""
+    """What a plan's cost reads: the machine view the operator models use (capacities,
+    bandwidth per level, FMA rate, kernel call cost), built from the profile once."""
 
-    levels: tuple[tuple[str, float, float], ...]  # (level, capacity bytes, GB/s = bytes/ns)
-    elementwise_per_ns: float  # f32 element operations per ns, one core
-    registers: int
+    profile: HardwareProfile
+    machine: Machine
 
     @classmethod
     def of(cls, profile: HardwareProfile) -> FusionCost:
         if profile.bandwidth is None or "DRAM" not in profile.bandwidth.single_thread.levels:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
-        bw = profile.bandwidth.single_thread.levels
-        levels = []
-        for c in profile.caches:
-            name = f"L{c.level}"
-            if c.kind != "instruction" and name in bw:
-                levels.append((name, float(int(c.size)), float(bw[name])))
-        levels.append(("DRAM", math.inf, float(bw["DRAM"])))
-        fma = profile.widest_fma()
-        return cls(tuple(levels), float(fma.throughput) * fma.lanes, int(profile.vector.registers))
+        return cls(profile, Machine.of(profile))
+
+    @property
+    def launch_ns(self) -> float:
+        return self.machine.call_ns
+
+    @property
+    def registers(self) -> int:
+        return self.machine.registers
+
+    def elementwise_per_ns(self) -> float:
+        return self.machine.elementwise_per_ns()
 
     def traffic_ns(self, nbytes: int) -> float:
-        """Moving `nbytes` once, at the bandwidth of the level that holds that much."""
-        for _, capacity, gbps in self.levels:
-            if nbytes <= capacity:
-                return nbytes / gbps
-        return nbytes / self.levels[-1][2]
+        """Moving `nbytes` once, from the level that holds that much (as the models do)."""
+        return self.machine.traffic_ns(nbytes)
 
 
 @dataclass
@@ -104,10 +109,11 @@ class Plan:
         return len(graph.nodes) / max(1, len(self.groups))
 
 
-class _Analysis:
-    """Per-node facts the cost and the search share: mappings, edges, sizes, reach."""
+class Analysis:
+    """Per-node facts the cost and the search share: mappings, edges, sizes, reach,
+    and (with a cost) each node's own compute time."""
 
-    def __init__(self, graph: Graph, cost: FusionCost):
+    def __init__(self, graph: Graph, cost: FusionCost | None):
         self.graph, self.cost = graph, cost
         self.nodes = graph.nodes
         n = len(self.nodes)
@@ -137,17 +143,8 @@ class _Analysis:
         for v in range(n):
             for u, _ in self.in_edges[v]:
                 self.anc[v] |= (1 << u) | self.anc[u]
-        self.amplification = [self._amplification(node) for node in self.nodes]
-
-    def _amplification(self, node: Node) -> float:
-        """How many times the op reads each input element (recompute if fused)."""
-        if node.op in ("Conv", "MaxPool", "AveragePool"):
-            kh, kw = node.attrs.get("kernel_shape") or self.graph.types[node.inputs[1]].shape[2:]
-            sh, sw = node.attrs.get("strides", [1, 1])
-            return max(1.0, kh * kw / (sh * sw))
-        if node.op in ("Resize", "Upsample"):
-            return self.elements[self.nodes.index(node)] / max(1, self.graph.types[node.inputs[0]].elements)
-        return 1.0
+        self.amplification = [info(node).reads(node, graph) for node in self.nodes]
+        self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
 
     def legality(self, u: int, v: int) -> Legality:
         return LEGALITY[(self.kind[u], self.kind[v])]
@@ -157,18 +154,18 @@ class _Analysis:
 
     def recompute_ns(self, u: int, v: int) -> float:
         extra = self.amplification[v] - 1
-        return self.elements[u] * extra / self.cost.elementwise_per_ns if extra > 0 else 0.0
+        return self.elements[u] * extra / self.cost.elementwise_per_ns() if extra > 0 else 0.0
 
     def pressure_ns(self, reads: int, elements: int) -> float:
         excess = reads - max(1, self.cost.registers // STREAM_SHARE)
-        return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns
+        return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns()
 
 
 def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[float, int]:
     """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by."""
-    a = _Analysis(graph, cost)
+    a = Analysis(graph, cost)
     group_of = {v: g for g, members in enumerate(groups) for v in members}
-    total, traffic = len(groups) * KERNEL_LAUNCH_NS, 0
+    total, traffic = len(groups) * cost.launch_ns + sum(a.compute_ns), 0
     for g, members in enumerate(groups):
         reads, largest = 0, 0
         for v in members:
@@ -193,9 +190,26 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
     return total, traffic
 
 
+def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
+    """The node's own compute time on one core (see the module docstring)."""
+    m = cost.machine
+    out = graph.types[node.outputs[0]]
+    if node.op in ("MatMul", "Gemm") and len(out.shape) == 2:
+        a_shape = graph.types[node.inputs[0]].shape
+        k = a_shape[0] if node.attrs.get("transA", 0) else a_shape[-1]
+        best = choose(MatmulShape(out.shape[0], out.shape[1], k), cost.profile, target_for_profile(cost.profile), 1).best
+        return best.total_ns - best.term("call")  # the launch is charged per group
+    if node.op == "Conv":
+        weight = graph.types[node.inputs[1]].shape
+        flops = 2 * out.elements * weight[1] * weight[2] * weight[3]
+        return flops / (m.fma.peak_gflops)
+    reads = sum(graph.types[i].elements for i in node.inputs if i and not graph.is_constant(i))
+    return max(reads, out.elements) / m.elementwise_per_ns()
+
+
 def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
     """None if every group is a legal kernel and groups form a DAG, else the reason."""
-    a = _Analysis(graph, FusionCost((("DRAM", math.inf, 1.0),), 1.0, 16))
+    a = Analysis(graph, None)
     for members in groups:
         mask = sum(1 << v for v in members)
         if sum(a.anchor[v] for v in members) > 1:
@@ -217,7 +231,7 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
     return None
 
 
-def _connected(a: _Analysis, members: list[int]) -> bool:
+def _connected(a: Analysis, members: list[int]) -> bool:
     inside, seen, todo = set(members), {members[0]}, [members[0]]
     while todo:
         v = todo.pop()
@@ -254,7 +268,7 @@ class _State:
 def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
     """The minimum-cost legal plan (see the module docstring)."""
     start = time.perf_counter()
-    a = _Analysis(graph, cost)
+    a = Analysis(graph, cost)
     states = [_State(0.0, {}, {}, frozenset(), (), 0)]
     for v in range(len(a.nodes)):
         candidates: dict[tuple, _State] = {}
@@ -270,7 +284,7 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
     return Plan(groups, total, traffic, time.perf_counter() - start, "dp")
 
 
-def _extend(a: _Analysis, state: _State, v: int):
+def _extend(a: Analysis, state: _State, v: int):
     """Every legal way to place node v: a new group, or merged with producer groups."""
     producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]})
     options = [()] + [c for size in range(1, len(producer_groups) + 1)
@@ -293,7 +307,7 @@ def _extend(a: _Analysis, state: _State, v: int):
             continue  # a path leaves the group and comes back: not convex
         outside = [(u, t) for u, t in a.in_edges[v] if not members >> u & 1]
         written = set(state.written)
-        extra = KERNEL_LAUNCH_NS * (1 - len(merge))
+        extra = a.cost.launch_ns * (1 - len(merge)) + a.compute_ns[v]
         extra += sum(a.read_ns(t) for t in a.graph_inputs_read[v])
         extra += sum(a.read_ns(t) for _, t in outside)
         extra += sum(a.recompute_ns(u, v) for u, _ in inside if a.legality(u, v) is Legality.COST)
@@ -324,7 +338,7 @@ def _or(values) -> int:
     return out
 
 
-def _retire(a: _Analysis, state: _State, v: int) -> None:
+def _retire(a: Analysis, state: _State, v: int) -> None:
     """Charge v's write if it is a graph output; drop nodes no later node reads; close
     the groups left without a live member, charging their register pressure."""
     if a.is_graph_output[v]:

@@ -16,14 +16,11 @@ from onnx import helper, numpy_helper, shape_inference
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.graph.ops import OPERATORS
 
 OPSETS = (11, 21)
-SUPPORTED = frozenset(
-    """Conv Gemm MatMul Add Sub Mul Div Relu Clip Sigmoid Tanh Softplus LeakyRelu
-    HardSigmoid HardSwish BatchNormalization MaxPool AveragePool GlobalAveragePool Concat
-    Split Slice Reshape Flatten Squeeze Unsqueeze Transpose Resize Upsample Pad Softmax
-    ReduceMean Constant Identity""".split()
-)
+SUPPORTED = frozenset(OPERATORS)
+"""The operators of the operator table."""
 
 
 def load_onnx(path: Path | str) -> Graph:

@@ -1,0 +1,123 @@
+"""The operator table: everything the project knows about an ONNX operator, in one place.
+
+Per operator: that the importer accepts it, its input-output mapping type (DNNFusion,
+PLDI'21, Table 3: the fusion legality reads it), TVM's registered pattern kind (the
+greedy baseline reads it), how many times it reads each input element (the fusion
+planner's recompute cost), and its numpy reference implementation (the interpreter
+and constant folding run it). Adding an operator is one row here.
+
+Mapping types: one-to-one for elementwise ops (an operand may be broadcast: each
+output element still depends on one element of the streamed input; Concat, Slice
+and Split copy elements one to one); one-to-many for explicit expansion (Resize,
+Upsample); many-to-many for the anchors (convolution, matmul, pooling, reductions,
+Softmax); reorganize for reshapes and Pad; shuffle for Transpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+import numpy as np
+
+from autoconfig.graph import reference as ref
+from autoconfig.graph.ir import Graph, Node
+
+
+class Mapping(Enum):
+    ONE_TO_ONE = "one-to-one"
+    ONE_TO_MANY = "one-to-many"
+    MANY_TO_MANY = "many-to-many"
+    REORGANIZE = "reorganize"
+    SHUFFLE = "shuffle"
+
+
+class Pattern(IntEnum):
+    """TVM's OpPatternKind, in its order (a group's kind is its worst member's)."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_EWISE_FUSABLE = 4
+    OPAQUE = 8
+
+
+def reads_once(node: Node, graph: Graph) -> float:
+    """Each input element is read once."""
+    return 1.0
+
+
+def window_reads(node: Node, graph: Graph) -> float:
+    """A sliding window reads each input element kh·kw/(sh·sw) times."""
+    kh, kw = node.attrs.get("kernel_shape") or graph.types[node.inputs[1]].shape[2:]
+    sh, sw = node.attrs.get("strides", [1, 1])
+    return max(1.0, kh * kw / (sh * sw))
+
+
+def expansion_reads(node: Node, graph: Graph) -> float:
+    """An expansion reads each input element (output / input elements) times."""
+    return graph.types[node.outputs[0]].elements / max(1, graph.types[node.inputs[0]].elements)
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One ONNX operator as every part of the project sees it."""
+
+    mapping: Mapping
+    pattern: Pattern  # elementwise ops with a broadcast operand become Broadcast (greedy.pattern)
+    reference: Callable[..., np.ndarray | list[np.ndarray]]  # (attrs, *inputs) -> output(s)
+    reads: Callable[[Node, Graph], float] = reads_once  # times each input element is read
+
+
+_1, _M, _MM = Mapping.ONE_TO_ONE, Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY
+_R, _S = Mapping.REORGANIZE, Mapping.SHUFFLE
+_EW, _BC, _INJ = Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE
+_RED, _OUT = Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE
+
+OPERATORS: dict[str, OpInfo] = {
+    "Conv": OpInfo(_MM, _OUT, ref.conv, window_reads),
+    "Gemm": OpInfo(_MM, _OUT, ref.gemm),
+    "MatMul": OpInfo(_MM, _OUT, ref.matmul),
+    "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads),
+    "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads),
+    "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool),
+    "Softmax": OpInfo(_MM, _OUT, ref.softmax),
+    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean),
+    "Add": OpInfo(_1, _EW, ref.binary(np.add)),
+    "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
+    "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),
+    "Div": OpInfo(_1, _EW, ref.div),
+    "Relu": OpInfo(_1, _EW, ref.relu),
+    "Clip": OpInfo(_1, _EW, ref.clip),
+    "Sigmoid": OpInfo(_1, _EW, ref.sigmoid),
+    "Tanh": OpInfo(_1, _EW, ref.tanh),
+    "Softplus": OpInfo(_1, _EW, ref.softplus),
+    "LeakyRelu": OpInfo(_1, _EW, ref.leaky_relu),
+    "HardSigmoid": OpInfo(_1, _EW, ref.hard_sigmoid),
+    "HardSwish": OpInfo(_1, _EW, ref.hard_swish),
+    "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm),  # per-channel operands: Broadcast
+    "Concat": OpInfo(_1, _INJ, ref.concat),
+    "Split": OpInfo(_1, _INJ, ref.split),
+    "Slice": OpInfo(_1, _INJ, ref.slice_),
+    "Identity": OpInfo(_1, _INJ, ref.identity),
+    "Constant": OpInfo(_1, _EW, ref.constant),  # folded away at import, never planned
+    "Reshape": OpInfo(_R, _INJ, ref.reshape),
+    "Flatten": OpInfo(_R, _INJ, ref.flatten),
+    "Squeeze": OpInfo(_R, _INJ, ref.squeeze),
+    "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze),
+    "Pad": OpInfo(_R, _INJ, ref.pad),
+    "Transpose": OpInfo(_S, _INJ, ref.transpose),
+    "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads),
+    "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads),
+}
+"""Every operator the importer accepts, with all it needs (a test checks each row)."""
+
+
+def info(node: Node) -> OpInfo:
+    """The table row of `node`'s operator (the importer lets no other operator in)."""
+    try:
+        return OPERATORS[node.op]
+    except KeyError:
+        raise ValueError(f"operator {node.op} is not in the operator table") from None

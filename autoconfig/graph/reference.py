@@ -1,0 +1,262 @@
+"""numpy reference implementations of the ONNX operators (opsets 11-21), one function
+per operator taking the node's attributes and input arrays; the operator table
+(`autoconfig.graph.ops`) names them.
+
+They are the correctness reference for everything the project generates, and they
+fold constants at import. Convolution is written with sliding windows and einsum
+(one matrix product per group), so whole models run in seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from autoconfig.errors import AutoconfigError
+
+
+def _f(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32, copy=False)
+
+
+def conv(a: dict, x, w, b=None):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    group = a.get("group", 1)
+    sh, sw = a.get("strides", [1, 1])
+    dh, dw = a.get("dilations", [1, 1])
+    pads = _pads(a, x.shape[2:], (kh, kw), (sh, sw), (dh, dw))
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    ek, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    windows = sliding_window_view(xp, (ek, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    oh, ow = windows.shape[2], windows.shape[3]
+    windows = windows.reshape(n, group, cg, oh, ow, kh, kw)
+    wg = w.reshape(group, o // group, cg, kh, kw)
+    y = np.einsum("ngchwij,gocij->ngohw", windows, wg, optimize=True).reshape(n, o, oh, ow)
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return _f(y)
+
+
+def _pads(a: dict, spatial, kernel, strides, dilations) -> list[int]:
+    """[top, left, bottom, right] from pads or auto_pad."""
+    auto = a.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        p = a.get("pads", [0] * 4) if auto == "NOTSET" else [0] * 4
+        return [p[0], p[1], p[2], p[3]]
+    out = []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        target = -(-size // s)
+        total = max(0, (target - 1) * s + (k - 1) * d + 1 - size)
+        out.append((total // 2, total - total // 2) if auto == "SAME_UPPER" else (total - total // 2, total // 2))
+    return [out[0][0], out[1][0], out[0][1], out[1][1]]
+
+
+def pool(a: dict, x, reduce: str):
+    kh, kw = a["kernel_shape"]
+    sh, sw = a.get("strides", [1, 1])
+    pads = _pads(a, x.shape[2:], (kh, kw), (sh, sw), (1, 1))
+    if a.get("ceil_mode", 0):
+        for axis, (k, s) in enumerate(((kh, sh), (kw, sw))):
+            size = x.shape[2 + axis] + pads[axis] + pads[axis + 2]
+            extra = (-(size - k) % s)
+            pads[axis + 2] += extra
+    fill = -np.inf if reduce == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=fill)
+    windows = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+    if reduce == "max":
+        return _f(windows.max(axis=(4, 5)))
+    total = windows.sum(axis=(4, 5))
+    if a.get("count_include_pad", 0):
+        return _f(total / (kh * kw))
+    ones = np.pad(np.ones(x.shape[2:], np.float32), ((pads[0], pads[2]), (pads[1], pads[3])))
+    counts = sliding_window_view(ones, (kh, kw))[::sh, ::sw].sum(axis=(2, 3))
+    return _f(total / counts)
+
+
+def gemm(a: dict, x, w, c=None):
+    x = x.T if a.get("transA", 0) else x
+    w = w.T if a.get("transB", 0) else w
+    y = a.get("alpha", 1.0) * (x @ w)
+    if c is not None:
+        y = y + a.get("beta", 1.0) * c
+    return _f(y)
+
+
+def batchnorm(a: dict, x, scale, bias, mean, var):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv = scale / np.sqrt(var + a.get("epsilon", 1e-5))
+    return _f((x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape))
+
+
+def split(a: dict, x, sizes=None):
+    axis = a.get("axis", 0)
+    if sizes is None:
+        sizes = a.get("split")
+    if sizes is None:
+        parts = a.get("num_outputs")
+        size = -(-x.shape[axis] // parts)
+        sizes = [min(size, x.shape[axis] - i * size) for i in range(parts)]
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def slice_(a: dict, x, starts=None, ends=None, axes=None, steps=None):
+    starts = a["starts"] if starts is None else starts
+    ends = a["ends"] if ends is None else ends
+    axes = a.get("axes", range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        index[int(ax)] = slice(int(s), int(max(min(e, 2**62), -(2**62))), int(st))
+    return x[tuple(index)]
+
+
+def reshape(a: dict, x, shape):
+    shape = [int(d) for d in shape]
+    if not a.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return x.reshape(shape)
+
+
+def resize(a: dict, x, roi=None, scales=None, sizes=None):
+    """Nearest-neighbour resize (asymmetric coordinates, floor), as YOLO exports use."""
+    if a.get("mode", "nearest") != "nearest":
+        raise AutoconfigError(f"Resize mode {a.get('mode')!r} is not supported (nearest only)")
+    if sizes is not None and len(sizes):
+        out_shape = [int(s) for s in sizes]
+    else:
+        out_shape = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+    y = x
+    for axis, (d_in, d_out) in enumerate(zip(x.shape, out_shape)):
+        if d_in != d_out:
+            index = np.floor(np.arange(d_out) * d_in / d_out).astype(np.int64)
+            y = np.take(y, np.minimum(index, d_in - 1), axis=axis)
+    return y
+
+
+def pad(a: dict, x, pads=None, value=None, axes=None):
+    pads = list(a.get("pads", [])) if pads is None else [int(p) for p in pads]
+    if a.get("mode", "constant") != "constant":
+        raise AutoconfigError(f"Pad mode {a.get('mode')!r} is not supported (constant only)")
+    axes = list(range(x.ndim)) if axes is None else [int(v) % x.ndim for v in axes]
+    width = [(0, 0)] * x.ndim
+    for i, ax in enumerate(axes):
+        width[ax] = (pads[i], pads[i + len(axes)])
+    fill = 0.0 if value is None or value.size == 0 else float(value)
+    return np.pad(x, width, constant_values=fill)
+
+
+def softmax(a: dict, x):
+    if "legacy_axis" in a:  # opsets < 13: softmax over the flattened trailing axes
+        flat = x.reshape(int(np.prod(x.shape[: a["legacy_axis"]])), -1)
+        return softmax({"axis": 1}, flat).reshape(x.shape)
+    axis = a.get("axis", -1)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return _f(e / e.sum(axis=axis, keepdims=True))
+
+
+def reduce_mean(a: dict, x, axes=None):
+    axes = a.get("axes") if axes is None else axes
+    axes = None if axes is None or len(axes) == 0 else tuple(int(v) for v in axes)
+    return _f(x.mean(axis=axes, keepdims=bool(a.get("keepdims", 1))))
+
+
+def _axes(a: dict, axes) -> tuple[int, ...]:
+    return tuple(int(v) for v in (a.get("axes") if axes is None else axes))
+
+
+def unsqueeze(a: dict, x, axes=None):
+    out = x
+    rank = x.ndim + len(_axes(a, axes))
+    for ax in sorted(v % rank for v in _axes(a, axes)):
+        out = np.expand_dims(out, ax)
+    return out
+
+
+def squeeze(a: dict, x, axes=None):
+    if axes is None and "axes" not in a:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(v % x.ndim for v in _axes(a, axes)))
+
+
+def clip(a: dict, x, low=None, high=None):
+    low = a.get("min", -np.inf) if low is None else low
+    high = a.get("max", np.inf) if high is None else high
+    return np.clip(x, low, high).astype(x.dtype)
+
+
+def matmul(a: dict, x, y):
+    return _f(np.matmul(x, y))
+
+
+def binary(numpy_op):
+    """An elementwise binary op in the operands' common type."""
+    return lambda a, x, y: numpy_op(x, y).astype(np.result_type(x, y))
+
+
+def div(a: dict, x, y):
+    return (x / y).astype(x.dtype) if x.dtype.kind == "f" else x // y
+
+
+def relu(a: dict, x):
+    return np.maximum(x, 0)
+
+
+def sigmoid(a: dict, x):
+    return _f(1 / (1 + np.exp(-x)))
+
+
+def tanh(a: dict, x):
+    return np.tanh(x)
+
+
+def softplus(a: dict, x):
+    return _f(np.logaddexp(0, x))
+
+
+def leaky_relu(a: dict, x):
+    return np.where(x >= 0, x, a.get("alpha", 0.01) * x).astype(x.dtype)
+
+
+def hard_sigmoid(a: dict, x):
+    return _f(np.clip(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1))
+
+
+def hard_swish(a: dict, x):
+    return _f(x * np.clip(x / 6 + 0.5, 0, 1))
+
+
+def max_pool(a: dict, x):
+    return pool(a, x, "max")
+
+
+def average_pool(a: dict, x):
+    return pool(a, x, "avg")
+
+
+def global_average_pool(a: dict, x):
+    return _f(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True))
+
+
+def concat(a: dict, *xs):
+    return np.concatenate(xs, axis=a["axis"])
+
+
+def flatten(a: dict, x):
+    return x.reshape(int(np.prod(x.shape[: a.get("axis", 1)])), -1)
+
+
+def transpose(a: dict, x):
+    return np.transpose(x, a.get("perm"))
+
+
+def upsample(a: dict, x, scales):
+    return resize({"mode": a.get("mode", "nearest")}, x, None, scales)
+
+
+def constant(a: dict):
+    return np.asarray(a["value"])
+
+
+def identity(a: dict, x):
+    return x
