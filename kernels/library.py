@@ -55,11 +55,6 @@ class KernelLibrary:
         known = ", ".join(s.symbol for s in self.signatures)
         raise AutoconfigError(f"no kernel {symbol!r} in this library (it has {known})")
 
-    @property
-    def assembly(self) -> str:
-        """The assembly of every kernel module, one after another."""
-        return "\n".join(o.assembly for o in self.objects)
-
 
 def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path | None = None,
                   cache: KernelCache | None = None) -> KernelLibrary:  # fmt: skip
