@@ -383,10 +383,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
     ]
-    tile = (f"{c.mr}x{c.nv} vectors: {c.mr * c.nv} accumulators + {c.nv} B + 1 A = "
-            f"{c.mr * c.nv + c.nv + 1} of {m.registers} registers; "
-            f"{m.fma.in_flight:.1f} FMAs in flight cover the latency")
-    return terms, _parameters(p, ("tile", tile), *blocks,
+    return terms, _parameters(p, ("tile", _register_budget(c, m)), *blocks,
                               ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
 
 
@@ -431,8 +428,7 @@ def _broadcast_terms(p: MatmulPlan, m: Machine, share: float):
                             + (f"; {why}" if why else ""))  # fmt: skip
     for level, (size, why) in traffic.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level], why))
-    return terms, _parameters(p, ("unroll", f"{u} rows of B per pass over the C row: {u} A broadcasts "
-                                                   f"+ C + B = {u + 2} of {m.registers} registers"))
+    return terms, _parameters(p, ("unroll", f"{u} rows of B per pass over the C row: {_register_budget(c, m)}"))
 
 
 def _dot_terms(p: MatmulPlan, m: Machine, share: float):
@@ -471,9 +467,14 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
         terms.append(Term(f"memory {level}", max(0.0, size) / m.bandwidth[level],
                           f"A once, B's column ({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
                           f"A, B, C once from {once_level} ({_first_touch_why(p)})"))  # fmt: skip
-    tile = (f"{c.mr} rows x {u} partial sums: {c.mr * u} accumulators + A + B = {c.mr * u + 2} of "
-            f"{m.registers} registers; {m.fma.in_flight:.1f} FMAs in flight cover the latency")
-    return terms, _parameters(p, ("tile", tile), along=" along K")
+    return terms, _parameters(p, ("tile", _register_budget(c, m)), along=" along K")
+
+
+def _register_budget(c: MatmulConfig, m: Machine) -> str:
+    """The tile's registers (the config's own count) and whether they cover the latency."""
+    count, held = c.registers_needed()
+    covers = "" if c.algorithm == "broadcast" else f"; {m.fma.in_flight:.1f} FMAs in flight cover the latency"
+    return f"{c.tile}: {held} = {count} of {m.registers} registers{covers}"
 
 
 def _threads_reason(p: MatmulPlan) -> str:
