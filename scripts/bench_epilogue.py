@@ -14,9 +14,10 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
+
+from bench_matmul import median_seconds  # the same warm-up and timing as the matmul benchmark
 
 from autoconfig import compile_matmul
 from autoconfig.resolve import resolve_profile
@@ -30,16 +31,6 @@ SHAPES = {
     "effnet expand 14²": (196, 672, 112), "yolov4 csp 104²": (10816, 64, 128),
     "yolov4 csp 52²": (2704, 128, 256), "yolov4 csp 13²": (169, 512, 1024),
 }  # fmt: skip
-
-
-def median_call(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -65,8 +56,8 @@ def main() -> int:
             sys.exit(f"{name}: the fused matmul is wrong; not timing it")
         times = {"bare": [], "fused": []}
         for _ in range(args.rounds):
-            times["bare"].append(median_call(lambda: bare(a, b), args.reps))
-            times["fused"].append(median_call(lambda: fused(a, b, bias), args.reps))
+            times["bare"].append(median_seconds(lambda: bare(a, b), args.reps))
+            times["fused"].append(median_seconds(lambda: fused(a, b, bias), args.reps))
         t_bare, t_fused = (statistics.median(times[key]) for key in ("bare", "fused"))
         ratios.append(t_fused / t_bare)
         c = bare.config
