@@ -99,6 +99,17 @@ class Machine:
     def fma_per_ns(self) -> float:
         return float(self.fma.throughput)
 
+    def peak_gflops(self, threads: int) -> float:
+        """The profile's measured f32 peak for `threads` threads, best over vector widths:
+        one core's figure for one thread, the all-thread figure for all of them, linear
+        in between (and never above `threads` single cores)."""
+        threads = max(1, min(threads, self.all_threads))
+        extra = (threads - 1) / max(1, self.all_threads - 1)
+        return max(
+            min(threads * f.peak_gflops, f.peak_gflops + (f.peak_gflops_all - f.peak_gflops) * extra)
+            for f in self.fma_by_lanes.values()
+        )
+
     def elementwise_per_ns(self) -> float:
         """f32 element operations per ns on one core: a vector op per FMA slot."""
         return self.fma_per_ns() * self.lanes
@@ -116,10 +127,24 @@ class Machine:
                 for k, one in self.bandwidth_one.items()}  # fmt: skip
 
     def vector_loads_per_ns(self) -> float:
-        """L1 load instructions per ns, whatever their width (up to the widest): the
-        probe streams full-width vectors, and the load ports count instructions, not
-        bytes (scaling by width made 128-bit loads look twice as frequent, and picked
-        128-bit broadcast matmul where 256-bit measured 1.65x faster)."""
+        """L1 loads of this view's width per ns: the probe's figure for the width where
+        it measured one (load ports count instructions up to some width and bytes
+        beyond it: Zen 4 loads 256-bit vectors twice as often as 512-bit ones); else
+        the widest streaming bandwidth counted in instructions (scaling it by width
+        made 128-bit loads look twice as frequent on Zen 2/3, and picked 128-bit
+        broadcast matmul where 256-bit measured 1.65x faster)."""
+        return self._loads_per_ns(self.fma)
+
+    def broadcast_loads_per_ns(self) -> float:
+        """Scalar broadcast loads (a register tile's A elements) per ns: as many as the
+        narrowest measured vector loads (one load slot each, no wider than any vector);
+        on Zen 4, 8x1 tiles of 512-bit vectors (8 broadcasts per B load) measured
+        fastest on half the validation shapes, which the 512-bit rate called load-bound."""
+        return self._loads_per_ns(min(self.fma_by_lanes.values(), key=lambda f: f.lanes))
+
+    def _loads_per_ns(self, figures: FmaFigures) -> float:
+        if figures.loads is not None:
+            return float(figures.loads)
         return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
 
     def capacities(self, whole_problem: bool = False) -> list[tuple[str, int]]:

@@ -17,7 +17,8 @@ Schema version 1::
     frequency: Figure(GHz) | null      # nominal clock where known
     vector: {bits: Figure(bit), registers: Figure(count), scalable: bool}
     caches: [{level, kind, size: B, line: B, ways, sets, shared_by: count}]
-    fma: [{vector_bits, latency: ns, throughput, throughput_all: vfma/ns}]
+    fma: [{vector_bits, latency: ns, throughput, throughput_all: vfma/ns,
+           loads: vload/ns (optional: L1 loads of this width per ns, one thread)}]
     bandwidth: {single_thread, all_threads} each
         {threads, curve: [{working_set: B, bandwidth: GB/s}],
          levels: {L1.., DRAM: GB/s}, knees: {L1..: B}}   # levels from LEVELS
@@ -100,6 +101,8 @@ class FmaFigures:
     latency: Figure = unit("ns")  # of one dependent vector FMA
     throughput: Figure = unit("vfma/ns")  # independent vector FMAs completed per ns
     throughput_all: Figure = unit("vfma/ns")  # the same, all hardware threads together
+    # L1 vector loads of this width per ns, one thread (measured; absent in datasheets)
+    loads: Figure | None = field(default=None, metadata={"unit": "vload/ns"})
 
     @property
     def lanes(self) -> int:
@@ -246,6 +249,8 @@ def _decode(tp: Any, data: Any, path: str, expected_unit: str | None = None) -> 
         values = {}
         for name, f in fields.items():
             if name not in data:
+                if f.default is not dataclasses.MISSING:  # an optional field
+                    continue
                 raise AutoconfigError(f"field '{_join(path, name)}' is missing")
             values[name] = _decode(hints[name], data[name], _join(path, name), f.metadata.get("unit"))
         return tp(**values)

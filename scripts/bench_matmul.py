@@ -4,17 +4,18 @@
 For each shape (square 64-2048, and the Gemm and 1x1-convolution shapes of VGG-16,
 MobileNet-V1, EfficientNet-B0 and YOLO-V4 at batch 1, as M=pixels, N=out channels,
 K=in channels) and each thread budget (1 and all cores; each runtime may use fewer,
-as torch and our model both do for small shapes): our kernel is compiled by the
-model (build time reported, not timed), checked against numpy, then all peers are
-timed in interleaved rounds, a pause before each peer so the previous one's
-spin-waiting workers go to sleep (50 ms of warm-up calls, then the median of the
-repetitions). The peers' runtimes are left as they ship: making their idle workers
-sleep at once (OPENBLAS_THREAD_TIMEOUT=4) cut OpenBLAS's 2-thread 128³ to 0.4
-GFLOP/s.
-Prints GFLOP/s and ratios (ours / peer), the geomean over squares 256-2048, and
-writes a plot.
+as torch and our model both do for small shapes), every peer is timed by the harness
+(scripts/harness.py): in its own fresh process per round, thread count through its own
+control, pinned alike. Our kernel is compiled by the model and checked against numpy
+before timing (build time reported, not timed); so is every peer's result.
 
-Usage: python scripts/bench_matmul.py [--profile P] [--reps 7] [--quick] [--plot F]
+Prints GFLOP/s with the spread, each as a fraction of the profile's measured peak
+for that thread count, the ratios ours/peer and ours/(the better peer), geomeans over
+squares 256-2048 and over the zoo shapes, and, with both thread counts, each peer's
+2-thread / 1-thread ratio; writes the results as JSON and a plot.
+
+Usage: python scripts/bench_matmul.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
+       [--quick] [--json F] [--plot F] [--no-pin]
 Needs: pip install -e '.[bench]' (matplotlib, threadpoolctl); torch==2.13.0 optional.
 """
 
@@ -22,17 +23,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import statistics
 import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
-from autoconfig import compile_matmul
-from autoconfig.resolve import resolve_profile
+import harness
 
 SQUARES = [64, 128, 256, 512, 1024, 2048]
 ZOO = {  # (M, N, K) at batch 1: Gemm layers and 1x1 convolutions as GEMM
@@ -59,150 +56,215 @@ ZOO = {  # (M, N, K) at batch 1: Gemm layers and 1x1 convolutions as GEMM
     "yolov4 head 52²": (2704, 255, 256),
 }
 
-
-WARMUP_SECONDS = 0.05
-"""Calls before timing, by time rather than count: after the pause a halted vCPU and
-sleeping workers take milliseconds to come back (one warm-up call left 256³ at 2
-threads measuring 63 GFLOP/s for us and 90 for OpenBLAS, 125 and 122 when warm)."""
+OTHER_PEERS = ("openblas", "torch")
 
 
-PINNING = """One-thread runs are pinned to one core (the calling thread, where every peer
-computes at one thread): unpinned, the scheduler moved the thread between the two
-vCPUs and the same 256³ kernel measured 69-82 GFLOP/s from one process to the next
-(each move leaves the working set in the other core's L2); pinned, 82-83 in six
-processes. Pinned runs still see the odd slow round (another tenant), hence medians."""
-
-
-def median_seconds(fn: Callable[[], object], reps: int) -> float:
-    start = time.perf_counter()
-    while time.perf_counter() - start < WARMUP_SECONDS:
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def peers(a: np.ndarray, b: np.ndarray, threads: int) -> dict[str, tuple[Callable, Callable]]:
-    """Each peer as (set-up, call): the set-up fixes its thread count outside the timed
-    region (threadpool_limits costs hundreds of µs per entry); torch only if installed."""
-    out = {"openblas": (lambda: threadpool_limits(limits=threads, user_api="blas"), lambda: a @ b)}
+def available_peers() -> list[str]:
+    """Ours, OpenBLAS (numpy), and torch when installed."""
     try:
+        import torch  # noqa: F401
+    except ImportError:
+        return ["ours", "openblas"]
+    return ["ours", *OTHER_PEERS]
+
+
+def environment(peer: str, threads: int) -> dict:
+    """numpy's OpenBLAS gets one thread in the other peers' processes (there it only
+    checks results; its spinning workers would take a core from the peer timed)."""
+    return {} if peer == "openblas" else {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def operands(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A, B and the float64 reference product, the same for every peer."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    return a, b, a.astype(np.float64) @ b
+
+
+def check(peer: str, task: dict, got: np.ndarray, expected: np.ndarray) -> None:
+    """Exit with one line if a peer's product is wrong: a wrong kernel is not timed."""
+    error = float(np.max(np.abs(got - expected)))
+    if error > 1e-3 * math.sqrt(task["k"]) * max(1.0, float(np.max(np.abs(expected)))):
+        sys.exit(f"{task['name']}: {peer}'s matmul is wrong (max error {error:.3g}); not timing it")
+
+
+def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
+    """The peer's call on the task's operands, checked; ours compiled by the model."""
+    m, n, k = task["m"], task["n"], task["k"]
+    a, b, expected = operands(m, n, k)
+    if peer == "ours":
+        from autoconfig import compile_matmul
+
+        start = time.perf_counter()
+        ours = compile_matmul(m, n, k, profile=task["profile"], threads=threads)
+        info = {"config": describe(ours.plan), "build_s": time.perf_counter() - start}
+        call, result = (lambda: ours(a, b)), ours(a, b)
+    elif peer == "openblas":
+        call, info = (lambda: a @ b), {}
+        result = call()
+    else:
         import torch
 
+        torch.set_num_threads(threads)
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        out["torch"] = (lambda: torch.set_num_threads(threads), lambda: torch.mm(ta, tb))
-    except ImportError:
-        pass
-    return out
+        call, info = (lambda: torch.mm(ta, tb)), {}
+        result = call().numpy()
+    check(peer, task, result, expected)
+    return harness.Prepared(call, info)
 
 
-def run(shapes: dict[str, tuple[int, int, int]], threads: int, args, profile) -> list[dict]:
-    rows = []
-    for name, (m, n, k) in shapes.items():
-        rng = np.random.default_rng(0)
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal((k, n), dtype=np.float32)
-        start = time.perf_counter()
-        ours = compile_matmul(m, n, k, profile=profile, threads=threads)
-        build = time.perf_counter() - start
-        expected = a.astype(np.float64) @ b
-        error = float(np.max(np.abs(ours(a, b) - expected)))
-        if error > 1e-3 * math.sqrt(k) * max(1.0, float(np.max(np.abs(expected)))):
-            sys.exit(f"{name}: generated matmul is wrong (max error {error:.3g}); not timing it")
-        calls = {"ours": (lambda: None, lambda: ours(a, b)), **peers(a, b, threads)}
-        times: dict[str, list[float]] = {p: [] for p in calls}
-        for _ in range(args.rounds):  # interleaved rounds: the machine is shared
-            for peer, (setup, fn) in calls.items():
-                setup()
-                time.sleep(args.pause)  # let the previous peer's spinning workers sleep
-                times[peer].append(median_seconds(fn, args.reps))
-        flops = 2 * m * n * k
-        row = {"name": name, "shape": (m, n, k), "build": build,
-               "config": describe(ours.plan)}  # fmt: skip
-        for peer, ts in times.items():
-            row[peer] = flops / statistics.median(ts) / 1e9
-        rows.append(row)
-        print(format_row(row, list(calls)), flush=True)
-    return rows
+def versions(peer: str) -> dict:
+    """The peer's library versions (threadpoolctl's view of numpy's BLAS; torch's)."""
+    if peer == "torch":
+        import torch
+
+        return {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    if peer == "openblas":
+        return harness.library_versions()
+    import autoconfig
+
+    return {"autoconfig": autoconfig.__version__}
 
 
 def describe(plan) -> str:
-    """'packed 6x2/8', 'broadcast u8/8', 'dot 8x1 sums/8', plus the split when threads
-    divide columns."""
+    """'packed 6x2/8', 'broadcast u8/8', 'dot 8x1 sums/8', with the threads used and
+    ' cols' when they divide columns."""
     c = plan.config
-    split = " cols" if plan.threads > 1 and plan.split == "columns" else ""
-    return f"{c.algorithm} {c.tile}/{c.lanes}{split}"
+    split = " cols" if plan.parts() > 1 and plan.split == "columns" else ""
+    return f"{c.algorithm} {c.tile}/{c.lanes} t{plan.parts()}{split}"
 
 
-def format_row(row: dict, peer_names: list[str]) -> str:
-    m, n, k = row["shape"]
-    cells = [f"{row['name']:<22}", f"{m:>6}x{n:<5}x{k:<6}", f"{row['config']:<20}"]
-    cells += [f"{row[p]:>8.1f}" for p in peer_names]
-    cells += [f"{row['ours'] / row[p]:>7.2f}x" for p in peer_names if p != "ours"]
-    cells.append(f"{row['build']:>6.1f}s")
-    return " ".join(cells)
+def table(rows: list[dict], peers: list[str], peak: float) -> list[str]:
+    """The printed table: GFLOP/s ± spread and % of peak per peer, then the ratios."""
+    others = [p for p in peers if p != "ours"]
+    head = [f"{'shape':<20}", f"{'M x N x K':<18}", f"{'our config':<22}"]
+    head += [f"{p:>15}" for p in peers] + [f"{'vs ' + p:>10}" for p in others]
+    head += [f"{'vs best':>8}", f"{'build':>6}"]
+    lines = [" ".join(head)]
+    for r in rows:
+        m, n, k = r["shape"]
+        cells = [f"{r['name']:<20}", f"{m:>6}x{n:<5}x{k:<5}", f"{r['config']:<22}"]
+        cells += [f"{r['gflops'][p]:>7.1f}±{r['spread'][p] * 100:2.0f}%{r['gflops'][p] / peak * 100:3.0f}%" for p in peers]
+        cells += [f"{r['gflops']['ours'] / r['gflops'][p]:>9.2f}x" for p in others]
+        if others:
+            cells.append(f"{r['vs_best']:>7.2f}x")
+        cells.append(f"{r['build_s']:>5.1f}s")
+        lines.append(" ".join(cells))
+    return lines
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> list[dict]:
+    """One row per task: GFLOP/s and spread per peer, ours over the better other peer."""
+    rows = []
+    for i, task in enumerate(tasks):
+        flops = 2 * task["m"] * task["n"] * task["k"]
+        ours = timed["ours"][i]["info"]
+        row = {"name": task["name"], "shape": (task["m"], task["n"], task["k"]), "threads": threads,
+               "config": ours["config"], "build_s": ours["build_s"],
+               "gflops": {p: flops / t[i]["timing"]["median"] / 1e9 for p, t in timed.items()},
+               "spread": {p: (t[i]["timing"]["q3"] - t[i]["timing"]["q1"]) / 2 / t[i]["timing"]["median"]
+                          for p, t in timed.items()},
+               "timing": {p: t[i]["timing"] for p, t in timed.items()}}  # fmt: skip
+        others = [g for p, g in row["gflops"].items() if p != "ours"]
+        row["vs_best"] = row["gflops"]["ours"] / max(others) if others else float("nan")
+        rows.append(row)
+    return rows
+
+
+def geomeans(rows: list[dict], peers: list[str]) -> list[str]:
+    """Geomean of ours over each peer and over the better peer, squares 256+ and zoo."""
+    groups = {"squares 256-2048": [r for r in rows if r["name"].startswith("square") and r["shape"][0] >= 256],
+              "zoo shapes": [r for r in rows if not r["name"].startswith("square")]}  # fmt: skip
+    lines = []
+    for group, members in groups.items():
+        if not members:
+            continue
+        ratios = [f"ours/{p} {harness.geomean([r['gflops']['ours'] / r['gflops'][p] for r in members]):.2f}x"
+                  for p in peers if p != "ours"]  # fmt: skip
+        best = harness.geomean([r["vs_best"] for r in members])
+        lines.append(f"geomean over {group}: " + ", ".join(ratios) + f", ours/better peer {best:.2f}x")
+    return lines
+
+
+def scaling(by_threads: dict[int, list[dict]], peers: list[str]) -> list[str]:
+    """Each peer's many-thread / one-thread GFLOP/s on shapes of at least 1 MFLOP; the
+    shapes where a peer got slower with more threads are named."""
+    low, high = min(by_threads), max(by_threads)
+    lines = [f"{high}-thread / {low}-thread GFLOP/s, shapes >= 1 MFLOP (slower marked *):"]
+    for one, many in zip(by_threads[low], by_threads[high]):
+        mflop = 2 * math.prod(one["shape"]) / 1e6
+        if mflop < 1:
+            continue
+        cells = []
+        for p in peers:
+            ratio = many["gflops"][p] / one["gflops"][p]
+            cells.append(f"{p} {ratio:4.2f}{'*' if ratio < 1 else ' '}")
+        lines.append(f"  {one['name']:<20} {mflop:>9.1f} MFLOP  " + "  ".join(cells))
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
-    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per round (median)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
-    parser.add_argument("--pause", type=float, default=0.3,
-                        help="seconds between peers (OpenBLAS and torch workers spin-wait)")
-    parser.add_argument("--quick", action="store_true", help="squares up to 1024, fewer zoo shapes")
-    parser.add_argument("--no-pin", action="store_true",
-                        help="let one-thread runs migrate between cores (see PINNING)")
+    parser.add_argument("--threads", type=int, nargs="+", default=None,
+                        help="thread counts to run (default: 1 and the profile's cores)")  # fmt: skip
+    parser.add_argument("--reps", type=int, default=5, help="timed samples per round")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per peer (samples pooled)")
+    parser.add_argument("--quick", action="store_true", help="squares up to 1024, every third zoo shape")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin runs to CPUs (see harness.PINNING)")
+    parser.add_argument("--json", default="bench-matmul.json", help="results file")
     parser.add_argument("--plot", default="bench-matmul.png")
     args = parser.parse_args()
+
+    from autoconfig.machine import Machine
+    from autoconfig.resolve import resolve_profile
+
     profile = resolve_profile(args.profile)
-    cores = int(profile.cores)
+    profile_path = str(Path(args.profile).resolve()) if args.profile else None
+    machine = Machine.of(profile)
     squares = [s for s in SQUARES if not args.quick or s <= 1024]
-    zoo = dict(list(ZOO.items())[:: 3 if args.quick else 1])
-    results = {}
-    peer_names = ["ours", *peers(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), 1)]
-    header = " ".join([f"{'shape':<22}", f"{'M x N x K':<19}", f"{'our config':<20}",
-                       *[f"{p:>8}" for p in peer_names],
-                       *[f"{'vs ' + p:>8}" for p in peer_names[1:]], f"{'build':>7}"])  # fmt: skip
-    all_cpus = os.sched_getaffinity(0)
-    for threads in sorted({1, cores}):
-        pinned = threads == 1 and not args.no_pin
-        print(f"\nprofile {profile.name}; {threads} thread(s){' pinned to one core' if pinned else ''}; "
-              f"GFLOP/s, median of {args.rounds} interleaved rounds x {args.reps} reps")
-        print(header)
-        shapes = {f"square {s}": (s, s, s) for s in squares} | zoo
-        os.sched_setaffinity(0, {min(all_cpus)} if pinned else all_cpus)
-        results[threads] = run(shapes, threads, args, profile)
-        os.sched_setaffinity(0, all_cpus)
-        big = [r for r in results[threads] if r["name"].startswith("square") and r["shape"][0] >= 256]
-        for peer in peer_names[1:]:
-            print(f"geomean ours/{peer}, squares 256-{max(squares)}: "
-                  f"{geomean([r['ours'] / r[peer] for r in big]):.2f}x; zoo shapes: "
-                  f"{geomean([r['ours'] / r[peer] for r in results[threads] if not r['name'].startswith('square')]):.2f}x")
-    plot(results, peer_names, args.plot)
-    print(f"\nwrote {args.plot}")
+    shapes = {f"square {s}": (s, s, s) for s in squares} | dict(list(ZOO.items())[:: 3 if args.quick else 1])
+    tasks = [{"name": name, "m": m, "n": n, "k": k, "profile": profile_path} for name, (m, n, k) in shapes.items()]
+    peers = available_peers()
+    report = harness.Report("bench_matmul", profile.name,
+                            settings={"rounds": args.rounds, "reps": args.reps, "pinned": not args.no_pin})  # fmt: skip
+    by_threads: dict[int, list[dict]] = {}
+    for threads in args.threads or sorted({1, int(profile.cores)}):
+        timed = harness.measure("bench_matmul", peers, tasks, threads, rounds=args.rounds, reps=args.reps,
+                                pin=not args.no_pin)  # fmt: skip
+        rows = by_threads[threads] = results(tasks, timed, threads)
+        peak = machine.peak_gflops(threads)
+        print("\n" + report.heading(threads, {p: timed[p][0]["versions"] for p in peers}))
+        print(f"GFLOP/s ± half the interquartile range, then % of the profile's {threads}-thread peak "
+              f"({peak:.0f} GFLOP/s); median of {args.rounds} processes x {args.reps} samples per peer")
+        lines = table(rows, peers, peak) + geomeans(rows, peers)
+        print("\n".join(lines), flush=True)
+        report.tables.append({"threads": threads, "peak_gflops": peak, "rows": rows})
+        report.summary += lines[-2:]
+    if len(by_threads) > 1:
+        lines = scaling(by_threads, peers)
+        print("\n" + "\n".join(lines))
+        report.summary += lines
+    report.save(args.json)
+    plot(by_threads, peers, args.plot)
+    print(f"\nwrote {args.json} and {args.plot}")
     return 0
 
 
-def plot(results: dict[int, list[dict]], peer_names: list[str], path: str) -> None:
+def plot(by_threads: dict[int, list[dict]], peers: list[str], path: str) -> None:
+    """GFLOP/s bars per shape, one panel per thread count."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(results), 1, figsize=(12, 4.5 * len(results)), squeeze=False)
-    for ax, (threads, rows) in zip(axes[:, 0], sorted(results.items())):
+    fig, axes = plt.subplots(len(by_threads), 1, figsize=(12, 4.5 * len(by_threads)), squeeze=False)
+    for ax, (threads, rows) in zip(axes[:, 0], sorted(by_threads.items())):
         x = np.arange(len(rows))
-        width = 0.8 / len(peer_names)
-        for i, peer in enumerate(peer_names):
-            ax.bar(x + i * width, [r[peer] for r in rows], width, label=peer)
+        width = 0.8 / len(peers)
+        for i, peer in enumerate(peers):
+            ax.bar(x + i * width, [r["gflops"][peer] for r in rows], width, label=peer)
         ax.set_xticks(x + 0.4 - width / 2, [r["name"] for r in rows], rotation=60, ha="right", fontsize=7)
         ax.set(ylabel="GFLOP/s", title=f"matmul, {threads} thread(s)")
         ax.legend()

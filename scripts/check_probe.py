@@ -3,7 +3,7 @@
 
 Prints a table of
 - the measured single-core f32 FMA peak vs single-thread OpenBLAS sgemm on 1024³
-  (numpy, OPENBLAS_NUM_THREADS=1, median of repetitions): a BLAS cannot beat the peak;
+  (numpy, one thread, timed by scripts/harness.py): a BLAS cannot beat the peak;
 - the peak vs lanes × FMA units × 2 × frequency (units: --fma-units, from the
   microarchitecture's documentation; frequency from the profile, where known);
 - the bandwidth knees vs the sysfs cache sizes (the knees must lie within 2×);
@@ -17,33 +17,18 @@ Needs the bench extra (matplotlib): pip install -e '.[bench]'.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import textwrap
 
+import harness
 from autoconfig.probe import probe
 from autoconfig.profile import HardwareProfile
 
-SGEMM = textwrap.dedent(
-    """
-    import statistics, time, numpy as np
-    n = 1024
-    a, b = (np.random.default_rng(i).standard_normal((n, n), dtype=np.float32) for i in (0, 1))
-    a @ b
-    times = []
-    for _ in range(7):
-        t = time.perf_counter(); a @ b; times.append(time.perf_counter() - t)
-    print(2 * n**3 / statistics.median(times) / 1e9)
-    """
-)
-
-
 def openblas_gflops() -> float:
-    """Single-thread numpy/OpenBLAS sgemm GFLOP/s on 1024³ (in a child: thread env)."""
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", SGEMM], env=env, capture_output=True, text=True)
-    return float(out.stdout.strip())
+    """Single-thread numpy/OpenBLAS sgemm GFLOP/s on 1024³, timed by the harness (its
+    own process, one thread through OpenBLAS's control, pinned)."""
+    task = {"name": "square 1024", "m": 1024, "n": 1024, "k": 1024, "profile": None}
+    timed = harness.measure("bench_matmul", ["openblas"], [task], 1, rounds=1, reps=7, pin=True, progress=False)
+    return 2 * 1024**3 / timed["openblas"][0]["timing"]["median"] / 1e9
 
 
 def spread(a: float, b: float) -> float:

@@ -16,27 +16,37 @@ process is pinned to one core (as in bench_matmul.py: a thread moved to the othe
 leaves its working set in that core's L2). The grid's members are compared with each
 other, not with a peer.
 
+With --save FILE the measurements are also written as JSON (host, profile, target,
+every configuration's time); with --measured FILE nothing is timed: the model, under
+the file's profile or --profile P, is scored against those measurements, so it can be
+checked against a host one does not have.
+
 Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 5] [--passes 3] [--quick]
        [--shape M N K]   (one shape, every configuration's predicted and measured time)
+       [--save FILE] | --measured FILE [--profile P]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
+import harness
+from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
 from autoconfig.models.matmul import BROADCAST_ROWS, UNROLL, MatmulPlan, block_sizes, choose, predict
 from kernels import matmul as mm
 from kernels.library import build_library
+from kernels.target import get_target
 
 SHAPES = {
     "square 64": (64, 64, 64), "square 128": (128, 128, 128), "square 256": (256, 256, 256),
@@ -53,6 +63,8 @@ SHAPES = {
     "conv 49x1024x1024": (49, 1024, 1024), "fc 1x1000x1024": (1, 1000, 1024),
 }  # fmt: skip
 TILES = [(1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (6, 2), (3, 3), (4, 3), (2, 4)]
+SAMPLE_SECONDS = 2e-3  # one round-robin sample: long enough to span timer and call jitter
+FORMAT = "autoconfig-matmul-validation/1"  # the --save file's format tag
 DOT_TILES = [(1, 1), (1, 4), (1, 8), (2, 4), (4, 1), (4, 2), (8, 1)]  # (rows, partial sums)
 
 
@@ -113,22 +125,14 @@ def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target, x: Ope
 
 
 def measure_round_robin(calls: dict, rounds: int) -> dict:
-    """Seconds per call of each entry: the best of `rounds` round-robin samples."""
-    repeat = {key: max(1, int(2e-3 / max(1e-7, _once(call)))) for key, call in calls.items()}
+    """Seconds per call of each entry: the best of `rounds` round-robin samples of at
+    least SAMPLE_SECONDS each (the harness's timing, one sample at a time)."""
     best = dict.fromkeys(calls, math.inf)
     for _ in range(rounds):
         for key, call in calls.items():
-            start = time.perf_counter()
-            for _ in range(repeat[key]):
-                call()
-            best[key] = min(best[key], (time.perf_counter() - start) / repeat[key])
+            sample = harness.time_call(call, 1, warmup=0, min_sample=SAMPLE_SECONDS)[0]
+            best[key] = min(best[key], sample)
     return best
-
-
-def _once(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -148,45 +152,90 @@ def spearman(x: list[float], y: list[float]) -> float:
     return float(np.corrcoef(rx, ry)[0, 1]) if len(x) > 2 else float("nan")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
-    parser.add_argument("--reps", type=int, default=5, help="round-robin rounds per pass")
-    parser.add_argument("--passes", type=int, default=3, help="passes over all shapes")
-    parser.add_argument("--quick", action="store_true", help="every other shape")
-    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
-                        help="only this shape, listing every configuration")  # fmt: skip
-    args = parser.parse_args()
-    profile = resolve_profile(args.profile)
-    target = target_for_profile(profile)
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
-    if args.shape:
-        shapes = {"x".join(map(str, args.shape)): tuple(args.shape)}
-    print(f"profile {profile.name}, target {target.name}, 1 thread; times: best of "
-          f"{args.passes} passes x {args.reps} round-robin rounds, pinned to one core", flush=True)  # fmt: skip
+Measurements = dict[str, tuple[mm.MatmulShape, dict[mm.MatmulConfig, float]]]
+"""Per shape name: the shape and the measured seconds of each configuration."""
+
+
+def measure(shapes: dict[str, tuple[int, int, int]], profile, target, args) -> Measurements:
+    """Build, check and time each shape's grid plus the model's pick, pinned to one core."""
+    all_cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, harness.worker_cpus(1, pin=True))
     grids = {}
     for name, dims in shapes.items():
         shape = mm.MatmulShape(*dims)
-        pick = choose(shape, profile, target, threads=1).best.config
         configs = grid(shape, profile, target)
+        pick = choose(shape, profile, target, threads=1).best.config
         if pick not in configs:
             configs.append(pick)
         operands = Operands.of(shape, configs)
-        grids[name] = (shape, pick, {c: build_checked(shape, c, target, operands) for c in configs})
+        grids[name] = (shape, {c: build_checked(shape, c, target, operands) for c in configs})
         print(f"  built {name}: {len(configs)} configurations", file=sys.stderr, flush=True)
-    measured: dict[str, dict] = {name: {} for name in grids}
+    measured: Measurements = {name: (shape, {}) for name, (shape, _) in grids.items()}
     for number in range(args.passes):  # minutes apart: one burst cannot hit every pass
-        for name, (_, _, calls) in grids.items():
+        for name, (_, calls) in grids.items():
+            times = measured[name][1]
             for c, seconds in measure_round_robin(calls, args.reps).items():
-                measured[name][c] = min(seconds, measured[name].get(c, math.inf))
+                times[c] = min(seconds, times.get(c, math.inf))
         print(f"  pass {number + 1} of {args.passes} timed", file=sys.stderr, flush=True)
-    print(f"{'shape':<22}{'model pick':<26}{'grid best':<26}{'pick µs':>10}{'best µs':>10}{'regret':>8}"
+    os.sched_setaffinity(0, all_cpus)
+    return measured
+
+
+def save(path: str, measured: Measurements, profile, target, args) -> None:
+    """The measurements as JSON, with the host, the profile used and the settings, so
+    the model can be re-scored against them on another machine (--measured)."""
+    report = harness.Report("validate_matmul_model", profile.name,
+                            settings={"passes": args.passes, "rounds": args.reps, "threads": 1, "pinned": True})  # fmt: skip
+    data = {"format": FORMAT, **asdict(report), "target": target.name, "profile_data": profile_to_dict(profile),
+            "shapes": [{"name": name, "shape": [shape.m, shape.n, shape.k],
+                        "measured": [{"config": config_to_dict(c), "seconds": t} for c, t in times.items()]}
+                       for name, (shape, times) in measured.items()]}  # fmt: skip
+    harness.write_json(path, data)
+
+
+def load(path: str) -> tuple[Measurements, dict]:
+    """Measurements saved by --save, and the file's other fields."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        sys.exit(f"{path}: cannot read saved measurements ({e})")
+    if data.get("format") != FORMAT:
+        sys.exit(f"{path}: format {data.get('format')!r}, expected {FORMAT!r} (a file written by --save)")
+    measured: Measurements = {}
+    for entry in data["shapes"]:
+        shape = mm.MatmulShape(*entry["shape"])
+        measured[entry["name"]] = (shape, {config_from_dict(shape, m["config"]): m["seconds"]
+                                           for m in entry["measured"]})  # fmt: skip
+    return measured, data
+
+
+CONFIG_FIELDS = ("algorithm", "lanes", "mr", "nv", "kc", "mc", "nc", "unroll")
+
+
+def config_to_dict(c: mm.MatmulConfig) -> dict:
+    """The fields that decide a bare matmul's code (validation configs have no epilogue)."""
+    return {name: getattr(c, name) for name in CONFIG_FIELDS}
+
+
+def config_from_dict(shape: mm.MatmulShape, fields: dict) -> mm.MatmulConfig:
+    return mm.MatmulConfig(shape, **{name: fields[name] for name in CONFIG_FIELDS})
+
+
+def score(measured: Measurements, profile, target, list_all: bool) -> None:
+    """Per shape: the model's pick against the measured best (regret) and the rank
+    correlation of predicted and measured times; then the summary. Where the model's
+    pick (under this profile) was not measured, the measured configuration it predicts
+    fastest stands in, marked '*'."""
+    print(f"{'shape':<22}{'model pick':<26}{'measured best':<26}{'pick µs':>10}{'best µs':>10}{'regret':>8}"
           f"{'spearman':>10}{'n':>4}")  # fmt: skip
-    regrets, rhos, pooled_pred, pooled_meas = [], [], [], []
-    for name, (shape, pick, calls) in grids.items():
-        times, configs = measured[name], list(calls)
+    regrets, rhos, pooled_pred, pooled_meas, stand_ins = [], [], [], [], 0
+    for name, (shape, times) in measured.items():
+        configs = list(times)
         predicted = {c: predict(MatmulPlan(c), profile).total_ns for c in configs}
+        pick = choose(shape, profile, target, threads=1).best.config
+        mark = ""
+        if pick not in times:
+            pick, mark, stand_ins = min(configs, key=predicted.get), "*", stand_ins + 1
         best = min(times, key=times.get)
         regret = times[pick] / times[best] - 1
         rho = spearman([predicted[c] for c in configs], [times[c] for c in configs])
@@ -194,17 +243,58 @@ def main() -> int:
         rhos.append(rho)
         pooled_pred += [predicted[c] for c in configs]
         pooled_meas += [times[c] for c in configs]
-        print(f"{name:<22}{describe(pick):<26}{describe(best):<26}{times[pick] * 1e6:>10.1f}"
+        print(f"{name:<22}{describe(pick) + mark:<26}{describe(best):<26}{times[pick] * 1e6:>10.1f}"
               f"{times[best] * 1e6:>10.1f}{regret * 100:>7.1f}%{rho:>10.2f}{len(configs):>4}", flush=True)  # fmt: skip
-        if args.shape:
+        if list_all:
             for c in sorted(configs, key=times.get):
-                mark = " <- model" if c == pick else ""
                 print(f"  {describe(c):<28} predicted {predicted[c] / 1e3:9.1f} µs  "
-                      f"measured {times[c] * 1e6:9.1f} µs{mark}")  # fmt: skip
+                      f"measured {times[c] * 1e6:9.1f} µs{' <- model' if c == pick else ''}")  # fmt: skip
     geo = math.exp(sum(math.log1p(r) for r in regrets) / len(regrets)) - 1
     print(f"\nregret: geomean {geo * 100:.1f}%, worst {max(regrets) * 100:.1f}% over {len(regrets)} shapes")
     print(f"spearman per shape: median {float(np.median(rhos)):.2f}, mean {float(np.mean(rhos)):.2f}; "
           f"pooled over all {len(pooled_pred)} (shape, config) pairs: {spearman(pooled_pred, pooled_meas):.2f}")
+    if stand_ins:
+        print(f"* {stand_ins} shape(s): the model's pick was not among the saved configurations; "
+              "the saved one it predicts fastest stood in")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default=None,
+                        help="hardware profile (default: this machine's; with --measured, the file's)")  # fmt: skip
+    parser.add_argument("--reps", type=int, default=5, help="round-robin rounds per pass")
+    parser.add_argument("--passes", type=int, default=3, help="passes over all shapes")
+    parser.add_argument("--quick", action="store_true", help="every other shape")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
+                        help="only this shape, listing every configuration")  # fmt: skip
+    parser.add_argument("--save", metavar="FILE", help="also write the measurements as JSON")
+    parser.add_argument("--measured", metavar="FILE",
+                        help="time nothing: score the model against measurements saved with --save")  # fmt: skip
+    args = parser.parse_args()
+    if args.measured:
+        measured, data = load(args.measured)
+        profile = resolve_profile(args.profile) if args.profile else profile_from_dict(data["profile_data"])
+        target = get_target(data["target"])
+        if target_for_profile(profile).name != target.name:
+            sys.exit(f"profile {profile.name} is for {target_for_profile(profile).name}, "
+                     f"the measurements for {target.name}")
+        host = data["host"]
+        print(f"measured on {host['model_name']!r} ({host['cpus']} CPUs, commit {host['commit']}), target "
+              f"{target.name}, 1 thread; scored with profile {profile.name}", flush=True)  # fmt: skip
+    else:
+        profile = resolve_profile(args.profile)
+        target = target_for_profile(profile)
+        shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
+        if args.shape:
+            shapes = {"x".join(map(str, args.shape)): tuple(args.shape)}
+        print(f"host {harness.host()['model_name']!r}, profile {profile.name}, target {target.name}, 1 thread; "
+              f"times: best of {args.passes} passes x {args.reps} round-robin rounds, pinned to one core", flush=True)  # fmt: skip
+        measured = measure(shapes, profile, target, args)
+        if args.save:
+            save(args.save, measured, profile, target, args)
+    score(measured, profile, target, list_all=bool(args.shape))
+    if args.save and not args.measured:
+        print(f"wrote {args.save}")
     return 0
 
 

@@ -256,6 +256,20 @@ def test_unpacked_b_rows_that_start_mid_line_count_both_lines():
     assert plan_matmul(2704, 255, 256, profile=HOST_PROFILE, threads=1).best.config.algorithm == "packed"
 
 
+def test_panels_evicted_by_set_conflicts_within_a_page_are_l2_traffic_not_a_stall():
+    # N=128 and N=512 rows fold a tiled panel into 8 and 2 L1 sets; prefetchers bring
+    # rows closer than a page back from L2 alongside the FMAs (measured as fast as a
+    # panel that fits); 4 KiB rows (N=1024) stall
+    profile, config = load_profile(HOST_PROFILE), mm.MatmulConfig(ANY, "tiled", 8, 6, 2, kc=256)
+
+    def terms(n: int) -> dict[str, float]:
+        return {t.name: t.ns for t in predict(MatmulPlan(at(config, (512, n, 512))), profile).terms}
+
+    for n in (128, 512):
+        assert terms(n)["l1 misses"] == 0 and terms(n)["memory L2"] > 0
+    assert terms(1024)["l1 misses"] > 0
+
+
 def test_cli_explain():
     done = subprocess.run(
         [sys.executable, "-m", "autoconfig.cli", "explain", "matmul", "128", "64", "32",

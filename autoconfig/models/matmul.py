@@ -63,7 +63,7 @@ of the smaller term when the two are equal."""
 
 RESOLUTION = 0.02
 """Predictions closer than 2% are ties (the model is not finer than that); a tie goes
-to the tile with fewer L1 loads per FMA, whose advantage the FMA-bound terms hide,
+to the tile issuing fewer instructions per flop, whose advantage the FMA-bound terms hide,
 then to a split by rows: each thread's rows of A and C are its own contiguous block,
 where a split by columns has every thread read all of A."""
 
@@ -228,6 +228,17 @@ def _epilogue_term(plan: MatmulPlan, m: Machine, share: float) -> Term:
                 + (f", {residual_bytes / 1e6:.2f} MB of residual read" if residual_bytes else ""))  # fmt: skip
 
 
+PAGE_BYTES = 4096
+"""The base page on x86-64, AArch64 and RISC-V Linux. Hardware prefetchers follow a
+stride only within a page, so an unpacked B micro-panel evicted by set conflicts (it
+would fit L1's capacity) whose rows are closer than a page is fetched back from L2
+alongside the FMAs (its re-reads are L2 traffic that overlaps): on Zen 4, tiled 8x1,
+6x2 and 4x2 at 128x128x8192 (N=128, panels folded into 8 L1 sets) measured within 3%
+of the 2x8 tile that fits, where a stall predicted 25-45% slower. Rows a page or more
+apart stall (at N=1024 a tiled kernel measured half its predicted speed without the
+stall), and so does a panel larger than L1 (N=255, rows straddling lines: packed
+measured 5-15% faster than tiled)."""
+
 STALL_TERM = "l1 misses"
 """Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
 
@@ -262,12 +273,13 @@ def _busiest_share(tiles: int, threads: int) -> float:
     return math.ceil(tiles / parts) / tiles
 
 
-def _microkernel_ns(accumulators: int, loads: int, lanes: int, m: Machine) -> tuple[float, float, float]:
+def _microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
     """Per step of one micro-kernel (one FMA into each of its independent accumulators,
-    `loads` vector loads): (FMA issue, extra wait on latency, extra wait on loads)."""
+    `loads` vector loads and `broadcasts` scalar broadcast loads): (FMA issue, extra
+    wait on latency, extra wait on loads)."""
     issue = accumulators / m.fma_per_ns()
     busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
-    load_ns = loads / m.vector_loads_per_ns()
+    load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
     return issue, busy - issue, max(0.0, load_ns - busy)
 
 
@@ -290,10 +302,10 @@ def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tu
     """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1.
 
     Its lines land in sets spaced by the row stride: a stride that is a multiple of
-    the set span folds all kc rows into few sets, which cannot hold them. A stride
-    that is not a multiple of the line starts rows mid-line, so a row's nr floats
-    straddle two lines on most rows (N=255, 6x2: 1.94 lines per row, not 1; the
-    one-line count kept this tiled panel "in L1" where packed measured 5-15% faster).
+    the set span folds all kc rows into few sets, which cannot hold them. A stride that is not
+    a multiple of the line starts rows mid-line, so a row's nr floats straddle two
+    lines on most rows (N=255, 6x2: 1.94 lines per row, not 1; the one-line count
+    kept this tiled panel "in L1" where packed measured 5-15% faster).
     """
     stride = shape.n * F32
     lines = _panel_lines(stride, nr * F32, kc, m.line)
@@ -302,6 +314,12 @@ def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tu
         sets = m.l1_sets // math.gcd(m.l1_sets, stride // m.line) * math.ceil(nr * F32 / m.line)
     fits = lines <= min(sets, m.l1_sets) * (m.l1_ways - 1)
     return fits, f"row stride {stride} B puts its {lines} lines in {min(sets, m.l1_sets)} L1 sets"
+
+
+def _panel_fits_l1_capacity(shape: MatmulShape, kc: int, nr: int, m: Machine) -> bool:
+    """Whether the panel's lines would fit L1 (less a way) spread over all its sets:
+    evicted by set conflicts alone, not by its size."""
+    return _panel_lines(shape.n * F32, nr * F32, kc, m.line) <= m.l1_sets * (m.l1_ways - 1)
 
 
 def _panel_lines(stride: int, width: int, rows: int, line: int) -> int:
@@ -316,7 +334,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     lanes, nr = c.lanes, c.nr
     issue = latency = loads = 0.0
     for count, rows, vectors in _tile_kinds(c):
-        i, l, ld = _microkernel_ns(rows * vectors, rows + vectors, lanes, m)
+        i, l, ld = _microkernel_ns(rows * vectors, vectors, rows, m)
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
@@ -334,11 +352,15 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     b_bytes = shape.k * shape.n * F32 * row_blocks  # B block re-read per row block
     b_why = "B micro-panels stay in L1"
     stall = 0.0
+    per_level: dict[str, float] = {}
     if c.algorithm == "tiled":
         fits, b_why = _b_panel_stays_in_l1(shape, kc, nr, m)
-        if not fits:  # every micro-kernel re-reads its B micro-panel from L2, stalling
-            stall = math.ceil(shape.m / c.mr) * shape.k * shape.n * F32 / m.bandwidth["L2"]
-    per_level: dict[str, float] = {}
+        reread = math.ceil(shape.m / c.mr) * shape.k * shape.n * F32  # B from L2 per row tile
+        if not fits and shape.n * F32 < PAGE_BYTES and _panel_fits_l1_capacity(shape, kc, nr, m):
+            per_level["L2"] = reread * share
+            b_why += f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2"
+        elif not fits:  # every micro-kernel re-reads its B micro-panel from L2, stalling
+            stall = reread / m.bandwidth["L2"]
     for level, size in ((a_level, a_bytes * share), (b_level, b_bytes * share)):
         if level != "L1":
             per_level[level] = per_level.get(level, 0.0) + size
@@ -363,7 +385,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                           f"B in {b_level} per row block; A, B, C once from {once_level} "
                           f"({_first_touch_why(p)})"))  # fmt: skip
     if c.algorithm == "tiled":
-        terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'kept'}: {b_why}"))
+        terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}"))
     if c.algorithm == "packed":
         # Each thread packs the B columns and A rows of its block: split by rows, all
         # of B and its share of A (once per column block); by columns, its share of B
@@ -374,7 +396,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
         b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
         pack_ns = (b_pack + a_pack) * 2 * F32 / m.bandwidth_one[b_held]
-        pack_ns += a_pack * 2 / m.vector_loads_per_ns()  # A is copied one scalar at a time
+        pack_ns += a_pack * 2 / m.broadcast_loads_per_ns()  # A is copied one scalar at a time
         whose = {"rows": "all of B and its rows of A", "columns": "its columns of B and all of A"}[p.split]
         terms.append(Term("packing", pack_ns, f"each thread packs {whose} (A once per column block) "
                                               "into zero-padded panels"))  # fmt: skip
@@ -440,7 +462,7 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
     issue = latency = loads = 0.0
     full_tiles, edge_rows = divmod(shape.m, c.mr)
     for count, rows in ((full_tiles, c.mr), (1 if edge_rows else 0, edge_rows)):
-        i, l, ld = _microkernel_ns(rows * u, (rows + 1) * u, lanes, m)  # u vectors of K per step
+        i, l, ld = _microkernel_ns(rows * u, (rows + 1) * u, 0, m)  # u vectors of K per step
         steps = count * vectors / u
         issue, latency, loads = issue + steps * i, latency + steps * l, loads + steps * ld
     tiles = math.ceil(shape.m / c.mr)
@@ -569,25 +591,30 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     return Choice(_best(per_algorithm), per_algorithm, profile, target)
 
 
-def loads_per_fma(config: MatmulConfig) -> float:
-    """L1 loads per vector FMA on this shape: (rows + vectors)/(rows·vectors) averaged
-    over the tiles that actually run (with M=4, a 6x2 tile runs as 4x2); for broadcast a
-    B load per FMA and a C load per `unroll`; for dot an A load per FMA and a B load per row."""
+def instructions_per_flop(config: MatmulConfig) -> float:
+    """Vector FMAs and loads issued per f32 multiply-add on this shape, averaged over
+    the tiles that actually run (with M=4, a 6x2 tile runs as 4x2): a tile's FMAs, B
+    loads and A broadcasts per k over its rows·vectors·lanes multiply-adds; broadcast
+    issues a B load per FMA and a C load and store per `unroll`; dot an A load per FMA
+    and a B load per row. Per flop, not per FMA (the earlier tie-break, loads per FMA):
+    on Zen 4, where 256- and 512-bit FMAs give the same flops, that preferred 256-bit
+    4x6 tiles (10 loads per 24 FMAs) to 512-bit 4x3 (7 per 12) at 4x512x512, measured
+    10% slower; counting loads alone per flop preferred 256-bit 8x2 to 512-bit 8x1 at
+    4096x16x64, measured 18% slower: each instruction takes an issue slot whatever its
+    width."""
     if config.algorithm == "broadcast":
-        return 1 + 1 / config.unroll
+        return (2 + 2 / config.unroll) / config.lanes
     if config.algorithm == "dot":
-        return 1 + 1 / min(config.mr, config.shape.m)
+        return (2 + 1 / min(config.mr, config.shape.m)) / config.lanes
     kinds = _tile_kinds(config)
-    loads = sum(count * (rows + vectors) for count, rows, vectors in kinds)
-    return loads / sum(count * rows * vectors for count, rows, vectors in kinds)
+    issued = sum(count * (rows * vectors + rows + vectors) for count, rows, vectors in kinds)
+    return issued / sum(count * rows * vectors * config.lanes for count, rows, vectors in kinds)
 
 
 def _best(predictions) -> Prediction:
-    """The fastest prediction; within RESOLUTION of it, the fewest loads per FMA, then
-    a split by rows."""
+    """The fastest prediction; within RESOLUTION of it, the fewest instructions per
+    flop, then a split by rows."""
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (loads_per_fma(p.config), p.plan.split != "rows", p.total_ns))
-
-
+    return min(near, key=lambda p: (instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))

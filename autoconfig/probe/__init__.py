@@ -100,6 +100,8 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
             bench.measure_fma(target, bits, static.threads, settings, lambda: bar.update())
             for bits in widths
         ]
+        l1 = next(int(c.size) for c in caches if c.level == 1)
+        loads = {bits: bench.l1_loads_per_ns(target, bits, l1, settings) for bits in widths}
         best = {(threads, size): 0.0 for threads in thread_counts for size in sizes}
         for _ in range(settings.sweeps):
             for threads, size in best:
@@ -109,7 +111,7 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
         _bandwidth([(size, best[threads, size]) for size in sizes], threads, len(caches) + 1)
         for threads in thread_counts
     ]
-    return _profile(static, target, fma, BandwidthFigures(*curves))
+    return _profile(static, target, fma, loads, BandwidthFigures(*curves))
 
 
 def _bandwidth(points: list[tuple[int, float]], threads: int, levels: int) -> Bandwidth:
@@ -127,7 +129,8 @@ def _bandwidth(points: list[tuple[int, float]], threads: int, levels: int) -> Ba
 
 
 def _profile(
-    static: StaticInfo, target: Target, fma: list[bench.FmaMeasurement], bw: BandwidthFigures
+    static: StaticInfo, target: Target, fma: list[bench.FmaMeasurement], loads: dict[int, float],
+    bw: BandwidthFigures,
 ) -> HardwareProfile:
     def stat(value: float, unit: str) -> F:
         return F(value, unit, "static")
@@ -153,6 +156,7 @@ def _profile(
                 latency=F(round(m.latency_ns, 4), "ns", "measured"),
                 throughput=F(round(m.throughput_per_ns, 4), "vfma/ns", "measured"),
                 throughput_all=F(round(m.throughput_all_per_ns, 4), "vfma/ns", "measured"),
+                loads=F(round(loads[m.vector_bits], 4), "vload/ns", "measured"),
             )
             for m in fma
         ),

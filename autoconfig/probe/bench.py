@@ -134,6 +134,16 @@ def measure_fma(
     return FmaMeasurement(vector_bits, latency, rates[best], rate(best, threads), best)
 
 
+def l1_loads_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: Settings) -> float:
+    """Vector loads of `vector_bits` completed per ns by one thread streaming half of L1:
+    load ports count instructions up to some width and bytes beyond it (Zen 4 loads
+    256-bit vectors twice as often as 512-bit ones), which one width cannot show."""
+    bench = BandwidthBench(target, settings, vector_bits // 32)
+    size = max(bench.block_bytes, l1_bytes // 2 // bench.block_bytes * bench.block_bytes)
+    gbps = max(bench.gbps(size, 1) for _ in range(settings.sweeps))
+    return gbps / (vector_bits // 8)
+
+
 def _timed(calls: list[Callable[[], object]], repetitions: int) -> float:
     """Best seconds of one call, or of all calls at once on their own threads."""
     if len(calls) == 1:
@@ -155,10 +165,10 @@ def working_sets(smallest: int, largest: int, points_per_octave: int, block_byte
 class BandwidthBench:
     """Load bandwidth over a working set, one thread or all threads (each its own copy)."""
 
-    def __init__(self, target: Target, settings: Settings):
+    def __init__(self, target: Target, settings: Settings, lanes: int | None = None):
         self.settings = settings
         accumulators = 8 if target.vector_registers <= 16 else 16
-        self.config = microbench.StreamConfig(target.f32_lanes, accumulators)
+        self.config = microbench.StreamConfig(lanes or target.f32_lanes, accumulators)
         library = build_library(microbench.generate_stream(self.config, target))
         self.kernel = library.kernel(self.config.symbol)
 

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""The benchmark harness every script in scripts/ times with.
+
+Why processes: thread pools that share a process corrupt each other's figures (with
+ours, OpenBLAS and torch in one process, 2-thread runs measured 1-22 GFLOP/s where
+each alone reaches 180-330). So every peer is timed in its own fresh interpreter,
+one at a time: no other peer's workers exist while it runs.
+
+How a run goes: a benchmark module (a script in scripts/) names its peers and its
+tasks (JSON-able dicts, e.g. a matmul shape) and defines
+``prepare(peer, task, threads) -> Prepared``: builds the inputs and the call outside
+the timed region (and checks the result), and ``versions(peer) -> dict``; optionally
+``environment(peer, threads) -> dict`` of variables for the peer's process. `measure` then starts, for each round and
+each peer (the order rotating from round to round), ``python harness.py --worker``
+with the peer's thread count set through the peer's own controls (OMP, OpenBLAS and
+MKL environment variables before import, torch.set_num_threads, our thread budget),
+pinned to the first `threads` CPUs when pinning is asked for, the same CPUs for every
+peer. The worker times each task: warm-up by time, then repetitions; the harness
+reports per (peer, task) the median over all rounds' repetitions with the
+interquartile spread, prints a table naming the host, profile, thread count and
+versions, and writes everything as JSON for comparison across hosts.
+
+Usage (from a benchmark script): ``harness.measure(module, peers, tasks, threads, ...)``;
+``harness.Report`` for the table and JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent
+
+WARMUP_SECONDS = 0.05
+"""Calls before timing, by time rather than count: after a pause a halted vCPU and
+sleeping workers take milliseconds to come back (one warm-up call left 256³ at 2
+threads measuring 63 GFLOP/s for us and 90 for OpenBLAS, 125 and 122 when warm)."""
+
+MIN_SAMPLE_SECONDS = 2e-4
+"""A sample repeats a short call until it lasts this long: perf_counter's own cost
+and jitter (~0.1 µs) stay below 0.1% of a sample."""
+
+PINNING = """Runs are pinned to the first `threads` CPUs, every peer alike, when asked:
+unpinned, the scheduler moved a one-thread run between the two vCPUs of the
+development machine and the same 256³ kernel measured 69-82 GFLOP/s from one process
+to the next (each move leaves the working set in the other core's L2); pinned, 82-83
+in six processes."""
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""Each peer's own thread control, read once when its library loads: set in the
+worker's environment before it starts."""
+
+
+@dataclass
+class Prepared:
+    """A task made ready to time: the call, and facts about it for the table (our
+    configuration, its build time)."""
+
+    call: Callable[[], object]
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median and the quartiles over all samples."""
+
+    median: float
+    q1: float
+    q3: float
+    samples: int
+
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range as a fraction of the median."""
+        return (self.q3 - self.q1) / 2 / self.median
+
+
+def time_call(call: Callable[[], object], reps: int, warmup: float = WARMUP_SECONDS,
+              min_sample: float = MIN_SAMPLE_SECONDS) -> list[float]:  # fmt: skip
+    """`reps` samples of seconds per call, each at least `min_sample` seconds of calls,
+    after `warmup` seconds of calls."""
+    start = time.perf_counter()
+    calls = 0
+    while time.perf_counter() - start < warmup or calls == 0:
+        call()
+        calls += 1
+    once = (time.perf_counter() - start) / calls
+    repeat = max(1, math.ceil(min_sample / max(once, 1e-9)))
+    samples = []
+    for _ in range(reps):
+        begin = time.perf_counter()
+        for _ in range(repeat):
+            call()
+        samples.append((time.perf_counter() - begin) / repeat)
+    return samples
+
+
+def summarize(samples: Sequence[float]) -> Timing:
+    """Median and quartiles of `samples`."""
+    q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [samples[0]] * 3
+    return Timing(median, q1, q3, len(samples))
+
+
+# ---------------------------------------------------------------- host and versions
+
+
+def host() -> dict:
+    """What the figures were taken on: lscpu's model name, CPUs, kernel, Python."""
+    model = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    except OSError:
+        pass
+    return {
+        "model_name": model or platform.processor(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "commit": _git_commit(),
+    }
+
+
+def _git_commit() -> str:
+    out = subprocess.run(["git", "-C", str(SCRIPTS), "describe", "--always", "--dirty"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    return out.stdout.strip()
+
+
+def library_versions() -> dict:
+    """numpy and its BLAS (threadpoolctl's view: OpenBLAS version and kernel family)."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    versions = {"numpy": np.__version__}
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            versions[pool["internal_api"]] = f"{pool.get('version')} ({pool.get('architecture')})"
+    return versions
+
+
+# ---------------------------------------------------------------- processes
+
+
+def worker_cpus(threads: int, pin: bool) -> list[int] | None:
+    """The CPUs a `threads`-thread run is pinned to: the first `threads` of ours (see
+    PINNING), or None for no pinning."""
+    if not pin:
+        return None
+    return sorted(os.sched_getaffinity(0))[:threads]
+
+
+def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: int, *,
+            rounds: int, reps: int, pin: bool, progress: bool = True) -> dict[str, list[dict]]:  # fmt: skip
+    """Per peer, per task: {'timing', 'info', 'versions'}; each peer timed in `rounds`
+    fresh processes of its own (peers alternating), the samples of all rounds pooled."""
+    samples: dict[str, list[list[float]]] = {p: [[] for _ in tasks] for p in peers}
+    infos: dict[str, list[dict]] = {p: [{} for _ in tasks] for p in peers}
+    versions: dict[str, dict] = {}
+    for number in range(rounds):
+        order = list(peers[number % len(peers):]) + list(peers[: number % len(peers)])
+        for peer in order:
+            if progress:
+                print(f"  round {number + 1}/{rounds}: {peer}, {threads} thread(s), {len(tasks)} tasks",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            out = run_worker(module, peer, tasks, threads, reps, pin)
+            versions[peer] = out["versions"]
+            for i, row in enumerate(out["rows"]):
+                samples[peer][i] += row["samples"]
+                infos[peer][i] = infos[peer][i] or row["info"]
+    return {
+        peer: [{"timing": asdict(summarize(samples[peer][i])), "info": infos[peer][i], "versions": versions[peer]}
+               for i in range(len(tasks))]
+        for peer in peers
+    }  # fmt: skip
+
+
+def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps: int, pin: bool) -> dict:
+    """Time `tasks` for one peer in a fresh interpreter; its JSON answer."""
+    env = dict(os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    env.update(getattr(importlib.import_module(module), "environment", lambda *_: {})(peer, threads))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), env.get("PYTHONPATH", "")]))
+    job = {"module": module, "peer": peer, "tasks": list(tasks), "threads": threads, "reps": reps,
+           "cpus": worker_cpus(threads, pin)}  # fmt: skip
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker"], input=json.dumps(job),
+                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"{peer} worker failed (exit {done.returncode}): {last}")
+    return json.loads(done.stdout)
+
+
+def worker_main() -> int:
+    """The worker: read a job on stdin, pin, import the benchmark module, time each task."""
+    job = json.loads(sys.stdin.read())
+    if job["cpus"] is not None:
+        os.sched_setaffinity(0, job["cpus"])
+    bench = importlib.import_module(job["module"])
+    rows = []
+    for task in job["tasks"]:
+        prepared = bench.prepare(job["peer"], task, job["threads"])
+        rows.append({"samples": time_call(prepared.call, job["reps"]), "info": prepared.info})
+        del prepared  # free the task's inputs before the next one's
+    versions = bench.versions(job["peer"])
+    json.dump({"rows": rows, "versions": versions}, sys.stdout)
+    return 0
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+@dataclass
+class Report:
+    """A benchmark's results with where they were taken; printed and saved as JSON."""
+
+    benchmark: str
+    profile: str
+    host: dict = field(default_factory=host)
+    settings: dict = field(default_factory=dict)
+    tables: list[dict] = field(default_factory=list)  # {'title', 'threads', 'rows'}
+    summary: list[str] = field(default_factory=list)
+
+    def heading(self, threads: int, versions: dict[str, dict]) -> str:
+        """One line naming the host, profile, threads and the peers' versions."""
+        names = "; ".join(f"{peer}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
+                          for peer, vs in versions.items())  # fmt: skip
+        settings = ", ".join(f"{k} {v}" for k, v in self.settings.items())
+        return (f"host {self.host['model_name']!r} ({self.host['cpus']} CPUs), profile {self.profile}, "
+                f"{threads} thread(s); {settings}\nversions: {names}")  # fmt: skip
+
+    def save(self, path: str | Path) -> None:
+        """Write the report as JSON."""
+        write_json(path, asdict(self))
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """`data` as JSON at `path`: written to a temp file, then renamed into place."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(worker_main())
+    sys.exit(__doc__)

@@ -1,0 +1,105 @@
+"""The benchmark harness (scripts/harness.py) and the validation script's saved
+measurements: each peer in its own process with its own thread settings and CPUs,
+statistics, JSON round trips. Nothing here is timed: only where and how runs happen."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
+sys.path.insert(0, str(SCRIPTS))
+
+import harness  # noqa: E402
+import validate_matmul_model as validate  # noqa: E402
+
+from autoconfig.profile import load_profile  # noqa: E402
+from autoconfig.resolve import target_for_profile  # noqa: E402
+from kernels import matmul as mm  # noqa: E402
+
+PROFILES = Path(__file__).resolve().parent.parent / "hwprofiles"
+
+
+@pytest.fixture
+def fixture_module(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    return "peer_report"
+
+
+def test_each_peer_runs_in_its_own_fresh_process_per_round(fixture_module: str) -> None:
+    tasks = [{"name": "a"}, {"name": "b"}]
+    timed = harness.measure(fixture_module, ["first", "second"], tasks, 1, rounds=2, reps=2, pin=False,
+                            progress=False)  # fmt: skip
+    first, second = ([row["info"] for row in timed[p]] for p in ("first", "second"))
+    assert first[0]["pid"] == first[1]["pid"]  # one process times all of a round's tasks
+    assert first[0]["pid"] != second[0]["pid"] != os.getpid()
+    assert timed["first"][0]["timing"]["samples"] == 4  # two rounds of two samples, pooled
+    assert timed["second"][0]["versions"] == {"peer": "second"}
+
+
+def test_thread_count_goes_through_each_peers_own_control(fixture_module: str) -> None:
+    timed = harness.measure(fixture_module, ["first", "second"], [{"name": "a"}], 2, rounds=1, reps=1, pin=False,
+                            progress=False)  # fmt: skip
+    first, second = timed["first"][0]["info"], timed["second"][0]["info"]
+    assert (first["omp"], first["openblas"]) == ("2", "2")
+    assert (second["omp"], second["openblas"]) == ("2", "1")  # the module's own override
+
+
+def test_pinning_gives_every_peer_the_same_first_cpus(fixture_module: str) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    timed = harness.measure(fixture_module, ["first", "second"], [{"name": "a"}], 1, rounds=1, reps=1, pin=True,
+                            progress=False)  # fmt: skip
+    assert timed["first"][0]["info"]["cpus"] == timed["second"][0]["info"]["cpus"] == cpus[:1]
+    assert harness.worker_cpus(1, pin=False) is None
+
+
+def test_summary_statistics() -> None:
+    timing = harness.summarize([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (timing.median, timing.q1, timing.q3, timing.samples) == (3.0, 2.0, 4.0, 5)
+    assert timing.spread == pytest.approx(1 / 3)
+    assert harness.summarize([2.0]).median == 2.0
+
+
+def test_report_json_is_written_whole(tmp_path: Path) -> None:
+    report = harness.Report("bench_x", "some-profile", settings={"rounds": 1})
+    report.tables.append({"threads": 1, "rows": [{"name": "a", "gflops": {"ours": 1.5}}]})
+    path = tmp_path / "out.json"
+    report.save(path)
+    data = json.loads(path.read_text())
+    assert data["profile"] == "some-profile" and data["host"]["cpus"] >= 1
+    assert data["tables"][0]["rows"][0]["gflops"]["ours"] == 1.5
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Saved times come back as the same configurations; scoring names the model's pick
+    and its regret against the saved best, or a stand-in when the pick was not saved."""
+    profile = load_profile(PROFILES / "intel-xeon-platinum-8380.yaml")
+    target = target_for_profile(profile)
+    shape = mm.MatmulShape(96, 80, 64)
+    configs = validate.grid(shape, profile, target)[:6]
+    times = {c: 1e-5 * (i + 1) for i, c in enumerate(configs)}
+    args = type("Args", (), {"passes": 1, "reps": 1})()
+    path = tmp_path / "measured.json"
+    validate.save(str(path), {"one": (shape, times)}, profile, target, args)
+    measured, data = validate.load(str(path))
+    assert measured == {"one": (shape, times)}
+    assert data["target"] == target.name and data["host"]["model_name"] is not None
+    validate.score(measured, profile, target, list_all=False)
+    out = capsys.readouterr().out
+    assert "regret" in out and "one" in out
+    pick = validate.choose(shape, profile, target, threads=1).best.config
+    assert (pick in times) != ("not among the saved" in out)
+
+
+def test_load_rejects_a_file_of_another_format(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(SystemExit, match="expected .autoconfig-matmul-validation/1"):
+        validate.load(str(path))
