@@ -49,9 +49,10 @@ SOURCES = ("static", "measured", "datasheet")
 LEVELS = ("L1", "L2", "L3", "L4", "DRAM")
 
 
-def unit(expected: str) -> Any:
-    """Dataclass field metadata: this Figure must carry `expected` as its unit."""
-    return field(metadata={"unit": expected})
+def unit(expected: str, optional: bool = False) -> Any:
+    """Dataclass field metadata: this Figure must carry `expected` as its unit; an
+    optional one may be absent (None)."""
+    return field(default=None, metadata={"unit": expected}) if optional else field(metadata={"unit": expected})
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class FmaFigures:
     throughput: Figure = unit("vfma/ns")  # independent vector FMAs completed per ns
     throughput_all: Figure = unit("vfma/ns")  # the same, all hardware threads together
     # L1 vector loads of this width per ns, one thread (measured; absent in datasheets)
-    loads: Figure | None = field(default=None, metadata={"unit": "vload/ns"})
+    loads: Figure | None = unit("vload/ns", optional=True)
 
     @property
     def lanes(self) -> int:

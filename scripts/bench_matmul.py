@@ -163,8 +163,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
         row = {"name": task["name"], "shape": (task["m"], task["n"], task["k"]), "threads": threads,
                "config": ours["config"], "build_s": ours["build_s"],
                "gflops": {p: flops / t[i]["timing"]["median"] / 1e9 for p, t in timed.items()},
-               "spread": {p: (t[i]["timing"]["q3"] - t[i]["timing"]["q1"]) / 2 / t[i]["timing"]["median"]
-                          for p, t in timed.items()},
+               "spread": {p: harness.Timing(**t[i]["timing"]).spread for p, t in timed.items()},
                "timing": {p: t[i]["timing"] for p, t in timed.items()}}  # fmt: skip
         others = [g for p, g in row["gflops"].items() if p != "ours"]
         row["vs_best"] = row["gflops"]["ours"] / max(others) if others else float("nan")

@@ -298,28 +298,26 @@ def _tile_kinds(c: MatmulConfig) -> list[tuple[int, int, int]]:
     return [(n, r, v) for n, r, v in kinds if n and r and v]
 
 
-def _b_panel_stays_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[bool, str]:
-    """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1.
+def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[str, str]:
+    """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1: 'kept',
+    'conflicts' (evicted by set conflicts alone: it would fit L1's capacity spread over
+    all sets) or 'overflows' (larger than L1), with the reason.
 
     Its lines land in sets spaced by the row stride: a stride that is a multiple of
-    the set span folds all kc rows into few sets, which cannot hold them. A stride that is not
-    a multiple of the line starts rows mid-line, so a row's nr floats straddle two
-    lines on most rows (N=255, 6x2: 1.94 lines per row, not 1; the one-line count
-    kept this tiled panel "in L1" where packed measured 5-15% faster).
+    the set span folds all kc rows into few sets, which cannot hold them. A stride
+    that is not a multiple of the line starts rows mid-line, so a row's nr floats
+    straddle two lines on most rows (N=255, 6x2: 1.94 lines per row, not 1; the
+    one-line count kept this tiled panel "in L1" where packed measured 5-15% faster).
     """
     stride = shape.n * F32
     lines = _panel_lines(stride, nr * F32, kc, m.line)
     sets = m.l1_sets
     if stride % m.line == 0:
-        sets = m.l1_sets // math.gcd(m.l1_sets, stride // m.line) * math.ceil(nr * F32 / m.line)
-    fits = lines <= min(sets, m.l1_sets) * (m.l1_ways - 1)
-    return fits, f"row stride {stride} B puts its {lines} lines in {min(sets, m.l1_sets)} L1 sets"
-
-
-def _panel_fits_l1_capacity(shape: MatmulShape, kc: int, nr: int, m: Machine) -> bool:
-    """Whether the panel's lines would fit L1 (less a way) spread over all its sets:
-    evicted by set conflicts alone, not by its size."""
-    return _panel_lines(shape.n * F32, nr * F32, kc, m.line) <= m.l1_sets * (m.l1_ways - 1)
+        sets = min(m.l1_sets, m.l1_sets // math.gcd(m.l1_sets, stride // m.line) * math.ceil(nr * F32 / m.line))
+    why = f"row stride {stride} B puts its {lines} lines in {sets} L1 sets"
+    if lines <= sets * (m.l1_ways - 1):
+        return "kept", why
+    return ("conflicts" if lines <= m.l1_sets * (m.l1_ways - 1) else "overflows"), why
 
 
 def _panel_lines(stride: int, width: int, rows: int, line: int) -> int:
@@ -354,12 +352,12 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     stall = 0.0
     per_level: dict[str, float] = {}
     if c.algorithm == "tiled":
-        fits, b_why = _b_panel_stays_in_l1(shape, kc, nr, m)
+        panel, b_why = _b_panel_in_l1(shape, kc, nr, m)
         reread = math.ceil(shape.m / c.mr) * shape.k * shape.n * F32  # B from L2 per row tile
-        if not fits and shape.n * F32 < PAGE_BYTES and _panel_fits_l1_capacity(shape, kc, nr, m):
+        if panel == "conflicts" and shape.n * F32 < PAGE_BYTES:
             per_level["L2"] = reread * share
             b_why += f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2"
-        elif not fits:  # every micro-kernel re-reads its B micro-panel from L2, stalling
+        elif panel != "kept":  # every micro-kernel re-reads its B micro-panel from L2, stalling
             stall = reread / m.bandwidth["L2"]
     for level, size in ((a_level, a_bytes * share), (b_level, b_bytes * share)):
         if level != "L1":

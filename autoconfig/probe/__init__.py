@@ -94,14 +94,17 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
     )  # fmt: skip
     thread_counts = (1, static.threads)
     curve_steps = settings.sweeps * len(sizes) * len(thread_counts)
-    total = len(widths) * bench.fma_steps(target) + curve_steps
+    total = len(widths) * (bench.fma_steps(target) + 1) + curve_steps  # + an L1 load rate per width
     with tqdm(total=total, desc="probe", unit="step", disable=not progress, leave=False) as bar:
         fma = [
             bench.measure_fma(target, bits, static.threads, settings, lambda: bar.update())
             for bits in widths
         ]
         l1 = next(int(c.size) for c in caches if c.level == 1)
-        loads = {bits: bench.l1_loads_per_ns(target, bits, l1, settings) for bits in widths}
+        loads = {}
+        for bits in widths:
+            loads[bits] = bench.l1_loads_per_ns(target, bits, l1, settings)
+            bar.update()
         best = {(threads, size): 0.0 for threads in thread_counts for size in sizes}
         for _ in range(settings.sweeps):
             for threads, size in best:
