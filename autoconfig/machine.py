@@ -97,18 +97,24 @@ class Machine:
         return self.fma_by_lanes[self.lanes]
 
     def fma_per_ns(self) -> float:
-        return float(self.fma.throughput)
+        """Vector FMAs per ns of one thread of this view, with `threads` running at once:
+        their measured total shared out (two threads on two cores issue less than twice
+        one core's rate where the all-core figure says so), so no prediction exceeds the
+        profile's measured peak for that many threads."""
+        return self.fma_total_per_ns(self.fma, self.threads) / self.threads
+
+    def fma_total_per_ns(self, figures: FmaFigures, threads: int) -> float:
+        """Vector FMAs per ns of `threads` threads together at one width: one core's
+        figure for one thread, the all-thread figure for all of them, linear in between,
+        never above `threads` single cores."""
+        threads = max(1, min(threads, self.all_threads))
+        one, every = float(figures.throughput), float(figures.throughput_all)
+        extra = (threads - 1) / max(1, self.all_threads - 1)
+        return min(threads * one, one + (every - one) * extra)
 
     def peak_gflops(self, threads: int) -> float:
-        """The profile's measured f32 peak for `threads` threads, best over vector widths:
-        one core's figure for one thread, the all-thread figure for all of them, linear
-        in between (and never above `threads` single cores)."""
-        threads = max(1, min(threads, self.all_threads))
-        extra = (threads - 1) / max(1, self.all_threads - 1)
-        return max(
-            min(threads * f.peak_gflops, f.peak_gflops + (f.peak_gflops_all - f.peak_gflops) * extra)
-            for f in self.fma_by_lanes.values()
-        )
+        """The profile's measured f32 peak for `threads` threads, best over vector widths."""
+        return max(self.fma_total_per_ns(f, threads) * f.lanes * 2 for f in self.fma_by_lanes.values())
 
     def elementwise_per_ns(self) -> float:
         """f32 element operations per ns on one core: a vector op per FMA slot."""

@@ -54,7 +54,14 @@ PINNING = """Runs are pinned to the first `threads` CPUs, every peer alike, when
 unpinned, the scheduler moved a one-thread run between the two vCPUs of the
 development machine and the same 256³ kernel measured 69-82 GFLOP/s from one process
 to the next (each move leaves the working set in the other core's L2); pinned, 82-83
-in six processes."""
+in six processes.
+
+Pinning inside the guest does not pin the host: on the development VM a 2-thread run
+sometimes has both threads at half speed for a whole process, or until a wake-up
+moves them (both vCPUs on one physical core, it seems). Seen for every peer alike
+after the second vCPU sat idle (784x256x256: OpenBLAS 500 -> 970-1020 µs, ours 460 ->
+910), in about one process in six; the samples of all rounds are pooled, so a round
+so disturbed moves the median only when most rounds are."""
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 """Each peer's own thread control, read once when its library loads: set in the

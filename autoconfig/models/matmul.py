@@ -239,6 +239,15 @@ apart stall (at N=1024 a tiled kernel measured half its predicted speed without 
 stall), and so does a panel larger than L1 (N=255, rows straddling lines: packed
 measured 5-15% faster than tiled)."""
 
+SEGMENT_START_LINES = 1.0
+"""Extra line transfers per B row segment that an unpacked (tiled) kernel streams in
+from beyond L2: it reads B as kc row segments of one column tile's width, and the
+stream prefetcher only catches up after a segment has begun, so each segment's start
+costs about one more line than its length. Measured on Zen 4 at 1x1000x1024 (B from
+L3), against broadcast's whole rows: tiled segments of 8/4/3/2/1 lines ran
+1.11/1.18/1.30/1.37/1.72x as long, one line per segment predicts 1.12/1.25/1.33/1.5/2x.
+Packed kernels read B along whole rows while packing, broadcast along whole rows."""
+
 STALL_TERM = "l1 misses"
 """Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
 
@@ -252,12 +261,16 @@ def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
     return (share, 1.0) if p.split == "rows" else (1.0, share)
 
 
-def _first_touch_bytes(p: MatmulPlan, share: float, c_passes: int) -> float:
+def _first_touch_bytes(p: MatmulPlan, share: float, c_passes: int, b_segment_lines: int = 0) -> float:
     """Bytes the busiest thread brings in once (C `c_passes` times): split by rows, its
-    rows of A and C and all of B; by columns, all of A and its columns of B and C."""
+    rows of A and C and all of B; by columns, all of A and its columns of B and C.
+    B read in row segments of `b_segment_lines` lines pays each segment's start
+    (SEGMENT_START_LINES); 0 = along whole rows."""
     a_share, b_share = _row_and_column_shares(p, share)
     shape = p.shape
     a, b, out = shape.m * shape.k, shape.k * shape.n, shape.m * shape.n
+    if b_segment_lines:
+        b *= 1 + SEGMENT_START_LINES / b_segment_lines
     return (a * a_share + b * b_share + c_passes * out * share) * F32
 
 
@@ -363,8 +376,11 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         if level != "L1":
             per_level[level] = per_level.get(level, 0.0) + size
     once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
+    segment_lines = 0  # B read along whole rows (by packing)
+    if c.algorithm == "tiled" and once_level not in ("L1", "L2"):
+        segment_lines = math.ceil(min(nr, shape.n) * F32 / m.line)
     if once_level != "L1":
-        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, 2)
+        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, 2, segment_lines)
     terms = [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
@@ -381,7 +397,9 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
                           f"B in {b_level} per row block; A, B, C once from {once_level} "
-                          f"({_first_touch_why(p)})"))  # fmt: skip
+                          f"({_first_touch_why(p)})"
+                          + (f"; B in row segments of {segment_lines} lines, each start a line more"
+                             if segment_lines and level == once_level else "")))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}"))
     if c.algorithm == "packed":
@@ -575,7 +593,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs."""
     machine = Machine.of(profile)
-    budget = threads or machine.cores
+    budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     predictions = [
         predict(plan, machine)
         for t in sorted({1, budget})
