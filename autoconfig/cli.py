@@ -1,12 +1,14 @@
 """The ``autoconfig`` command line.
 
 Every user-facing error is an AutoconfigError: it is printed as one line on stderr
-and the command exits with status 2.
+and the command exits with status 2. Anything else is a bug: one line too, naming
+the exception, and the traceback with AUTOCONFIG_DEBUG=1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +23,12 @@ each kernel's algorithm and parameters; an MLIR vector code generator emits the
 kernels for AVX2, AVX-512, NEON or RVV.
 """
 
-EPILOG = "Run 'autoconfig COMMAND --help' for a command's options."
+EPILOG = """\
+Run 'autoconfig COMMAND --help' for a command's options. Errors are one line on
+stderr with exit status 2; set AUTOCONFIG_DEBUG=1 to get the traceback of an
+internal error instead."""
+
+DEBUG_ENV = "AUTOCONFIG_DEBUG"
 
 
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -67,15 +74,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_lower(args: argparse.Namespace) -> int:
-    from autoconfig.fileio import write_atomically
+    from autoconfig.fileio import check_output, read_text, write_atomically
     from kernels.lower import compile_object, parse_mlir, to_llvm_ir
     from kernels.target import get_target
 
     target = get_target(args.target, args.vlen)
-    try:
-        text = args.input.read_text()
-    except OSError as err:
-        raise AutoconfigError(f"cannot read {args.input}: {err.strerror}") from None
+    if args.output is not None:
+        check_output(args.output)
+    text = read_text(args.input, "MLIR file")
     llvm_ir = to_llvm_ir(parse_mlir(text, str(args.input)))
     if args.emit == "llvm":
         result: bytes | str = llvm_ir
@@ -93,11 +99,13 @@ def _cmd_lower(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from autoconfig.probe import default_profile_path, probe
+    from autoconfig.fileio import check_output
+    from autoconfig.probe import default_profile_path, probe, read_host_static
     from autoconfig.profile import save_profile, summary
 
+    out = args.out or default_profile_path(read_host_static().model)
+    check_output(out)  # before measuring for a minute
     profile = probe(quick=args.quick, progress=not args.no_progress)
-    out = args.out or default_profile_path(profile.model)
     save_profile(profile, out)
     print(summary(profile))
     print(f"wrote {out}")
@@ -105,9 +113,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile_show(args: argparse.Namespace) -> int:
+    from autoconfig.probe import implausible_scaling
     from autoconfig.profile import load_profile, summary
 
-    print(summary(load_profile(args.path)))
+    profile = load_profile(args.path)
+    print(summary(profile))
+    figures = [(f.vector_bits, float(f.throughput), float(f.throughput_all)) for f in profile.fma]
+    for why in implausible_scaling(figures).values():
+        print(f"  warning: {why}: the all-thread figure looks disturbed; probe again")
     return 0
 
 
@@ -303,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except AutoconfigError as err:
-        print(f"autoconfig: error: {err}", file=sys.stderr)
+        print(f"autoconfig: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("autoconfig: interrupted", file=sys.stderr)
@@ -311,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `autoconfig explain ... | head`
         sys.stderr.close()
         return 0
+    except Exception as err:  # a bug: one line, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        detail = " ".join(str(err).split())[:200]
+        print(f"autoconfig: internal error: {type(err).__name__}: {detail} "
+              f"(run with {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)  # fmt: skip
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from autoconfig import checks
 from autoconfig.errors import AutoconfigError
 from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
 from autoconfig.resolve import resolve_profile, resolve_target
@@ -56,6 +57,8 @@ class CompiledMatmul:
                                   f"({names}), got {len(rest)}")  # fmt: skip
         tensors = [_matrix(name, x, (s.n,) if kind == "channel" else (s.m, s.n))
                    for (_, name, kind), x in zip(operands, rest, strict=True)]  # fmt: skip
+        if cfg.accumulate:
+            checks.no_overlap({"C": out}, {"A": a, "B": b, **{name: x for (_, name, _), x in zip(operands, tensors)}})
         self._run(out, a, b, *tensors)  # checked above
         return out
 
@@ -97,10 +100,14 @@ def _explain_forced(p: Prediction, target: Target) -> str:
 def plan_matmul(m: int, n: int, k: int, *, profile=None, target=None, threads=None,
                 epilogue: ep.Epilogue = ()) -> Choice:  # fmt: skip
     """The model's choice for a shape, without building anything."""
+    shape, threads = _shape(m, n, k), checks.threads(threads)
     prof = resolve_profile(profile)
-    if threads is not None and threads < 1:
-        raise AutoconfigError(f"threads must be >= 1, got {threads}")
-    return choose(mm.MatmulShape(m, n, k), prof, resolve_target(target, prof), threads, tuple(epilogue))
+    tgt = checks.target_for(resolve_target(target, prof), prof)
+    return choose(shape, prof, tgt, checks.threads_within(threads, prof), tuple(epilogue))
+
+
+def _shape(m: object, n: object, k: object) -> mm.MatmulShape:
+    return mm.MatmulShape(checks.size("M", m), checks.size("N", n), checks.size("K", k))
 
 
 def compile_matmul(
@@ -117,9 +124,10 @@ def compile_matmul(
     epilogue is used); `threads` caps the thread count the model may use (with a
     forced config, it sets it, dividing the tiles `split_by` rows or columns).
     """
-    shape = mm.MatmulShape(m, n, k)
+    shape, threads = _shape(m, n, k), checks.threads(threads)
     prof = resolve_profile(profile)
-    tgt = resolve_target(target, prof)
+    tgt = checks.target_for(resolve_target(target, prof), prof)
+    threads = checks.threads_within(threads, prof)
     choice = None
     if config is None:
         choice = choose(shape, prof, tgt, threads, tuple(epilogue))

@@ -28,6 +28,7 @@ Schema version 1::
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from typing import Any
 import yaml
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.fileio import write_atomically
+from autoconfig.fileio import read_text, write_atomically
 
 SCHEMA_VERSION = 1
 ISAS = ("x86_64", "aarch64", "riscv64")
@@ -137,8 +138,8 @@ class Bandwidth:
 
     threads: int
     curve: tuple[BandwidthPoint, ...]
-    levels: dict[str, Figure]  # plateau bandwidth per level, GB/s
-    knees: dict[str, Figure]  # working set where the level's plateau ends, B
+    levels: dict[str, Figure] = unit("GB/s")  # plateau bandwidth per level
+    knees: dict[str, Figure] = unit("B")  # working set where the level's plateau ends
 
 
 @dataclass(frozen=True)
@@ -178,9 +179,7 @@ def load_profile(path: Path | str) -> HardwareProfile:
     """Read and validate a profile file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise AutoconfigError(f"cannot read profile {path}: {err.strerror}") from None
+        data = yaml.safe_load(read_text(path, "profile"))
     except yaml.YAMLError as err:
         raise AutoconfigError(f"profile {path} is not valid YAML: {' '.join(str(err).split())}") from None
     try:
@@ -213,7 +212,83 @@ def profile_from_dict(data: Any) -> HardwareProfile:
                     raise AutoconfigError(f"field 'bandwidth.{kind}': unknown level {key!r}")
     if not profile.fma:
         raise AutoconfigError("field 'fma': at least one vector width is required")
+    _check_ranges(profile, "")
+    _check_meaning(profile)
     return profile
+
+
+WHOLE_UNITS = ("count", "B", "bit")
+"""Units of figures that count things: a fraction of a core or a byte is nonsense."""
+
+VECTOR_BITS = {"x86_64": (128, 256, 512), "aarch64": (128,), "riscv64": (128, 256, 512, 1024, 2048, 4096)}
+"""Register widths each ISA has: SSE/AVX/AVX-512; NEON (SVE adds 256-2048); RVV VLEN
+from the V extension's minimum of 128."""
+
+SVE_BITS = (128, 256, 512, 1024, 2048)
+
+
+def _check_ranges(x: Any, path: str) -> None:
+    """Every figure anywhere in the profile is a finite positive number (each is a size,
+    a count, a rate or a time), whole where it counts things."""
+    if isinstance(x, Figure):
+        value = float(x.value)
+        if not math.isfinite(value) or value <= 0:
+            raise AutoconfigError(f"field '{path}': must be a finite positive number, got {x.value!r}")
+        if x.unit in WHOLE_UNITS and value != int(value):
+            raise AutoconfigError(f"field '{path}': must be a whole number of {x.unit}, got {x.value!r}")
+    elif dataclasses.is_dataclass(x):
+        for f in dataclasses.fields(x):
+            _check_ranges(getattr(x, f.name), _join(path, f.name))
+    elif isinstance(x, tuple):
+        for i, item in enumerate(x):
+            _check_ranges(item, f"{path}[{i}]")
+    elif isinstance(x, dict):
+        for key, item in x.items():
+            _check_ranges(item, _join(path, key))
+
+
+def _check_meaning(profile: HardwareProfile) -> None:
+    """What a machine can be: as many hardware threads as cores at least, vector widths
+    the ISA has, FMA figures for widths the registers hold, a cache line of a power of
+    two bytes, data caches growing level by level."""
+    cores, threads = int(profile.cores), int(profile.threads)
+    if threads < cores:
+        raise AutoconfigError(f"field 'threads': {threads} hardware threads for {cores} cores")
+    allowed = VECTOR_BITS[profile.isa] + (SVE_BITS if "sve" in profile.features else ())
+    bits = int(profile.vector.bits)
+    if bits not in allowed:
+        raise AutoconfigError(f"field 'vector.bits': {profile.isa} has no {bits}-bit vectors "
+                              f"({', '.join(map(str, sorted(set(allowed))))})")  # fmt: skip
+    widths = [f.vector_bits for f in profile.fma]
+    for i, width in enumerate(widths):
+        if width < 128 or width > bits or width & (width - 1):
+            raise AutoconfigError(f"field 'fma[{i}].vector_bits': {width} is not a power-of-two width "
+                                  f"from 128 to the registers' {bits} bits")  # fmt: skip
+        if width in widths[:i]:
+            raise AutoconfigError(f"field 'fma[{i}].vector_bits': {width} bits appears twice")
+    if profile.bandwidth is not None:
+        for kind in ("single_thread", "all_threads"):
+            if getattr(profile.bandwidth, kind).threads < 1:
+                raise AutoconfigError(f"field 'bandwidth.{kind}.threads': must be >= 1")
+    previous = 0
+    for i, cache in enumerate(profile.caches):
+        if cache.level < 1:
+            raise AutoconfigError(f"field 'caches[{i}].level': must be >= 1, got {cache.level}")
+        line = int(cache.line)
+        if line & (line - 1):
+            raise AutoconfigError(f"field 'caches[{i}].line': {line} B is not a power of two")
+        if cache.kind not in CACHE_KINDS:
+            raise AutoconfigError(f"field 'caches[{i}].kind': expected one of {', '.join(CACHE_KINDS)}, "
+                                  f"got {cache.kind!r}")  # fmt: skip
+    data = sorted((c.level, int(c.size), i) for i, c in enumerate(profile.caches) if c.kind != "instruction")
+    for level, size, i in data:
+        if size <= previous:
+            raise AutoconfigError(f"field 'caches[{i}].size': L{level} of {size} B is not larger than "
+                                  f"the level below it ({previous} B)")  # fmt: skip
+        previous = size
+
+
+CACHE_KINDS = ("data", "instruction", "unified")
 
 
 def _decode(tp: Any, data: Any, path: str, expected_unit: str | None = None) -> Any:
@@ -264,7 +339,9 @@ def _decode(tp: Any, data: Any, path: str, expected_unit: str | None = None) -> 
         if not isinstance(data, dict):
             raise AutoconfigError(f"{where()}: expected a mapping, got {type(data).__name__}")
         _, item = typing.get_args(tp)
-        return {str(k): _decode(item, v, _join(path, str(k))) for k, v in data.items()}
+        return {str(k): _decode(item, v, _join(path, str(k)), expected_unit) for k, v in data.items()}
+    if tp is str and not isinstance(data, str):
+        raise AutoconfigError(f"{where()}: expected text, got {data!r}")
     if tp is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
@@ -294,10 +371,10 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
     return plain(profile)
 
 
-def save_profile(profile: HardwareProfile, path: Path | str) -> None:
-    """Write the profile as YAML, atomically."""
+def save_profile(profile: HardwareProfile, path: Path | str, make_parents: bool = False) -> None:
+    """Write the profile as YAML, atomically (see fileio for the directory rule)."""
     text = yaml.safe_dump(profile_to_dict(profile), sort_keys=False, width=100)
-    write_atomically(Path(path), f"# autoconfig hardware profile, schema {SCHEMA_VERSION}\n{text}")
+    write_atomically(Path(path), f"# autoconfig hardware profile, schema {SCHEMA_VERSION}\n{text}", make_parents)
 
 
 # ---------------------------------------------------------------- summary

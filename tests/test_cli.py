@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,10 +73,18 @@ def test_missing_input_file_is_one_line_exit_2(tmp_path):
 def test_lower_writes_the_object_and_nothing_else(tmp_path):
     source = tmp_path / "k.mlir"
     source.write_text(GOOD_MLIR)
+    (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "k.o"
     assert main(["lower", str(source), "--target", "avx512", "--emit", "obj", "-o", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x7fELF"
     assert sorted(p.name for p in out.parent.iterdir()) == ["k.o"]
+    assert out.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as a shell redirection makes it
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_lower_prints_assembly(tmp_path, capsys):

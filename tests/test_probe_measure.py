@@ -115,6 +115,10 @@ def run_cli(*args):
 
 
 def test_quick_probe_writes_a_valid_profile(tmp_path):
+    missing = run_cli("probe", "--quick", "--no-progress", "--out", str(tmp_path / "no" / "host.yaml"))
+    _, stderr = missing.communicate(timeout=30)  # refused before measuring anything
+    assert missing.returncode == 2 and "directory" in stderr and "does not exist" in stderr
+    (tmp_path / "profiles").mkdir()
     out = tmp_path / "profiles" / "host.yaml"
     done = run_cli("probe", "--quick", "--no-progress", "--out", str(out))
     stdout, stderr = done.communicate(timeout=120)

@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.fileio import write_atomically
+from autoconfig.fileio import check_output, write_atomically
 
 OPSET = 17
 IR_VERSION = 10  # onnxruntime 1.31 reads IR versions up to 13; onnx 1.23 writes 14
@@ -251,5 +251,6 @@ def build(name: str) -> onnx.ModelProto:
 
 
 def write(name: str, out: Path) -> None:
-    """Write the zoo model `name` to `out` atomically."""
+    """Write the zoo model `name` to `out` atomically (the path checked before building)."""
+    check_output(out)
     write_atomically(out, build(name).SerializeToString())

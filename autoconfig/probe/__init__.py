@@ -14,6 +14,7 @@ spoil every repetition of one point, never the same point in every sweep.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -50,22 +51,48 @@ def default_profile_path(model: str) -> Path:
 
 
 def host_profile(progress: bool = True) -> HardwareProfile:
-    """This machine's profile: $AUTOCONFIG_PROFILE, else hwprofiles/<slug>.yaml under
-    the current directory, else the user cache; probed quickly (and cached) if none."""
+    """This machine's profile: $AUTOCONFIG_PROFILE (an error if it describes another
+    machine), else hwprofiles/<slug>.yaml under the current directory, else the user
+    cache, each used only if it agrees with this machine (ISA, features, cores: a
+    CPU name is shared by machines with other core counts and VMs hiding features);
+    otherwise probed quickly, with a one-line warning, and cached."""
     import os
+    import sys
 
     from autoconfig.profile import load_profile, save_profile
 
+    static = read_host_static()
     if os.environ.get("AUTOCONFIG_PROFILE"):
-        return load_profile(os.environ["AUTOCONFIG_PROFILE"])
-    model = read_host_static().model
+        path = os.environ["AUTOCONFIG_PROFILE"]
+        profile = load_profile(path)
+        if why := disagreement(profile, static):
+            raise AutoconfigError(f"AUTOCONFIG_PROFILE={path} does not describe this machine: {why}")
+        return profile
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autoconfig"
-    for path in (default_profile_path(model), cache / f"{slug(model)}.yaml"):
+    skipped = []
+    for path in (default_profile_path(static.model), cache / f"{slug(static.model)}.yaml"):
         if path.exists():
-            return load_profile(path)
+            profile = load_profile(path)
+            if not (why := disagreement(profile, static)):
+                return profile
+            skipped.append(f"{path} ({why})")
+    if skipped:
+        print(f"autoconfig: warning: {'; '.join(skipped)} describes another machine; probing this one",
+              file=sys.stderr)  # fmt: skip
     profile = probe(quick=True, progress=progress)
-    save_profile(profile, cache / f"{slug(model)}.yaml")
+    save_profile(profile, cache / f"{slug(static.model)}.yaml", make_parents=True)
     return profile
+
+
+def disagreement(profile: HardwareProfile, static: StaticInfo) -> str:
+    """Why `profile` does not describe the machine of `static` ('' if it does)."""
+    if profile.isa != static.isa:
+        return f"ISA {profile.isa}, this machine {static.isa}"
+    if set(profile.features) != set(static.features):
+        return f"features {' '.join(sorted(profile.features))}, this machine {' '.join(sorted(static.features))}"
+    if int(profile.cores) != static.cores:
+        return f"{int(profile.cores)} cores, this machine {static.cores}"
+    return ""
 
 
 def read_host_static() -> StaticInfo:
@@ -100,6 +127,11 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
             bench.measure_fma(target, bits, static.threads, settings, lambda: bar.update())
             for bits in widths
         ]
+        for bits in fma_scaling(fma):  # measured again once: interference comes and goes
+            again = bench.measure_fma(target, bits, static.threads, settings, lambda: None)
+            fma = [again if m.vector_bits == bits else m for m in fma]
+        for why in fma_scaling(fma).values():
+            tqdm.write(f"autoconfig: warning: {why}; another process may have shared the cores", file=sys.stderr)
         l1 = next(int(c.size) for c in caches if c.level == 1)
         loads = {}
         for bits in widths:
@@ -115,6 +147,27 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
         for threads in thread_counts
     ]
     return _profile(static, target, fma, loads, BandwidthFigures(*curves))
+
+
+SCALING_AGREEMENT = 0.75
+"""Every vector width runs on the same cores, so each width's all-thread / one-thread
+FMA ratio should match the others': one below 3/4 of the best was disturbed (the
+development VM once gave 256-bit 1.17x where 128-bit gave 1.99x)."""
+
+
+def implausible_scaling(figures: list[tuple[int, float, float]]) -> dict[int, str]:
+    """The widths (bits) whose all-thread FMA throughput is implausible next to the
+    other widths', each with the reason: (bits, one thread, all threads) per width."""
+    ratios = {bits: every / one for bits, one, every in figures}
+    best = max(ratios, key=ratios.__getitem__)
+    return {bits: f"{bits}-bit FMA scales {ratio:.2f}x from one thread to all, where {best}-bit scales "
+                  f"{ratios[best]:.2f}x"
+            for bits, ratio in ratios.items() if ratio < SCALING_AGREEMENT * ratios[best]}  # fmt: skip
+
+
+def fma_scaling(fma: list[bench.FmaMeasurement]) -> dict[int, str]:
+    """`implausible_scaling` of fresh measurements."""
+    return implausible_scaling([(m.vector_bits, m.throughput_per_ns, m.throughput_all_per_ns) for m in fma])
 
 
 def _bandwidth(points: list[tuple[int, float]], threads: int, levels: int) -> Bandwidth:

@@ -1,0 +1,57 @@
+"""Checks of the arguments every entry point takes, run before anything is loaded,
+probed or compiled, each failing with one AutoconfigError naming the argument."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.profile import HardwareProfile
+from kernels.target import Target
+
+
+def size(name: str, value: object) -> int:
+    """`value` as a positive int: Python and numpy integers pass, bools, floats and
+    anything else are refused (a float size would reach the code generator)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise AutoconfigError(f"{name}={value!r}: must be a positive integer, not {type(value).__name__}")
+    if value < 1:
+        raise AutoconfigError(f"{name}={value}: must be >= 1")
+    return int(value)
+
+
+def threads(value: object) -> int | None:
+    """A thread count (None: the profile's cores): a positive integer."""
+    return None if value is None else size("threads", value)
+
+
+def threads_within(count: int | None, profile: HardwareProfile) -> int | None:
+    """`count` if the profile's machine has that many cores: more threads than cores
+    only time-share them, and the profile has no figure for that."""
+    cores = int(profile.cores)
+    if count is not None and count > cores:
+        raise AutoconfigError(f"threads={count}, but profile {profile.name} has {cores} cores")
+    return count
+
+
+def target_for(target: Target, profile: HardwareProfile) -> Target:
+    """`target` if it is code for the profile's ISA: a model reads the profile's
+    figures as the figures of the machine the code runs on."""
+    if target.arch != profile.isa:
+        raise AutoconfigError(f"target {target.name} generates {target.arch} code, but profile "
+                              f"{profile.name} describes {profile.isa} hardware")  # fmt: skip
+    return target
+
+
+def no_overlap(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse an output sharing memory with an input (or another output): a kernel
+    reads its inputs while it writes, so overlap gives wrong results silently."""
+    names = list(outputs)
+    for i, name in enumerate(names):
+        others = {**{n: outputs[n] for n in names[i + 1 :]}, **inputs}
+        for other, array in others.items():
+            if np.shares_memory(outputs[name], array):
+                raise AutoconfigError(f"{name} overlaps {other} in memory; pass a separate array")
