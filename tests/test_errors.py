@@ -237,3 +237,33 @@ def test_mutated_profiles_load_and_predict_or_are_refused(mutations):
         return
     assert math.isfinite(best.total_ns) and best.total_ns > 0
     assert best.gflops <= Machine.of(profile).peak_gflops(best.plan.threads) * (1 + 1e-9)
+
+
+def test_a_host_profile_of_another_machine_is_not_used(tmp_path, monkeypatch, capsys):
+    """A profile found by the CPU's name is used only if ISA, features and cores agree;
+    otherwise a one-line warning and a quick probe. $AUTOCONFIG_PROFILE: an error."""
+    from dataclasses import replace
+
+    profile = load_profile(GOOD)
+    host = autoconfig.probe.StaticInfo(profile.model, profile.isa, profile.features, int(profile.cores),
+                                       int(profile.threads), None, 256, 16, False, profile.caches)  # fmt: skip
+    monkeypatch.setattr(autoconfig.probe, "read_host_static", lambda: host)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("AUTOCONFIG_PROFILE", raising=False)
+    (tmp_path / "hwprofiles").mkdir()
+    found = autoconfig.probe.default_profile_path(profile.model)
+    found.write_text(GOOD.read_text())
+    assert autoconfig.probe.host_profile(progress=False) == profile  # agrees: used as it is
+
+    bigger = replace(host, cores=64, threads=64)
+    monkeypatch.setattr(autoconfig.probe, "read_host_static", lambda: bigger)
+    monkeypatch.setattr(autoconfig.probe, "probe", lambda quick, progress: profile)
+    autoconfig.probe.host_profile(progress=False)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "2 cores, this machine 64" in err and "probing this one" in err
+    assert (tmp_path / "cache" / "autoconfig" / found.name).exists()  # the fresh probe is cached
+
+    monkeypatch.setenv("AUTOCONFIG_PROFILE", str(GOOD))
+    with pytest.raises(AutoconfigError, match="does not describe this machine: 2 cores, this machine 64"):
+        autoconfig.probe.host_profile(progress=False)
