@@ -226,6 +226,8 @@ from the V extension's minimum of 128."""
 
 SVE_BITS = (128, 256, 512, 1024, 2048)
 
+CACHE_KINDS = ("data", "instruction", "unified")
+
 
 def _check_ranges(x: Any, path: str) -> None:
     """Every figure anywhere in the profile is a finite positive number (each is a size,
@@ -270,7 +272,6 @@ def _check_meaning(profile: HardwareProfile) -> None:
         for kind in ("single_thread", "all_threads"):
             if getattr(profile.bandwidth, kind).threads < 1:
                 raise AutoconfigError(f"field 'bandwidth.{kind}.threads': must be >= 1")
-    previous = 0
     for i, cache in enumerate(profile.caches):
         if cache.level < 1:
             raise AutoconfigError(f"field 'caches[{i}].level': must be >= 1, got {cache.level}")
@@ -281,14 +282,13 @@ def _check_meaning(profile: HardwareProfile) -> None:
             raise AutoconfigError(f"field 'caches[{i}].kind': expected one of {', '.join(CACHE_KINDS)}, "
                                   f"got {cache.kind!r}")  # fmt: skip
     data = sorted((c.level, int(c.size), i) for i, c in enumerate(profile.caches) if c.kind != "instruction")
+    previous = 0
     for level, size, i in data:
         if size <= previous:
             raise AutoconfigError(f"field 'caches[{i}].size': L{level} of {size} B is not larger than "
                                   f"the level below it ({previous} B)")  # fmt: skip
         previous = size
 
-
-CACHE_KINDS = ("data", "instruction", "unified")
 
 
 def _decode(tp: Any, data: Any, path: str, expected_unit: str | None = None) -> Any:
@@ -340,8 +340,6 @@ def _decode(tp: Any, data: Any, path: str, expected_unit: str | None = None) -> 
             raise AutoconfigError(f"{where()}: expected a mapping, got {type(data).__name__}")
         _, item = typing.get_args(tp)
         return {str(k): _decode(item, v, _join(path, str(k)), expected_unit) for k, v in data.items()}
-    if tp is str and not isinstance(data, str):
-        raise AutoconfigError(f"{where()}: expected text, got {data!r}")
     if tp is float and isinstance(data, int) and not isinstance(data, bool):
         return float(data)
     if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):

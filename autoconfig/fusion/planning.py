@@ -78,20 +78,6 @@ class FusionCost:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
         return cls(profile, Machine.of(profile))
 
-    @property
-    def launch_ns(self) -> float:
-        return self.machine.call_ns
-
-    @property
-    def registers(self) -> int:
-        return self.machine.registers
-
-    def elementwise_per_ns(self) -> float:
-        return self.machine.elementwise_per_ns()
-
-    def traffic_ns(self, nbytes: int) -> float:
-        """Moving `nbytes` once, from the level that holds that much (as the models do)."""
-        return self.machine.traffic_ns(nbytes)
 
 
 @dataclass
@@ -150,22 +136,22 @@ class Analysis:
         return LEGALITY[(self.kind[u], self.kind[v])]
 
     def read_ns(self, tensor: str) -> float:
-        return self.cost.traffic_ns(self.graph.types[tensor].bytes)
+        return self.cost.machine.traffic_ns(self.graph.types[tensor].bytes)
 
     def recompute_ns(self, u: int, v: int) -> float:
         extra = self.amplification[v] - 1
-        return self.elements[u] * extra / self.cost.elementwise_per_ns() if extra > 0 else 0.0
+        return self.elements[u] * extra / self.cost.machine.elementwise_per_ns() if extra > 0 else 0.0
 
     def pressure_ns(self, reads: int, elements: int) -> float:
-        excess = reads - max(1, self.cost.registers // STREAM_SHARE)
-        return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns()
+        excess = reads - max(1, self.cost.machine.registers // STREAM_SHARE)
+        return max(0, excess) * elements * 2 / self.cost.machine.elementwise_per_ns()
 
 
 def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[float, int]:
     """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by."""
     a = Analysis(graph, cost)
     group_of = {v: g for g, members in enumerate(groups) for v in members}
-    total, traffic = len(groups) * cost.launch_ns + sum(a.compute_ns), 0
+    total, traffic = len(groups) * cost.machine.call_ns + sum(a.compute_ns), 0
     for g, members in enumerate(groups):
         reads, largest = 0, 0
         for v in members:
@@ -185,7 +171,7 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
         total += a.pressure_ns(reads, largest)
     for u in range(len(a.nodes)):
         if a.is_graph_output[u] or any(group_of[v] != group_of[u] for v in a.consumers[u]):
-            total += cost.traffic_ns(a.output_bytes[u])
+            total += cost.machine.traffic_ns(a.output_bytes[u])
             traffic += a.output_bytes[u]
     return total, traffic
 
@@ -307,13 +293,13 @@ def _extend(a: Analysis, state: _State, v: int):
             continue  # a path leaves the group and comes back: not convex
         outside = [(u, t) for u, t in a.in_edges[v] if not members >> u & 1]
         written = set(state.written)
-        extra = a.cost.launch_ns * (1 - len(merge)) + a.compute_ns[v]
+        extra = a.cost.machine.call_ns * (1 - len(merge)) + a.compute_ns[v]
         extra += sum(a.read_ns(t) for t in a.graph_inputs_read[v])
         extra += sum(a.read_ns(t) for _, t in outside)
         extra += sum(a.recompute_ns(u, v) for u, _ in inside if a.legality(u, v) is Legality.COST)
         for u, _ in outside:  # u's output crosses groups: written once
             if u not in written and not a.is_graph_output[u]:
-                extra += a.cost.traffic_ns(a.output_bytes[u])
+                extra += a.cost.machine.traffic_ns(a.output_bytes[u])
                 written.add(u)
         gid = merge[0] if merge else state.next_id
         groups = {g: grp for g, grp in state.groups.items() if g not in merge}
@@ -342,7 +328,7 @@ def _retire(a: Analysis, state: _State, v: int) -> None:
     """Charge v's write if it is a graph output; drop nodes no later node reads; close
     the groups left without a live member, charging their register pressure."""
     if a.is_graph_output[v]:
-        state.cost += a.cost.traffic_ns(a.output_bytes[v])
+        state.cost += a.cost.machine.traffic_ns(a.output_bytes[v])
     for node in [n for n in state.group_of if a.last_use[n] <= v and not (n == v and a.consumers[v])]:
         del state.group_of[node]
     state.written = frozenset(n for n in state.written if n in state.group_of)

@@ -383,7 +383,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, 2, segment_lines)
     terms = [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
-                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
+                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per thread"),
         Term("latency", latency * share, f"tiles with fewer than {m.fma.in_flight:.1f} "
                                          "accumulators wait on FMA latency"),
         Term("loads", loads * share, f"{c.nv} B + {c.mr} A loads per k beyond the FMA time "
@@ -486,7 +486,7 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
     masked = (shape.m + tiles) * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns() * (shape.k % lanes > 0)
     terms = [
         Term("fma", issue * share, f"{c.mr} rows x {u} partial sums along K, {lanes} lanes at "
-                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per core"),
+                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per thread"),
         Term("latency", latency * share, f"fewer than {m.fma.in_flight:.1f} partial sums wait on FMA latency"),
         Term("loads", loads * share, f"{c.mr} A + 1 B loads per {c.mr} FMAs beyond the FMA time (L1 bandwidth)"),
         Term("edges", (reduce + masked) * share, "each tile's partial sums added across lanes"
