@@ -55,3 +55,14 @@ def no_overlap(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarra
         for other, array in others.items():
             if np.shares_memory(outputs[name], array):
                 raise AutoconfigError(f"{name} overlaps {other} in memory; pass a separate array")
+
+
+def float32_array(name: str, x: object, shape: tuple[int, ...]) -> np.ndarray:
+    """`x` as a C-contiguous float32 array of `shape`, or one error line naming `name`."""
+    if not isinstance(x, np.ndarray):
+        raise AutoconfigError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise AutoconfigError(f"{name} must be float32, got {x.dtype}")
+    if x.shape != shape:
+        raise AutoconfigError(f"{name} must have shape {shape}, got {x.shape}")
+    return np.ascontiguousarray(x)

@@ -133,6 +133,39 @@ def _cmd_explain_matmul(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dims(text: str, count: int, what: str) -> list[int]:
+    """'1x64x56x56' -> [1, 64, 56, 56], or an error naming `what`."""
+    parts = text.lower().split("x")
+    if len(parts) != count or not all(p.isdigit() for p in parts):
+        raise AutoconfigError(f"{what} must be {count} sizes joined by 'x' (e.g. {'x'.join(['3'] * count)}), got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _pair_or_one(values: list[int] | None, name: str) -> tuple[int, int] | None:
+    if values is None:
+        return None
+    if len(values) not in (1, 2):
+        raise AutoconfigError(f"--{name} takes one value or two (height width), got {len(values)}")
+    return (values[0], values[-1])
+
+
+def _cmd_explain_conv(args: argparse.Namespace) -> int:
+    from autoconfig.conv import plan_conv2d
+
+    pads = args.pad
+    if pads is not None and len(pads) not in (1, 2, 4):
+        raise AutoconfigError(f"--pad takes 1, 2 (height width) or 4 (top left bottom right) values, got {len(pads)}")
+    if pads is not None:
+        pads = pads * 4 if len(pads) == 1 else pads * 2 if len(pads) == 2 else pads
+    choice = plan_conv2d(_dims(args.input, 4, "the input shape (NxCxHxW)"),
+                         _dims(args.weight, 4, "the weight shape (CoutxCin/groupxKHxKW)"),
+                         strides=_pair_or_one(args.stride, "stride"), pads=pads,
+                         dilations=_pair_or_one(args.dilation, "dilation"), group=args.group,
+                         profile=args.profile, target=args.target, threads=args.threads)  # fmt: skip
+    print(choice.explain())
+    return 0
+
+
 def _cmd_zoo(args: argparse.Namespace) -> int:
     from autoconfig.graph import zoo
 
@@ -274,13 +307,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for dim in ("m", "n", "k"):
         matmul.add_argument(dim, type=int, metavar=dim.upper())
-    matmul.add_argument("--profile", type=Path, default=None,
-                        help="hardware profile (default: this machine's)")  # fmt: skip
-    matmul.add_argument("--target", default=None, metavar="T",
-                        help="code-generation target (default: the profile's)")  # fmt: skip
-    matmul.add_argument("--threads", type=int, default=None,
-                        help="most threads to use (default: all cores; the model may use fewer)")  # fmt: skip
     matmul.set_defaults(run=_cmd_explain_matmul)
+    conv = explain_sub.add_parser(
+        "conv", help="2-D convolution (ONNX Conv) of one layer",
+        description="Explain the convolution choice for a layer given by its input shape "
+        "NxCxHxW and weight shape CoutxCin/groupxKHxKW, e.g. "
+        "'autoconfig explain conv 1x64x56x56 64x64x3x3 --stride 1 --pad 1'.",
+    )  # fmt: skip
+    conv.add_argument("input", metavar="INPUT", help="input shape NxCxHxW")
+    conv.add_argument("weight", metavar="WEIGHT", help="weight shape CoutxCin/groupxKHxKW")
+    conv.add_argument("--stride", type=int, nargs="+", default=None, metavar="S", help="1 or 2 values (default 1)")
+    conv.add_argument("--pad", type=int, nargs="+", default=None, metavar="P",
+                      help="1, 2 (height width) or 4 (top left bottom right) values (default 0)")  # fmt: skip
+    conv.add_argument("--dilation", type=int, nargs="+", default=None, metavar="D", help="1 or 2 values (default 1)")
+    conv.add_argument("--group", type=int, default=1, help="groups (default 1; C for depthwise)")
+    conv.set_defaults(run=_cmd_explain_conv)
+    for operator in (matmul, conv):
+        operator.add_argument("--profile", type=Path, default=None,
+                            help="hardware profile (default: this machine's)")  # fmt: skip
+        operator.add_argument("--target", default=None, metavar="T",
+                              help="code-generation target (default: the profile's)")  # fmt: skip
+        operator.add_argument("--threads", type=int, default=None,
+                              help="most threads to use (default: all cores; the model may use fewer)")  # fmt: skip
 
     zoo_cmd = sub.add_parser(
         "zoo", help="write a model-zoo network as ONNX",

@@ -38,8 +38,8 @@ class CompiledMatmul:
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> np.ndarray:
         s, cfg = self.shape, self.config
-        a = _matrix("A", a, (s.m, s.k))
-        b = _matrix("B", b, (s.k, s.n))
+        a = checks.float32_array("A", a, (s.m, s.k))
+        b = checks.float32_array("B", b, (s.k, s.n))
         operands = ep.operand_names(cfg.epilogue)
         if cfg.accumulate:
             if not rest:
@@ -55,7 +55,7 @@ class CompiledMatmul:
             writes = "accumulates into C" if cfg.accumulate else "overwrites C (do not pass C)"
             raise AutoconfigError(f"this matmul {writes} and takes {len(operands)} epilogue operand(s) "
                                   f"({names}), got {len(rest)}")  # fmt: skip
-        tensors = [_matrix(name, x, (s.n,) if kind == "channel" else (s.m, s.n))
+        tensors = [checks.float32_array(name, x, (cfg.channel_count(),) if kind == "channel" else (s.m, s.n))
                    for (_, name, kind), x in zip(operands, rest, strict=True)]  # fmt: skip
         if cfg.accumulate:
             checks.no_overlap({"C": out}, {"A": a, "B": b, **{name: x for (_, name, _), x in zip(operands, tensors)}})
@@ -79,22 +79,10 @@ def part_blocks(plan: MatmulPlan) -> list[tuple[int, int, int, int]]:
     return [(*rows, *part) for part in split(cols[1], plan.threads)]
 
 
-def _matrix(name: str, x: object, shape: tuple[int, ...]) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise AutoconfigError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise AutoconfigError(f"{name} must be float32, got {x.dtype}")
-    if x.shape != shape:
-        raise AutoconfigError(f"{name} must have shape {shape}, got {x.shape}")
-    return np.ascontiguousarray(x)
-
-
 def _explain_forced(p: Prediction, target: Target) -> str:
-    lines = [f"matmul M={p.shape.m} N={p.shape.n} K={p.shape.k} on {target.name}: forced "
-             f"{p.config.algorithm}, predicted {p.total_ns / 1e3:.1f} µs = {p.gflops:.1f} GFLOP/s"]  # fmt: skip
-    lines += [f"  {name:<10} {why}" for name, why in p.parameters]
-    lines += [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in p.terms]
-    return "\n".join(lines)
+    return "\n".join([f"matmul M={p.shape.m} N={p.shape.n} K={p.shape.k} on {target.name}: forced "
+                      f"{p.config.algorithm}, predicted {p.total_ns / 1e3:.1f} µs = {p.gflops:.1f} GFLOP/s",
+                      *p.lines()])  # fmt: skip
 
 
 def plan_matmul(m: int, n: int, k: int, *, profile=None, target=None, threads=None,

@@ -6,10 +6,12 @@ packing of A and B into the panels the micro-kernel reads.
 The micro-kernel (mr rows × nv vectors of L lanes, nr = nv·L columns)::
 
     acc[mr][nv] = 0
-    for k in k_lo..k_hi:  b[v] = B(v, k);  acc[r][v] += A(r, k) * b[v]     # `unroll` copies
+    for k in k_lo..k_hi:                                         # `unroll` copies
+        for t in 0..taps:  b[v] = B(v, k, t);  acc[r][v] += A(r, k, t) * b[v]
 
-where A(r, k) and B(v, k) are callbacks: plain loads from row-major A and B, loads
-from packed panels, or (for a convolution) loads straight from the image.
+where A(r, k, t) and B(v, k, t) are callbacks: plain loads from row-major A and B,
+loads from packed panels, or (for a convolution) loads straight from the image, k an
+input channel and t a filter tap (a matrix product has one tap).
 
 Packed layouts, in one workspace per thread (Bp, then Ap after it):
     Bp[panel][k][0..nr)   panel = (column − first column)/nr; zero past the last column
@@ -26,8 +28,8 @@ from kernels.loops import equal, for_range, for_tiles, for_unrolled, load, offse
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 
-LoadA = Callable[[int, ir.Value], ir.Value]  # (row in the tile, k) -> the A scalar
-LoadB = Callable[[int, ir.Value], ir.Value]  # (vector in the tile, k) -> the B vector
+LoadA = Callable[[int, ir.Value, int], ir.Value]  # (row in the tile, k, tap) -> the A scalar
+LoadB = Callable[[int, ir.Value, int], ir.Value]  # (vector in the tile, k, tap) -> the B vector
 Finish = Callable[[ir.Value, int, int], ir.Value]  # (value, row, vector) -> with the epilogue
 
 PACK_B_ROWS = 8
@@ -40,17 +42,20 @@ orders when B fits L2."""
 
 
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
-                 unroll: int, load_a: LoadA, load_b: LoadB) -> list[ir.Value]:  # fmt: skip
-    """The accumulators acc[r·vectors + v] = Σ_k A(r, k)·B(v, k) over [k_lo, k_hi)."""
+                 unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1) -> list[ir.Value]:  # fmt: skip
+    """The accumulators acc[r·vectors + v] = Σ_k Σ_t A(r, k, t)·B(v, k, t) over k in
+    [k_lo, k_hi) and the `taps` taps t, unrolled (their offsets are constants)."""
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
 
     def step(k: ir.Value, _copy: int, acc: list[ir.Value]) -> list[ir.Value]:
-        b = [load_b(v, k) for v in range(vectors)]
-        out = []
-        for r in range(rows):
-            a = vector.broadcast(vec, load_a(r, k))
-            out += [vector.fma(a, b[v], acc[r * vectors + v]) for v in range(vectors)]
-        return out
+        for t in range(taps):
+            b = [load_b(v, k, t) for v in range(vectors)]
+            out = []
+            for r in range(rows):
+                a = vector.broadcast(vec, load_a(r, k, t))
+                out += [vector.fma(a, b[v], acc[r * vectors + v]) for v in range(vectors)]
+            acc = out
+        return acc
 
     return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors), step)
 
@@ -147,7 +152,7 @@ class PackedB:
 
     def loader(self, col: ir.Value) -> LoadB:
         """B(v, k) from the panel starting at `col`."""
-        return lambda v, k: load(self.vec, self.work, [self.at(col, k, v)])
+        return lambda v, k, _tap: load(self.vec, self.work, [self.at(col, k, v)])
 
     def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], columns: int,
              read: Callable[[ir.Value, ir.Value, ir.Value | None], ir.Value],
@@ -191,7 +196,7 @@ class PackedA:
 
     def loader(self, row0: ir.Value) -> LoadA:
         """A(r, k) from the tile starting at `row0`."""
-        return lambda r, k: memref.load(self.work, [self.at(row0, k, r)])
+        return lambda r, k, _tap: memref.load(self.work, [self.at(row0, k, r)])
 
     def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], rows: int,
              read: Callable[[ir.Value, ir.Value], ir.Value]) -> None:  # fmt: skip

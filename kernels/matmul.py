@@ -54,6 +54,7 @@ from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
 Algorithm = Literal["broadcast", "tiled", "packed", "dot"]
+ChannelAxis = Literal["columns", "rows"]
 ALGORITHMS: tuple[Algorithm, ...] = ("broadcast", "tiled", "packed", "dot")
 
 
@@ -89,6 +90,9 @@ class MatmulConfig:
     unroll: int = 1  # copies of the K-loop body per trip (dot: partial sums per row)
     accumulate: bool = False  # C += A·B instead of C = A·B
     epilogue: ep.Epilogue = field(default=())  # ops applied to C as it is stored
+    channel_axis: ChannelAxis = "columns"  # where a channel operand (bias) varies: along C's
+    # columns (a matmul's output features), or its rows (a convolution computed as a GEMM
+    # whose rows are output channels and columns output pixels)
 
     @property
     def nr(self) -> int:
@@ -164,6 +168,12 @@ class MatmulConfig:
             raise AutoconfigError(f"mc={self.mc} must be a multiple of mr={self.mr}")
         if self.nc % self.nr:
             raise AutoconfigError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
+        if self.channel_axis not in ("columns", "rows"):
+            raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
+
+    def channel_count(self) -> int:
+        """Values a channel operand (bias) holds: one per column, or one per row."""
+        return self.shape.n if self.channel_axis == "columns" else self.shape.m
 
 
 SIZES = ("row_begin", "row_end", "col_begin", "col_end")
@@ -178,7 +188,7 @@ def signature(config: MatmulConfig) -> KernelSignature:
         Param("b", Role.IN, extent=(k * n,)),
     ]
     for _, name, operand in ep.operand_names(config.epilogue):
-        params.append(Param(name, Role.IN, extent=(n if operand == "channel" else m * n,)))
+        params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel" else m * n,)))
     if config.algorithm == "packed":
         params.append(Param("work", Role.OUT, extent=(config.workspace(),)))
     params += [Param(name, Role.SIZE) for name in SIZES]
@@ -224,7 +234,7 @@ class _Kernel:
     @classmethod
     def of(cls, config: MatmulConfig, target: Target, args: dict) -> _Kernel:
         s = config.shape
-        operands = {i: f32_memref(args[name], [s.n] if kind == "channel" else [s.m, s.n])
+        operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else [s.m, s.n])
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
         return cls(config, target, f32_vector_type(target, config.lanes),
@@ -252,8 +262,12 @@ class _Kernel:
 
         def operand(i: int) -> ir.Value:
             tensor = self.operands[i]
-            at = [col] if self.config.epilogue[i].operand == "channel" else [row, col]
-            return memref.load(tensor, at) if scalar else load(self.vec, tensor, at, mask)
+            if self.config.epilogue[i].operand == "output":
+                return memref.load(tensor, [row, col]) if scalar else load(self.vec, tensor, [row, col], mask)
+            if self.config.channel_axis == "columns":
+                return memref.load(tensor, [col]) if scalar else load(self.vec, tensor, [col], mask)
+            channel = memref.load(tensor, [row])  # one value for the whole row
+            return channel if scalar else vector.broadcast(self.vec, channel)
 
         return ep.apply(self.config.epilogue, value, operand)
 
@@ -388,10 +402,10 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     out = OutputTile(kn.c, kn.vec, [offset(row0, r) for r in range(rows)], cols, masks)
     out.prefetch()
     if bp is None:
-        def load_a(r: int, k: ir.Value) -> ir.Value:
+        def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:
             return memref.load(kn.a, [out.rows[r], k])
 
-        def load_b(v: int, k: ir.Value) -> ir.Value:
+        def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
             return load(kn.vec, kn.b, [k, cols[v]], masks[v])
     else:
         load_a, load_b = ap.loader(row0), bp.loader(col0)

@@ -205,15 +205,8 @@ def scaling(by_threads: dict[int, list[dict]], peers: list[str]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
-    parser.add_argument("--threads", type=int, nargs="+", default=None,
-                        help="thread counts to run (default: 1 and the profile's cores)")  # fmt: skip
-    parser.add_argument("--reps", type=int, default=5, help="timed samples per round")
-    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per peer (samples pooled)")
+    harness.add_run_options(parser, "bench-matmul")
     parser.add_argument("--quick", action="store_true", help="squares up to 1024, every third zoo shape")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin runs to CPUs (see harness.PINNING)")
-    parser.add_argument("--json", default="bench-matmul.json", help="results file")
-    parser.add_argument("--plot", default="bench-matmul.png")
     args = parser.parse_args()
 
     from autoconfig.machine import Machine

@@ -167,6 +167,19 @@ def worker_cpus(threads: int, pin: bool) -> list[int] | None:
     return sorted(os.sched_getaffinity(0))[:threads]
 
 
+def add_run_options(parser, name: str) -> None:
+    """The options every benchmark script takes: profile, thread counts, repetitions,
+    rounds, pinning, and where the JSON and plot go (`name`.json / .png by default)."""
+    parser.add_argument("--profile", default=None, help="hardware profile (default: this machine's)")
+    parser.add_argument("--threads", type=int, nargs="+", default=None,
+                        help="thread counts to run (default: 1 and the profile's cores)")  # fmt: skip
+    parser.add_argument("--reps", type=int, default=5, help="timed samples per round")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per peer (samples pooled)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin runs to CPUs (see harness.PINNING)")
+    parser.add_argument("--json", default=f"{name}.json", help="results file")
+    parser.add_argument("--plot", default=f"{name}.png")
+
+
 def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: int, *,
             rounds: int, reps: int, pin: bool, progress: bool = True) -> dict[str, list[dict]]:  # fmt: skip
     """Per peer, per task: {'timing', 'info', 'versions'}; each peer timed in `rounds`

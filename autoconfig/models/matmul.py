@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
@@ -46,6 +46,9 @@ from kernels import epilogue as ep
 from kernels.matmul import ALGORITHMS, MatmulConfig, MatmulShape
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
+
+if TYPE_CHECKING:
+    from autoconfig.models.conv import ConvPlan
 
 UNROLL = 4
 """K-loop copies per trip: hides the loop's own instructions; measured at 512³ on the
@@ -106,9 +109,10 @@ class Term:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A configuration with its predicted time broken into named terms."""
+    """A configuration with its predicted time broken into named terms; the plan is a
+    matmul's or a convolution's (both have .config and .shape with .flops)."""
 
-    plan: MatmulPlan
+    plan: MatmulPlan | ConvPlan
     terms: tuple[Term, ...]
     total_ns: float
     parameters: tuple[tuple[str, str], ...]  # (parameter, reason)
@@ -127,6 +131,11 @@ class Prediction:
 
     def term(self, name: str) -> float:
         return next(t.ns for t in self.terms if t.name == name)
+
+    def lines(self) -> list[str]:
+        """Each parameter and each term with its reason, one per line, indented."""
+        return ([f"  {name:<10} {why}" for name, why in self.parameters]
+                + [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in self.terms])  # fmt: skip
 
 
 # ---------------------------------------------------------------- parameters
@@ -199,32 +208,37 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     base = machine if isinstance(machine, Machine) else Machine.of(machine)
     config = plan.config
     m = base.at(config.lanes, plan.threads)
-    share = _busiest_share(plan.split_units(), plan.threads)
+    share = busiest_share(plan.split_units(), plan.threads)
     terms_of = {"broadcast": _broadcast_terms, "dot": _dot_terms}.get(config.algorithm, _blocked_terms)
     terms, params = terms_of(plan, m, share)
     if config.epilogue:
-        terms.append(_epilogue_term(plan, m, share))
+        s = plan.shape
+        terms.append(epilogue_term(config.epilogue, s.m * ceil_div(s.n, config.lanes), s.m * s.n, m, share))
     parts = plan.parts()
     overhead = m.call_ns + (m.dispatch_ns if parts > 1 else 0.0)
     terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
+    return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
+
+
+def total_ns(terms: list[Term]) -> float:
+    """The time of a kernel's terms: the compute terms and the largest memory term
+    overlap (their OVERLAP soft maximum); stalls, packing, transforms and calls add."""
     kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
     memory = max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
-    rest = sum(t.ns for t in terms if t.name in ("packing", "call", STALL_TERM))
-    overlapped = (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP)
-    return Prediction(plan, tuple(terms), overlapped + rest, tuple(params))
+    rest = sum(t.ns for t in terms if t.name in SERIAL_TERMS)
+    return (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP) + rest
 
 
-def _epilogue_term(plan: MatmulPlan, m: Machine, share: float) -> Term:
-    """The epilogue's vector ops on every output vector, once, at the FMA issue rate
-    (a vector op per FMA slot), and its operands read alongside: a per-column bias
-    stays in L1, a residual of C's shape streams from where it lies."""
-    c, s = plan.config, plan.shape
-    vectors = s.m * ceil_div(s.n, c.lanes)
-    ops_ns = vectors * ep.vector_ops(c.epilogue) / m.fma_per_ns()
-    residual_bytes = sum(s.m * s.n * F32 for op in c.epilogue if op.operand == "output")
+def epilogue_term(epilogue: ep.Epilogue, vectors: int, outputs: int, m: Machine, share: float) -> Term:
+    """The epilogue's vector ops on each of the `vectors` output vectors, once, at the FMA
+    issue rate (a vector op per FMA slot), and its operands read alongside: a channel
+    operand stays in L1, a residual of the output's `outputs` values streams from
+    where it lies."""
+    residual_bytes = sum(outputs * F32 for op in epilogue if op.operand == "output")
+    ops_ns = vectors * ep.vector_ops(epilogue) / m.fma_per_ns()
     read_ns = m.traffic_ns(residual_bytes) if residual_bytes else 0.0
     return Term("epilogue", (ops_ns + read_ns) * share,
-                f"{ep.describe(c.epilogue)}: {ep.vector_ops(c.epilogue)} vector ops per output vector"
+                f"{ep.describe(epilogue)}: {ep.vector_ops(epilogue)} vector ops per output vector"
                 + (f", {residual_bytes / 1e6:.2f} MB of residual read" if residual_bytes else ""))  # fmt: skip
 
 
@@ -253,6 +267,9 @@ STALL_TERM = "l1 misses"
 
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
+SERIAL_TERMS = ("packing", "transform", "im2col", "call", STALL_TERM)
+"""Terms that do not overlap the kernel: a copy done before it (packing, a layout
+transform), a stall on its critical path, the call itself."""
 
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
@@ -280,13 +297,13 @@ def _first_touch_why(p: MatmulPlan) -> str:
     return "each thread: all of B, its rows of A" if p.split == "rows" else "each thread: all of A, its columns of B"
 
 
-def _busiest_share(tiles: int, threads: int) -> float:
+def busiest_share(tiles: int, threads: int) -> float:
     """Fraction of the split tiles (rows or columns) the busiest thread computes."""
     parts = max(1, min(threads, tiles))
     return math.ceil(tiles / parts) / tiles
 
 
-def _microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
+def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
     """Per step of one micro-kernel (one FMA into each of its independent accumulators,
     `loads` vector loads and `broadcasts` scalar broadcast loads): (FMA issue, extra
     wait on latency, extra wait on loads)."""
@@ -345,7 +362,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     lanes, nr = c.lanes, c.nr
     issue = latency = loads = 0.0
     for count, rows, vectors in _tile_kinds(c):
-        i, l, ld = _microkernel_ns(rows * vectors, vectors, rows, m)
+        i, l, ld = microkernel_ns(rows * vectors, vectors, rows, m)
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
@@ -478,7 +495,7 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
     issue = latency = loads = 0.0
     full_tiles, edge_rows = divmod(shape.m, c.mr)
     for count, rows in ((full_tiles, c.mr), (1 if edge_rows else 0, edge_rows)):
-        i, l, ld = _microkernel_ns(rows * u, (rows + 1) * u, 0, m)  # u vectors of K per step
+        i, l, ld = microkernel_ns(rows * u, (rows + 1) * u, 0, m)  # u vectors of K per step
         steps = count * vectors / u
         issue, latency, loads = issue + steps * i, latency + steps * l, loads + steps * ld
     tiles = math.ceil(shape.m / c.mr)

@@ -1,0 +1,340 @@
+"""The convolution model: from the hardware profile alone, each algorithm's parameters
+and predicted time as named terms; the fastest prediction is the choice.
+
+Every algorithm is a matrix product per image and group (`kernels.conv`), so the
+terms are the matmul model's, counted on the convolution's loop nest:
+
+- direct: register tiles of mr output channels × nv vectors of output pixels, every
+  tile with mr·nv + nv + 1 ≤ vector registers scored (as for matmul); its k steps are
+  the input channels × filter taps. Its input loads start at any float (a tap shifts
+  the window by one pixel), so a vector crosses a cache line with probability
+  (vector bytes − 4)/line, and such a load costs two (SPLIT_LOAD_COST). Output rows
+  narrower than a multiple of the tile compute padded lanes (the last tile of every
+  row). The input channels are blocked (kc) so that a column tile's input window
+  stays in L1 while every row tile reads it, and the weights of one channel block
+  stay in L2 while every column tile reads them. The input is first copied into its
+  padded, phase-split layout (`transform`).
+- gemm1x1 (1×1, stride 1, no padding): the matmul model's choice for the product
+  Cout/G × OH·OW × Cin/G, once per image and group.
+- im2col: the same for Cout/G × OH·OW × Cin/G·KH·KW, after the transform and the copy
+  of the windows into that matrix (written once, read by the matmul from where it lies).
+
+As for matmul, compute and the largest memory term overlap (soft maximum), copies
+and calls add. Nothing is timed: the figures are the profile's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.machine import F32, Machine
+from autoconfig.models.matmul import (
+    MAX_MR, MAX_NV, RESOLUTION, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
+    epilogue_term, microkernel_ns, predict as predict_matmul, total_ns,
+)  # fmt: skip
+from autoconfig.profile import HardwareProfile
+from kernels import epilogue as ep
+from kernels.conv import ConvConfig, ConvShape, DirectConfig, GemmConvConfig
+from kernels.sizes import ceil_div, round_up
+from kernels.target import Target
+
+ConvSplit = Literal["groups", "rows", "columns"]
+DIRECT_SPLITS: tuple[ConvSplit, ...] = ("groups", "rows", "columns")
+
+SPLIT_LOAD_COST = 2.0
+"""A vector load that crosses a cache line costs two (it reads both lines; measured on
+the development machine: 88 vs 165 GB/s of L1 loads for split vs aligned 256-bit loads)."""
+
+WINDOW_L1_SHARE = 0.5
+"""Share of L1 a column tile's input window may take: the rest holds the weights
+being streamed through it and the output tile's lines."""
+
+WEIGHTS_L2_SHARE = 0.5
+"""Share of the effective L2 one channel block's weights may take: the rest holds the
+input planes the column tiles read."""
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """A convolution config with how the runtime runs it: on how many threads, dividing
+    what. Direct divides (image, group) pairs, row tiles (output channels) or column
+    tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns."""
+
+    config: ConvConfig
+    threads: int = 1
+    split: str = "groups"
+
+    @property
+    def shape(self) -> ConvShape:
+        return self.config.shape
+
+    def gemm_plan(self) -> MatmulPlan:
+        """The matmul plan of a GEMM algorithm."""
+        return MatmulPlan(self.config.gemm, self.threads, self.split)
+
+    def split_units(self) -> int:
+        """What the threads divide: image-groups, row tiles or column tiles."""
+        c = self.config
+        if isinstance(c, GemmConvConfig):
+            return self.gemm_plan().split_units()
+        return {"groups": c.groups(), "rows": c.row_tiles(), "columns": c.col_tiles()}[self.split]
+
+    def parts(self) -> int:
+        return min(self.threads, self.split_units())
+
+
+def channel_block(shape: ConvShape, mr: int, nr: int, m: Machine) -> tuple[int, str]:
+    """kc: input channels per block, so that a column tile's input window (kc channels
+    × the rows and columns its taps reach) stays in L1's share and the block's weights
+    (Cout/G × kc × taps) in L2's."""
+    rows = shape.kernel[0]  # input rows one output row's taps read, per channel
+    cols = nr + (shape.kernel[1] - 1) * shape.dilations[1] // shape.strides[1]
+    window_per_channel = rows * shape.strides[1] * cols * F32
+    l1 = m.l1_ways * m.l1_sets * m.line
+    by_window = max(1, int(l1 * WINDOW_L1_SHARE // window_per_channel))
+    l2 = m.l2_ways_effective * m.l2_sets * m.line
+    by_weights = max(1, int(l2 * WEIGHTS_L2_SHARE // (shape.out_per_group * shape.taps * F32)))
+    kc = min(shape.in_per_group, by_window, by_weights)
+    if kc == shape.in_per_group:
+        return kc, f"{kc} = all input channels of a group (window and weights fit)"
+    limit = "the input window in L1" if by_window <= by_weights else "the block's weights in L2"
+    return kc, (f"{kc}: {limit} (window {window_per_channel * kc / 1e3:.1f} kB of {l1 / 1e3:.0f} kB L1, "
+                f"weights {shape.out_per_group * shape.taps * kc * F32 / 1e3:.0f} kB of {l2 / 1e3:.0f} kB L2)")
+
+
+def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
+    """Predicted time of `plan`, as named terms."""
+    base = machine if isinstance(machine, Machine) else Machine.of(machine)
+    c = plan.config
+    if isinstance(c, GemmConvConfig):
+        return _gemm_prediction(plan, base)
+    m = base.at(c.lanes, plan.threads)
+    terms, params = _direct_terms(plan, m, busiest_share(plan.split_units(), plan.threads))
+    return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
+
+
+def _transform_term(shape: ConvShape, lanes: int, slack: int, m: Machine, share: float) -> Term:
+    split = shape.phase_split(lanes, slack)
+    moved = (shape.batch * shape.channels * shape.height * shape.width + split.size) * F32
+    return Term("transform", m.traffic_ns(moved) * share,
+                f"the input copied into padded planes split by stride phase "
+                f"({moved / 1e6:.2f} MB read and written)")  # fmt: skip
+
+
+def _call_term(calls: int, parts: int, m: Machine) -> Term:
+    ns = m.call_ns + calls * (m.dispatch_ns if parts > 1 else 0.0)
+    return Term("call", ns, f"one call, {calls} kernel(s)" + (" each dispatched to the threads" if parts > 1 else ""))
+
+
+def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
+    c: DirectConfig = p.config
+    s = c.shape
+    lanes, nr = c.lanes, c.nr
+    steps = s.in_per_group * s.taps
+    full_rows, edge_rows = divmod(s.out_per_group, c.mr)
+    full_cols, edge_cols = divmod(s.out_width, nr)
+    images = c.groups() * s.out_height
+    kinds = [(full_rows * full_cols, c.mr, c.nv), (full_rows, c.mr, ceil_div(edge_cols, lanes)),
+             (full_cols, edge_rows, c.nv), (1, edge_rows, ceil_div(edge_cols, lanes))]  # fmt: skip
+    crossing = max(0.0, (lanes * F32 - F32) / m.line)
+    issue = latency = loads = 0.0
+    for count, rows, vectors in kinds:
+        if count and rows and vectors:
+            load_count = vectors * (1 + crossing * (SPLIT_LOAD_COST - 1))
+            i, lat, ld = microkernel_ns(rows * vectors, load_count, rows, m)
+            issue, latency, loads = issue + count * i, latency + count * lat, loads + count * ld
+    issue, latency, loads = (x * steps * images * share for x in (issue, latency, loads))
+    kc = c.block
+    blocks = ceil_div(s.in_per_group, kc)
+    outputs = s.batch * s.out_channels * s.out_height * s.out_width
+    padded_out = s.batch * s.out_channels * s.out_height * round_up(s.out_width, lanes)
+    out_bytes = outputs * F32
+    terms = [
+        Term("fma", issue, f"{c.mr}x{c.nv} tiles of {lanes} lanes, {steps} steps (channels x taps) each, "
+                           f"at {m.fma_per_ns():.2f} vector FMAs/ns per thread"
+                           + (f"; each row's last tile computes {(-s.out_width) % lanes} padded lanes"
+                              if s.out_width % lanes else "")),
+        Term("latency", latency, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
+        Term("loads", loads, f"{c.nv} input + {c.mr} weight loads per step beyond the FMA time; "
+                             f"{crossing:.0%} of input loads cross a line"),
+        Term("c tile", 2 * padded_out * blocks * F32 / m.bandwidth["L1"] * share,
+             f"output tiles loaded and stored once per channel block ({blocks})"),
+    ]  # fmt: skip
+    if c.epilogue:
+        terms.append(epilogue_term(c.epilogue, ceil_div(padded_out, lanes), outputs, m, share))
+    # memory: weights per column tile, the window per row tile when it leaves L1, the
+    # output per channel block, and everything once
+    weights = s.out_channels * s.in_per_group * s.taps * F32
+    split = c.split()
+    traffic: dict[str, float] = {}
+    w_level = m.holding_level(s.out_per_group * kc * s.taps * F32)
+    if w_level != "L1":
+        traffic[w_level] = weights * s.batch * c.col_tiles() * share
+    window = kc * s.kernel[0] * s.strides[1] * (nr + (s.kernel[1] - 1) * s.dilations[1]) * F32
+    if window > m.l1_ways * m.l1_sets * m.line * WINDOW_L1_SHARE and c.row_tiles() > 1:
+        reread = (c.row_tiles() - 1) * images * s.in_per_group * window / kc
+        traffic["L2"] = traffic.get("L2", 0.0) + reread * share
+    if blocks > 1:
+        level = m.holding_level(out_bytes, whole_problem=True)
+        traffic[level] = traffic.get(level, 0.0) + 2 * out_bytes * (blocks - 1) * share
+    once = split.size * F32 + weights + out_bytes
+    once_level = m.holding_level(once, whole_problem=True)
+    if once_level != "L1":
+        traffic[once_level] = traffic.get(once_level, 0.0) + once * share
+    for level, size in traffic.items():
+        terms.append(Term(f"memory {level}", size / m.bandwidth[level],
+                          f"{size / 1e6:.2f} MB: weights ({w_level}) per column tile, output per channel "
+                          f"block, input, weights and output once from {once_level}"))  # fmt: skip
+    terms.append(_transform_term(s, lanes, nr, m, busiest_share(s.batch * s.channels, p.threads)))
+    terms.append(_call_term(2, p.parts(), m))
+    registers, held = c.registers_needed()
+    _, kc_why = channel_block(s, c.mr, nr, m)
+    params = [
+        ("algorithm", "direct: output channels x output pixels per register tile, windows read in place"),
+        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors of output pixels"),
+        ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers; "
+                 f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
+        ("kc", kc_why if c.kc == channel_block(s, c.mr, nr, m)[0] else f"{c.kc} (forced)"),
+        ("epilogue", ep.describe(c.epilogue)),
+        ("threads", _threads_reason(p)),
+    ]  # fmt: skip
+    return terms, params
+
+
+def _threads_reason(p: ConvPlan) -> str:
+    if p.parts() == 1:
+        return f"{p.threads}: one block (a second would cost more in dispatch than it saves)"
+    return f"{p.threads}: the {p.split_units()} {p.split} split into {p.parts()} blocks"
+
+
+def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
+    """The matmul model's prediction of one image-group's product, times the image-groups,
+    plus the transform and window copy of im2col."""
+    c: GemmConvConfig = p.config
+    s = c.shape
+    gemm = predict_matmul(p.gemm_plan(), base)
+    count = s.batch * s.group
+    terms = [replace(t, ns=t.ns * count, why=t.why + (f" (x{count} image-groups)" if count > 1 else ""))
+             for t in gemm.terms]  # fmt: skip
+    m = base.at(c.lanes, p.threads)
+    if c.algorithm == "im2col":
+        im2col = c.im2col()
+        share = busiest_share(im2col.rows, p.threads)
+        moved = 2 * im2col.size * F32 * count
+        terms.append(_transform_term(s, c.lanes, c.lanes, m, busiest_share(s.batch * s.channels, p.threads)))
+        terms.append(Term("im2col", m.traffic_ns(moved / count) * count * share,
+                          f"the windows copied into a {im2col.rows}x{s.out_height * s.out_width} matrix "
+                          f"({moved / 1e6:.2f} MB written and read)"))  # fmt: skip
+    params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {s.gemm_shape()} per image-group"),
+              *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
+    return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
+
+
+def direct_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
+                      epilogue: ep.Epilogue) -> list[ConvPlan]:  # fmt: skip
+    """Every direct plan the model scores: widths × register tiles × splits."""
+    registers = min(machine.registers, target.vector_registers)
+    plans = []
+    for lanes in _widths(machine, target):
+        m = machine.at(lanes, threads)
+        for mr in range(1, min(MAX_MR, shape.out_per_group) + 1):
+            for nv in range(1, min(MAX_NV, ceil_div(shape.out_width, lanes)) + 1):
+                if mr * nv + nv + 1 > registers:
+                    continue
+                kc, _ = channel_block(shape, mr, nv * lanes, m)
+                config = DirectConfig(shape, lanes, mr, nv, kc, epilogue)
+                for split in DIRECT_SPLITS if threads > 1 else DIRECT_SPLITS[:1]:
+                    plan = ConvPlan(config, threads, split)
+                    if threads == 1 or plan.split_units() > 1:
+                        plans.append(plan)
+    return plans
+
+
+def _widths(machine: Machine, target: Target) -> list[int]:
+    return [lanes for lanes in machine.fma_by_lanes
+            if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ConvChoice:
+    """The model's pick, the best of each algorithm, and why."""
+
+    best: Prediction
+    per_algorithm: tuple[Prediction, ...]
+    profile: HardwareProfile
+    target: Target
+
+    def explain(self) -> str:
+        """The choice, each parameter and each term with its reason, and the best of each
+        algorithm with why it lost."""
+        b = self.best
+        s = b.shape
+        lines = [f"conv {s.describe()} -> {'x'.join(map(str, s.output_shape))} on {self.target.name} "
+                 f"(profile {self.profile.name}, {b.plan.threads} thread(s))",
+                 f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s",
+                 "parameters:"]  # fmt: skip
+        lines += [f"  {name:<10} {why}" for name, why in b.parameters]
+        lines.append("terms (ns; total = softmax(compute, largest memory) + transform + im2col + l1 misses + packing + call):")
+        lines += [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in b.terms]
+        lines.append("best of each algorithm:")
+        for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
+            lines.append(f"  {p.config.algorithm:<8} lanes={p.config.lanes} {p.config.tile}: "
+                         f"{p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s){_why_not(p, b)}")  # fmt: skip
+        return "\n".join(lines)
+
+
+def _why_not(p: Prediction, best: Prediction) -> str:
+    """The term where a losing algorithm pays most beyond the choice."""
+    if p is best:
+        return ""
+    mine = {t.name: t.ns for t in p.terms}
+    theirs = {t.name: t.ns for t in best.terms}
+    name = max(mine, key=lambda n: mine[n] - theirs.get(n, 0.0))
+    return f"; most lost in {name} (+{(mine[name] - theirs.get(name, 0.0)) / 1e3:.1f} µs)"
+
+
+def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
+           epilogue: ep.Epilogue = ()) -> ConvChoice:  # fmt: skip
+    """The plan with the lowest predicted time using at most `threads` threads."""
+    machine = Machine.of(profile)
+    budget = min(threads or machine.cores, machine.cores)
+    predictions = [predict(p, machine) for t in sorted({1, budget})
+                   for p in direct_candidates(shape, machine, target, t, epilogue)]  # fmt: skip
+    for algorithm in ("gemm1x1", "im2col"):
+        if algorithm == "gemm1x1" and not shape.pointwise:
+            continue
+        gemm = choose_matmul(shape.gemm_shape(), profile, target, budget, epilogue).best.plan
+        config = GemmConvConfig(shape, algorithm, replace(gemm.config, channel_axis="rows"))
+        predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
+    if not predictions:
+        raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
+    per_algorithm = []
+    for algorithm in ("direct", "gemm1x1", "im2col"):
+        mine = [p for p in predictions if p.config.algorithm == algorithm]
+        if mine:
+            per_algorithm.append(_best(mine))
+    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
+
+
+def _best(predictions: list[Prediction]) -> Prediction:
+    """The fastest; within RESOLUTION of it, the one with more lanes per load (fewer
+    instructions), then fewer threads."""
+    fastest = min(p.total_ns for p in predictions)
+    near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
+    return min(near, key=lambda p: (p.plan.threads, -p.config.lanes * _tile_area(p.config), p.total_ns))
+
+
+def _tile_area(config: ConvConfig) -> int:
+    return config.mr * config.nv if isinstance(config, DirectConfig) else config.gemm.mr * config.gemm.nv
+
+
+def validate_plan(plan: ConvPlan, target: Target) -> None:
+    """Reject a forced plan the runtime cannot run."""
+    plan.config.validate(target)
+    allowed = ("rows", "columns") if isinstance(plan.config, GemmConvConfig) else DIRECT_SPLITS
+    if plan.split not in allowed:
+        raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
+    if plan.threads < 1:
+        raise AutoconfigError(f"threads must be >= 1, got {plan.threads}")

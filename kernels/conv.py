@@ -1,0 +1,484 @@
+"""f32 2-D convolution in NCHW (ONNX's Conv: any stride, padding, dilation, groups),
+with an optional epilogue (bias, residual, activations; `kernels.epilogue`) applied
+to each output vector before it is stored.
+
+Every algorithm is a matrix product per image and group: output channels (rows) ×
+output pixels (columns) = weights (rows × Cin/G·KH·KW) · the image's windows. They
+differ in how the windows are read:
+
+direct — straight from the transformed image (`kernels.layout`: padded, split by
+stride phase), so that tap t of output pixels ow..ow+L is one vector load at a
+constant offset; a register tile of mr output channels × nv vectors along an output
+row, cache-blocked over input channels (Georganas et al., SC'18; Zhang et al.,
+ICML'18, with output pixels in the lanes instead of channels)::
+
+    for ng in images × groups:  for c0 in 0..Cin/G step kc:
+      for (oh, ow0) in column tiles (nv·L pixels of one output row; the last one of
+                                     a row is partial, stored masked):
+        for co0 in row tiles (mr output channels):
+          acc[mr][nv] = Σ_{c in block} Σ_taps W[co, c, tap] · Xt[c, tap + oh·Wq + ow0 + v·L]
+          Y tile = acc (first block) or += acc; epilogue on the last block
+
+im2col — the windows copied once into a matrix of Cin/G·KH·KW rows × OH·OW columns
+(from the transformed image: each row is a shifted copy), then the matmul generator's
+kernel on it (`kernels.matmul`, channels along its rows);
+
+gemm1x1 — a 1×1 convolution with stride 1 and no padding, whose image is already
+that matrix: the matmul kernel on the image itself, no copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autoconfig.errors import AutoconfigError
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body, mask_type
+from kernels.emit import new_module, verify
+from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
+from kernels.layout import PhaseSplit
+from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when_else
+from kernels.mlir import arith, ir, memref, vector
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+ConvAlgorithm = Literal["direct", "im2col", "gemm1x1"]
+CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1")
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """Y[N, Cout, OH, OW] = Conv(X[N, C, H, W], W[Cout, C/group, KH, KW]) with ONNX's
+    attributes: pads are (top, left, bottom, right)."""
+
+    batch: int
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilations: tuple[int, int] = (1, 1)
+    group: int = 1
+
+    def __post_init__(self) -> None:
+        sizes = {"batch": self.batch, "channels": self.channels, "height": self.height, "width": self.width,
+                 "output channels": self.out_channels, "kernel": min(self.kernel), "strides": min(self.strides),
+                 "dilations": min(self.dilations), "group": self.group}  # fmt: skip
+        for name, value in sizes.items():
+            if value < 1:
+                raise AutoconfigError(f"convolution {name} must be >= 1, got {value}")
+        if min(self.pads) < 0:
+            raise AutoconfigError(f"convolution pads must be >= 0, got {self.pads}")
+        if self.channels % self.group or self.out_channels % self.group:
+            raise AutoconfigError(f"group={self.group} must divide the input channels ({self.channels}) "
+                                  f"and the output channels ({self.out_channels})")  # fmt: skip
+        if self.out_height < 1 or self.out_width < 1:
+            raise AutoconfigError(f"a {self.kernel[0]}x{self.kernel[1]} window with dilation "
+                                  f"{self.dilations} does not fit the padded {self.height}x{self.width} input")
+
+    @property
+    def out_height(self) -> int:
+        span = (self.kernel[0] - 1) * self.dilations[0] + 1
+        return (self.height + self.pads[0] + self.pads[2] - span) // self.strides[0] + 1
+
+    @property
+    def out_width(self) -> int:
+        span = (self.kernel[1] - 1) * self.dilations[1] + 1
+        return (self.width + self.pads[1] + self.pads[3] - span) // self.strides[1] + 1
+
+    @property
+    def in_per_group(self) -> int:
+        return self.channels // self.group
+
+    @property
+    def out_per_group(self) -> int:
+        return self.out_channels // self.group
+
+    @property
+    def taps(self) -> int:
+        return self.kernel[0] * self.kernel[1]
+
+    @property
+    def depthwise(self) -> bool:
+        """One input channel per group (MobileNet's depthwise layers)."""
+        return self.group > 1 and self.in_per_group == 1
+
+    @property
+    def pointwise(self) -> bool:
+        """A 1×1 convolution with stride 1 and no padding: a matrix product on the image."""
+        return self.kernel == (1, 1) and self.strides == (1, 1) and not any(self.pads)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.out_channels * self.out_height * self.out_width * self.in_per_group * self.taps
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.channels, self.height, self.width)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.out_channels, self.in_per_group, *self.kernel)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_channels, self.out_height, self.out_width)
+
+    def gemm_shape(self) -> mm.MatmulShape:
+        """The matrix product of one image and group: Cout/G × OH·OW × Cin/G·KH·KW."""
+        return mm.MatmulShape(self.out_per_group, self.out_height * self.out_width, self.in_per_group * self.taps)
+
+    def phase_split(self, lanes: int, slack: int) -> PhaseSplit:
+        """The transform of the input that direct and im2col read (`kernels.layout`)."""
+        return PhaseSplit(self.batch * self.channels, self.height, self.width, self.strides, self.pads,
+                          0.0, lanes, slack)  # fmt: skip
+
+    def tap_offsets(self, split: PhaseSplit) -> list[int]:
+        """Each tap's constant offset in a transformed plane, in the weights' (kh, kw) order."""
+        dh, dw = self.dilations
+        return [split.tap_offset(kh * dh, kw * dw) for kh in range(self.kernel[0]) for kw in range(self.kernel[1])]
+
+    def describe(self) -> str:
+        """'1x64x56x56 * 64x64x3x3 s1 p1,1,1,1 d1 g1'."""
+        pads = ",".join(map(str, self.pads))
+        return (f"{'x'.join(map(str, self.input_shape))} * {'x'.join(map(str, self.weight_shape))} "
+                f"s{self.strides[0]}x{self.strides[1]} p{pads} d{self.dilations[0]}x{self.dilations[1]} "
+                f"g{self.group}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DirectConfig:
+    """The direct algorithm: mr output channels × nv vectors of `lanes` output pixels
+    per register tile, input channels in blocks of kc (0: all)."""
+
+    shape: ConvShape
+    lanes: int
+    mr: int = 1
+    nv: int = 1
+    kc: int = 0
+    epilogue: ep.Epilogue = field(default=())
+
+    algorithm: ConvAlgorithm = field(default="direct", init=False)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    @property
+    def tile(self) -> str:
+        return f"{self.mr}x{self.nv}"
+
+    @property
+    def block(self) -> int:
+        """Input channels per block, resolved."""
+        return min(self.kc or self.shape.in_per_group, self.shape.in_per_group)
+
+    def tiles_per_row(self) -> int:
+        return ceil_div(self.shape.out_width, self.nr)
+
+    def row_tiles(self) -> int:
+        """Tiles of mr output channels per group."""
+        return ceil_div(self.shape.out_per_group, self.mr)
+
+    def col_tiles(self) -> int:
+        """Tiles of nr output pixels: every output row cut into tiles_per_row."""
+        return self.shape.out_height * self.tiles_per_row()
+
+    def groups(self) -> int:
+        """(image, group) pairs."""
+        return self.shape.batch * self.shape.group
+
+    def split(self) -> PhaseSplit:
+        """The input transform: slack for the last tile's vectors reading past its row."""
+        return self.shape.phase_split(self.lanes, self.nr)
+
+    def registers_needed(self) -> tuple[int, str]:
+        count = self.mr * self.nv
+        return count + self.nv + 1, f"{count} accumulators + {self.nv} input vectors + 1 weight broadcast"
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_conv_direct_f32_{digest}"
+
+    def validate(self, target: Target) -> None:
+        """Reject a config the target cannot run, with the reason."""
+        check_lanes(target, self.lanes)
+        for name in ("mr", "nv"):
+            if getattr(self, name) < 1:
+                raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kc < 0:
+            raise AutoconfigError(f"kc must be >= 0, got {self.kc}")
+        registers, held = self.registers_needed()
+        if registers > target.vector_registers:
+            raise AutoconfigError(f"direct {self.tile} needs {held} = {registers} vector registers; "
+                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GemmConvConfig:
+    """im2col or gemm1x1: the matmul kernel `gemm` on each image and group's matrix
+    (its shape is the convolution's `gemm_shape`, its channels along its rows)."""
+
+    shape: ConvShape
+    algorithm: ConvAlgorithm
+    gemm: mm.MatmulConfig
+
+    @property
+    def lanes(self) -> int:
+        return self.gemm.lanes
+
+    @property
+    def epilogue(self) -> ep.Epilogue:
+        return self.gemm.epilogue
+
+    @property
+    def tile(self) -> str:
+        return f"{self.gemm.algorithm} {self.gemm.tile}"
+
+    def split(self) -> PhaseSplit:
+        """im2col's input transform (slack: a row copy's last vector reads past it)."""
+        return self.shape.phase_split(self.gemm.lanes, self.gemm.lanes)
+
+    def im2col(self) -> Im2col:
+        return Im2col(self.shape, self.gemm.lanes)
+
+    def validate(self, target: Target) -> None:
+        if self.algorithm not in ("im2col", "gemm1x1"):
+            raise AutoconfigError(f"{self.algorithm} is not a matrix-product convolution")
+        if self.algorithm == "gemm1x1" and not self.shape.pointwise:
+            raise AutoconfigError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
+                                  + self.shape.describe())  # fmt: skip
+        if self.gemm.shape != self.shape.gemm_shape() or self.gemm.channel_axis != "rows":
+            raise AutoconfigError(f"the GEMM of {self.shape.describe()} is {self.shape.gemm_shape()} with "
+                                  "channels along its rows")  # fmt: skip
+        if self.gemm.accumulate:
+            raise AutoconfigError("a convolution's GEMM overwrites its output (accumulate=False)")
+        self.gemm.validate(target)
+
+
+ConvConfig = DirectConfig | GemmConvConfig
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """The copy of one image and group's windows from the transformed input into the
+    matrix col[(c, tap), (oh, ow)] (Cin/G·KH·KW × OH·OW)."""
+
+    shape: ConvShape
+    lanes: int
+
+    @property
+    def rows(self) -> int:
+        return self.shape.in_per_group * self.shape.taps
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.shape.out_height * self.shape.out_width
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_im2col_f32_{digest}"
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(col, xt, ng, row_begin, row_end)``: rows [row_begin, row_end) of the
+        matrix of image-and-group ng."""
+        split = self.shape.phase_split(self.lanes, self.lanes)
+        return KernelSignature(
+            symbol=self.symbol,
+            params=(Param("col", Role.INOUT, extent=(self.size,)), Param("xt", Role.IN, extent=(split.size,)),
+                    Param("ng", Role.SIZE), Param("row_begin", Role.SIZE), Param("row_end", Role.SIZE)),  # fmt: skip
+            doc=f"im2col of {self.shape.describe()}: rows [row_begin, row_end) of image-group ng's "
+            f"{self.rows}x{self.shape.out_height * self.shape.out_width} window matrix.",
+        )
+
+
+DIRECT_SIZES = ("ng_begin", "ng_end", "row_begin", "row_end", "col_begin", "col_end")
+
+
+def direct_signature(config: DirectConfig) -> KernelSignature:
+    """``SYMBOL(y, xt, w[, epilogue operands], ng_begin, ng_end, row_begin, row_end,
+    col_begin, col_end)``: image-groups × row tiles × column tiles in those ranges."""
+    s = config.shape
+    outputs = s.batch * s.out_channels * s.out_height * s.out_width
+    params = [Param("y", Role.OUT, extent=(outputs,)),
+              Param("xt", Role.IN, extent=(config.split().size,)),
+              Param("w", Role.IN, extent=(s.out_channels * s.in_per_group * s.taps,))]  # fmt: skip
+    for _, name, operand in ep.operand_names(config.epilogue):
+        params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
+    params += [Param(name, Role.SIZE) for name in DIRECT_SIZES]
+    return KernelSignature(
+        symbol=config.symbol, params=tuple(params),
+        doc=f"direct convolution {s.describe()}, then {ep.describe(config.epilogue)}: register tiles of "
+        f"{config.mr} output channels x {config.nr} output pixels, input channels in blocks of {config.block}.",
+    )  # fmt: skip
+
+
+def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
+    """The kernels of `config` on `target`, in the order they run: the input transform
+    (direct, im2col), the window copy (im2col), the convolution or matmul kernel."""
+    config.validate(target)
+    from kernels.layout import generate_phase_split
+
+    if isinstance(config, DirectConfig):
+        return [generate_phase_split(config.split(), target), _module(direct_signature(config), target,
+                                                                      lambda args: _direct(config, target, args))]
+    if config.algorithm == "gemm1x1":
+        return [mm.generate(config.gemm, target)]
+    im2col = config.im2col()
+    return [generate_phase_split(config.split(), target),
+            _module(im2col.signature(), target, lambda args: _im2col(im2col, target, args)),
+            mm.generate(config.gemm, target)]  # fmt: skip
+
+
+def _module(sig: KernelSignature, target: Target, body) -> KernelModule:
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            body(args)
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
+
+
+# ---------------------------------------------------------------- direct
+
+
+def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
+    s, split = cfg.shape, cfg.split()
+    lanes, nr = cfg.lanes, cfg.nr
+    vec = f32_vector_type(target, lanes)
+    oh_, ow_ = s.out_height, s.out_width
+    y = f32_memref(args["y"], [s.batch * s.out_channels * oh_, ow_])  # rows: (n, co, oh)
+    xt = f32_memref(args["xt"], [split.size])
+    k_row = s.in_per_group * s.taps  # weights per output channel
+    w = f32_memref(args["w"], [s.out_channels * k_row])
+    operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [s.batch * s.out_channels * oh_, ow_])
+                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    taps = s.tap_offsets(split)
+    blocks = KBlocks(s.in_per_group, cfg.block, accumulate=False)
+    full_per_row, edge_columns = divmod(ow_, nr)
+    per_row = cfg.tiles_per_row()
+
+    def mask(count: int) -> ir.Value | None:
+        return None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+
+    def image_group(ng: ir.Value) -> None:
+        n = arith.divsi(ng, index(s.group))
+        g = arith.remsi(ng, index(s.group))
+        first_plane = arith.addi(arith.muli(n, index(s.channels)), arith.muli(g, index(s.in_per_group)))
+        first_channel = arith.muli(g, index(s.out_per_group))
+
+        def channel_block(c0: ir.Value) -> None:
+            c_end = arith.minsi(offset(c0, cfg.block), index(s.in_per_group))
+
+            def column_tile(ct: ir.Value) -> None:
+                oh = arith.divsi(ct, index(per_row))
+                ow0 = arith.muli(arith.remsi(ct, index(per_row)), index(nr))
+                window = arith.addi(arith.muli(first_plane, index(split.plane_size)),
+                                    arith.addi(arith.muli(oh, index(split.phase_cols)), ow0))  # fmt: skip
+
+                def tiles(columns: int) -> None:
+                    def row_tile(co0: ir.Value, rows: int) -> None:
+                        _direct_tile(cfg, vec, y, xt, w, operands, taps, blocks, (c0, c_end), window,
+                                     n, first_channel, co0, rows, oh, ow0, columns, mask)  # fmt: skip
+
+                    for_tiles(*rows_range, cfg.mr, s.out_per_group, row_tile)
+
+                if edge_columns and full_per_row:
+                    is_edge = arith.cmpi(arith.CmpIPredicate.eq, arith.remsi(ct, index(per_row)), index(full_per_row))
+                    when_else(is_edge, lambda: tiles(edge_columns), lambda: tiles(nr))
+                else:
+                    tiles(edge_columns or nr)
+
+            for_range(*cols_range, 1, column_tile)
+
+        for_range(0, s.in_per_group, cfg.block, channel_block)
+
+    rows_range = (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.row_tiles())))
+    cols_range = (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(cfg.col_tiles())))
+    for_range(index(args["ng_begin"]), arith.minsi(index(args["ng_end"]), index(cfg.groups())), 1, image_group)
+
+
+def _direct_tile(cfg: DirectConfig, vec: ir.VectorType, y, xt, w, operands: dict, taps: list[int],
+                 blocks: KBlocks, c_range: tuple[ir.Value, ir.Value], window: ir.Value, n: ir.Value,
+                 first_channel: ir.Value, co0: ir.Value, rows: int, oh: ir.Value, ow0: ir.Value, columns: int,
+                 mask) -> None:  # fmt: skip
+    """One register tile of image n: `rows` output channels from first_channel + co0 ×
+    `columns` output pixels from (oh, ow0), over the input channels of `c_range`."""
+    s, lanes = cfg.shape, cfg.lanes
+    split_plane = cfg.split().plane_size
+    k_row = s.in_per_group * s.taps
+    vectors = ceil_div(columns, lanes)
+    masks = [mask(columns - v * lanes) for v in range(vectors)]
+    channels = [arith.addi(first_channel, offset(co0, r)) for r in range(rows)]
+    image = arith.muli(n, index(s.out_channels))
+    out_rows = [arith.addi(arith.muli(arith.addi(image, c), index(s.out_height)), oh) for c in channels]
+    cols = [offset(ow0, v * lanes) for v in range(vectors)]
+    out = OutputTile(y, vec, out_rows, cols, masks)
+    out.prefetch()
+    weight_rows = [arith.muli(c, index(k_row)) for c in channels]
+
+    def load_a(r: int, c: ir.Value, t: int) -> ir.Value:
+        return memref.load(w, [arith.addi(weight_rows[r], offset(arith.muli(c, index(s.taps)), t))])
+
+    def load_b(v: int, c: ir.Value, t: int) -> ir.Value:  # unmasked: junk lanes read the border or slack
+        at = arith.addi(window, arith.muli(c, index(split_plane)))
+        return load(vec, xt, [offset(at, taps[t] + v * lanes)])
+
+    accs = micro_kernel(vec, rows, vectors, *c_range, 1, load_a, load_b, taps=s.taps)
+
+    def finish(value: ir.Value, r: int, v: int) -> ir.Value:
+        def operand(i: int) -> ir.Value:
+            if cfg.epilogue[i].operand == "channel":
+                return vector.broadcast(vec, memref.load(operands[i], [channels[r]]))
+            return load(vec, operands[i], [out_rows[r], cols[v]], masks[v])
+
+        return ep.apply(cfg.epilogue, value, operand)
+
+    write_back(out, accs, *c_range, blocks, finish if cfg.epilogue else None)
+
+
+# ---------------------------------------------------------------- im2col
+
+
+def _im2col(copy: Im2col, target: Target, args: dict) -> None:
+    """col[c·T + t, oh·OW + ow] = Xt[plane of c][tap t + oh·Wq + ow], row by output row:
+    whole vectors read (the transformed planes have slack), the last one stored masked."""
+    s, lanes = copy.shape, copy.lanes
+    split = s.phase_split(lanes, lanes)
+    vec = f32_vector_type(target, lanes)
+    ow_ = s.out_width
+    col = f32_memref(args["col"], [copy.rows * s.out_height, ow_])  # rows: ((c, t), oh)
+    xt = f32_memref(args["xt"], [split.size])
+    taps = s.tap_offsets(split)
+    ng = index(args["ng"])
+    n, g = arith.divsi(ng, index(s.group)), arith.remsi(ng, index(s.group))
+    first_plane = arith.addi(arith.muli(n, index(s.channels)), arith.muli(g, index(s.in_per_group)))
+
+    def matrix_row(row: ir.Value) -> None:
+        c, t = arith.divsi(row, index(s.taps)), arith.remsi(row, index(s.taps))
+        plane_start = arith.muli(arith.addi(first_plane, c), index(split.plane_size))
+        tap = index(0)
+        for i, value in enumerate(taps):  # the tap's offset: a select chain over the constants
+            tap = arith.select(arith.cmpi(arith.CmpIPredicate.eq, t, index(i)), index(value), tap)
+        source = arith.addi(plane_start, tap)
+
+        def output_row(oh: ir.Value) -> None:
+            start = arith.addi(source, arith.muli(oh, index(split.phase_cols)))
+            col_row = arith.addi(arith.muli(row, index(s.out_height)), oh)
+
+            def piece(ow: ir.Value, count: int) -> None:
+                m = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                store(load(vec, xt, [arith.addi(start, ow)]), col, [col_row, ow], m)
+
+            for_tiles(index(0), index(ceil_div(ow_, lanes)), lanes, ow_, piece)
+
+        for_range(0, s.out_height, 1, output_row)
+
+    for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(copy.rows)), 1, matrix_row)

@@ -1,0 +1,166 @@
+"""Activation layout transforms: NCHW planes copied into the bordered, stride-phase-split
+planes that the convolution and pooling kernels read with plain vector loads.
+
+A convolution or pooling window at output (oh, ow) reads padded input rows
+y = oh·sh + kh·dh and columns x = ow·sw + kw·dw. Splitting the padded plane by the
+remainder of y mod sh and x mod sw (its stride phases)::
+
+    Xt[plane][y mod sh][x mod sw][y div sh][x div sw] = padded X[plane][y][x]
+
+makes tap (kh, kw) of consecutive outputs ow, ow+1, ... consecutive elements of one
+phase row: phase ((kh·dh) mod sh, (kw·dw) mod sw), row oh + (kh·dh) div sh, column
+ow + (kw·dw) div sw. So every stride and dilation is read as a stride-1 window with
+whole-vector loads, and padding needs no test in the inner loop: the border holds
+the fill value (0 for a convolution or an average, −inf for a max). With stride 1
+there is one phase and Xt is the padded plane.
+
+The transform is one pass over the input (the convolution reads it
+taps × output channels times), split across threads by planes::
+
+    for plane in [begin, end):  for (py, px) in phases:  for i in phase rows:
+        y = i·sh + py − top
+        if 0 <= y < H:  Xt row = fill | X[plane, y, x(j)] for x(j) = j·sw + px − left in [0, W) | fill
+        else:           Xt row = fill                    # (sw = 1: the middle as vectors)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
+from kernels.emit import mask_type, new_module, verify
+from kernels.loops import for_range, for_tiles, load, prefix_mask, store, when_else
+from kernels.mlir import arith, ir, memref
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class PhaseSplit:
+    """The transform of `planes` H×W planes with `pads` (top, left, bottom, right; the
+    bottom and right may include a pooling's ceil-mode overhang) and `strides`."""
+
+    planes: int
+    height: int
+    width: int
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    fill: float
+    lanes: int
+    slack: int  # floats after the last plane that kernels may read into junk lanes
+
+    @property
+    def phase_rows(self) -> int:
+        return ceil_div(self.height + self.pads[0] + self.pads[2], self.strides[0])
+
+    @property
+    def phase_cols(self) -> int:
+        return ceil_div(self.width + self.pads[1] + self.pads[3], self.strides[1])
+
+    @property
+    def phase_size(self) -> int:
+        return self.phase_rows * self.phase_cols
+
+    @property
+    def plane_size(self) -> int:
+        return self.strides[0] * self.strides[1] * self.phase_size
+
+    @property
+    def size(self) -> int:
+        """f32 elements of the transformed buffer, slack included."""
+        return self.planes * self.plane_size + self.slack
+
+    def tap_offset(self, dy: int, dx: int) -> int:
+        """Where padded input (oh·sh + dy, ow·sw + dx) lies in a plane, less oh·phase_cols + ow:
+        the constant offset of a window tap (dy, dx) = (kh·dh, kw·dw)."""
+        sh, sw = self.strides
+        phase = (dy % sh) * sw + dx % sw
+        return phase * self.phase_size + (dy // sh) * self.phase_cols + dx // sw
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_phase_split_f32_{self.planes}x{self.height}x{self.width}_{digest}"
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(xt, x, plane_begin, plane_end)``."""
+        return KernelSignature(
+            symbol=self.symbol,
+            params=(Param("xt", Role.INOUT, extent=(self.size,)),
+                    Param("x", Role.IN, extent=(self.planes * self.height * self.width,)),
+                    Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)),  # fmt: skip
+            doc=f"{self.planes} planes {self.height}x{self.width} padded by {self.pads} (fill "
+            f"{self.fill:g}) and split by stride {self.strides} phases, planes [plane_begin, plane_end).",
+        )
+
+
+def generate_phase_split(split: PhaseSplit, target: Target) -> KernelModule:
+    """The transform kernel of `split` on `target` (its slack is never written)."""
+    check_lanes(target, split.lanes)
+    sig = split.signature()
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            _phase_split(split, target, args)
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
+
+
+def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
+    sh, sw = s.strides
+    top, left = s.pads[0], s.pads[1]
+    vec, lanes = f32_vector_type(target, s.lanes), s.lanes
+    x = f32_memref(args["x"], [s.planes * s.height, s.width])
+    xt = f32_memref(args["xt"], [s.size])
+    fill_vec = f32_splat(target, lanes, s.fill)
+    fill = arith.constant(ir.F32Type.get(), s.fill)
+
+    def mask(count: int) -> ir.Value | None:
+        return None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+
+    def fill_row(start: ir.Value) -> None:
+        def piece(j: ir.Value, count: int) -> None:
+            store(fill_vec, xt, [arith.addi(start, j)], mask(count))
+
+        for_tiles(index(0), index(ceil_div(s.phase_cols, lanes)), lanes, s.phase_cols, piece)
+
+    def plane(p: ir.Value) -> None:
+        for py in range(sh):
+            for px in range(sw):
+                first = arith.muli(p, index(s.plane_size))
+                phase_start = arith.addi(first, index((py * sw + px) * s.phase_size))
+
+                def row(i: ir.Value, py: int = py, px: int = px, phase_start: ir.Value = phase_start) -> None:
+                    start = arith.addi(phase_start, arith.muli(i, index(s.phase_cols)))
+                    y = arith.subi(arith.addi(arith.muli(i, index(sh)), index(py)), index(top))
+                    inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
+                                        arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
+                    source_row = arith.addi(arith.muli(p, index(s.height)), y)
+                    when_else(inside, lambda: copy_row(start, source_row, px), lambda: fill_row(start))
+
+                for_range(0, s.phase_rows, 1, row)
+
+    def copy_row(start: ir.Value, source_row: ir.Value, px: int) -> None:
+        if sw == 1:  # fill | the source row as vectors | fill
+            for j in [*range(left), *range(left + s.width, s.phase_cols)]:
+                memref.store(fill, xt, [arith.addi(start, index(j))])
+
+            def piece(col: ir.Value, count: int) -> None:
+                m = mask(count)
+                store(load(vec, x, [source_row, col], m), xt, [arith.addi(start, arith.addi(col, index(left)))], m)
+
+            for_tiles(index(0), index(ceil_div(s.width, lanes)), lanes, s.width, piece)
+            return
+
+        def element(j: ir.Value) -> None:  # strided: gather one column at a time
+            col = arith.subi(arith.addi(arith.muli(j, index(sw)), index(px)), index(left))
+            inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, col, index(0)),
+                                arith.cmpi(arith.CmpIPredicate.slt, col, index(s.width)))  # fmt: skip
+            safe = arith.minsi(arith.maxsi(col, index(0)), index(s.width - 1))
+            value = arith.select(inside, memref.load(x, [source_row, safe]), fill)
+            memref.store(value, xt, [arith.addi(start, j)])
+
+        for_range(0, s.phase_cols, 1, element)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)

@@ -1,0 +1,261 @@
+"""f32 2-D pooling in NCHW: MaxPool and AveragePool (ONNX's attributes: pads, strides,
+dilations, ceil_mode, count_include_pad) and GlobalAveragePool.
+
+Windowed pools read the transformed input (`kernels.layout`: bordered with −inf for
+a max, 0 for an average, split by stride phase), so every tap of `nv` vectors of
+output pixels along a row is a whole-vector load at a constant offset::
+
+    for plane in [begin, end):  for oh:  for ow0 in 0..OW step nv·L:
+        acc[v] = max/sum over taps of Xt[plane][tap + oh·Wq + ow0 + v·L]
+        average: acc[v] *= scale[oh, ow0 + v·L]       # 1/window count, per position
+        Y[plane, oh, ow0 + v·L] = acc[v]              # the row's last vector masked
+
+The average's divisor depends on the position where the window crosses the padding
+(count_include_pad = 0) or the ceil-mode overhang past it; the reciprocals are a
+table made with the layer (`average_scale`), read as vectors.
+
+GlobalAveragePool sums each plane in `unroll` vector partial sums (the last vector
+masked), then across lanes, times 1/(H·W).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
+from kernels.emit import mask_type, new_module, verify
+from kernels.layout import PhaseSplit, generate_phase_split
+from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, offset, prefix_mask, store
+from kernels.mlir import arith, ir, memref
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+PoolKind = Literal["max", "average", "global_average"]
+POOL_KINDS: tuple[PoolKind, ...] = ("max", "average", "global_average")
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """Y[N, C, OH, OW] = pool(X[N, C, H, W]); pads are (top, left, bottom, right)."""
+
+    batch: int
+    channels: int
+    height: int
+    width: int
+    kind: PoolKind
+    kernel: tuple[int, int] = (1, 1)
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dilations: tuple[int, int] = (1, 1)
+    ceil_mode: bool = False
+    count_include_pad: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in POOL_KINDS:
+            raise AutoconfigError(f"unknown pooling {self.kind!r}: {', '.join(POOL_KINDS)}")
+        for name, value in {"batch": self.batch, "channels": self.channels, "height": self.height,
+                            "width": self.width, "kernel": min(self.kernel), "strides": min(self.strides),
+                            "dilations": min(self.dilations)}.items():  # fmt: skip
+            if value < 1:
+                raise AutoconfigError(f"pooling {name} must be >= 1, got {value}")
+        if min(self.pads) < 0:
+            raise AutoconfigError(f"pooling pads must be >= 0, got {self.pads}")
+        for axis in range(2):
+            if max(self.pads[axis], self.pads[axis + 2]) >= self.span(axis):
+                raise AutoconfigError(f"pads {self.pads} must be smaller than the window "
+                                      f"{self.kernel[0]}x{self.kernel[1]}")  # fmt: skip
+        if self.kind == "average" and self.dilations != (1, 1):
+            raise AutoconfigError("AveragePool has no dilations")
+        if self.out_height < 1 or self.out_width < 1:
+            raise AutoconfigError(f"a {self.kernel[0]}x{self.kernel[1]} window does not fit the padded "
+                                  f"{self.height}x{self.width} input")  # fmt: skip
+
+    @property
+    def windowed(self) -> bool:
+        return self.kind != "global_average"
+
+    def span(self, axis: int) -> int:
+        return (self.kernel[axis] - 1) * self.dilations[axis] + 1
+
+    def _out(self, axis: int) -> int:
+        if not self.windowed:
+            return 1
+        size = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2] - self.span(axis)
+        out = (ceil_div(size, self.strides[axis]) if self.ceil_mode else size // self.strides[axis]) + 1
+        if self.ceil_mode and (out - 1) * self.strides[axis] >= (self.height, self.width)[axis] + self.pads[axis]:
+            out -= 1  # the last window would start in the end padding: ONNX Runtime and PyTorch drop it
+        return out
+
+    @property
+    def out_height(self) -> int:
+        return self._out(0)
+
+    @property
+    def out_width(self) -> int:
+        return self._out(1)
+
+    @property
+    def planes(self) -> int:
+        return self.batch * self.channels
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.channels, self.height, self.width)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.channels, self.out_height, self.out_width)
+
+    def overhang(self, axis: int) -> int:
+        """Padding added past the end pad for the ceil-mode windows (0 without ceil_mode)."""
+        extent = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2]
+        return max(0, (self._out(axis) - 1) * self.strides[axis] + self.span(axis) - extent)
+
+    def describe(self) -> str:
+        if not self.windowed:
+            return f"GlobalAveragePool {'x'.join(map(str, self.input_shape))}"
+        extras = (" ceil" if self.ceil_mode else "") + (" count_pad" if self.count_include_pad else "")
+        return (f"{self.kind.capitalize()}Pool {'x'.join(map(str, self.input_shape))} k{self.kernel[0]}x"
+                f"{self.kernel[1]} s{self.strides[0]}x{self.strides[1]} p{','.join(map(str, self.pads))}"
+                f"{extras}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """`nv` vectors of `lanes` output pixels per step (global: `nv` partial sums)."""
+
+    shape: PoolShape
+    lanes: int
+    nv: int = 1
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_pool_{self.shape.kind}_f32_{digest}"
+
+    def split(self) -> PhaseSplit:
+        """The input transform of a windowed pool, with the ceil-mode overhang as padding."""
+        s = self.shape
+        pads = (s.pads[0], s.pads[1], s.pads[2] + s.overhang(0), s.pads[3] + s.overhang(1))
+        fill = -math.inf if s.kind == "max" else 0.0
+        return PhaseSplit(s.planes, s.height, s.width, s.strides, pads, fill, self.lanes, self.nr)
+
+    def validate(self, target: Target) -> None:
+        check_lanes(target, self.lanes)
+        if self.nv < 1:
+            raise AutoconfigError(f"nv must be >= 1, got {self.nv}")
+        if self.nv + 2 > target.vector_registers:
+            raise AutoconfigError(f"pooling with nv={self.nv} needs {self.nv + 2} vector registers; "
+                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(y, x[, scale], plane_begin, plane_end)``; x is the transformed input of
+        a windowed pool, the image itself for a global one."""
+        s = self.shape
+        x_size = self.split().size if s.windowed else s.planes * s.height * s.width
+        params = [Param("y", Role.OUT, extent=(s.planes * s.out_height * s.out_width,)),
+                  Param("x", Role.IN, extent=(x_size,))]  # fmt: skip
+        if s.kind == "average":
+            params.append(Param("scale", Role.IN, extent=(s.out_height * s.out_width,)))
+        params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
+        return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: planes [plane_begin, plane_end).")
+
+
+def average_scale(shape: PoolShape) -> np.ndarray:
+    """1/(elements averaged) per output position: the window's rows × columns inside the
+    input, or inside the padded input with count_include_pad (never the ceil-mode
+    overhang)."""
+
+    def counts(axis: int) -> np.ndarray:
+        size, begin = (shape.height, shape.width)[axis], shape.pads[axis]
+        lo, hi = (-begin, size + shape.pads[axis + 2]) if shape.count_include_pad else (0, size)
+        starts = np.arange(shape._out(axis)) * shape.strides[axis] - begin
+        return np.minimum(starts + shape.kernel[axis], hi) - np.maximum(starts, lo)
+
+    return (1.0 / np.outer(counts(0), counts(1))).astype(np.float32).ravel()
+
+
+def generate(config: PoolConfig, target: Target) -> list[KernelModule]:
+    """The kernels of `config` in the order they run: the input transform (windowed
+    pools), then the pool."""
+    config.validate(target)
+    sig = config.signature()
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            (_windowed if config.shape.windowed else _global)(config, target, args)
+        verify(module)
+    pool = KernelModule(module=module, signatures=(sig,), target=target)
+    return [generate_phase_split(config.split(), target), pool] if config.shape.windowed else [pool]
+
+
+def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
+    s, split, lanes = cfg.shape, cfg.split(), cfg.lanes
+    vec = f32_vector_type(target, lanes)
+    y = f32_memref(args["y"], [s.planes * s.out_height, s.out_width])
+    xt = f32_memref(args["x"], [split.size])
+    scale = f32_memref(args["scale"], [s.out_height, s.out_width]) if "scale" in args else None
+    taps = [split.tap_offset(kh * s.dilations[0], kw * s.dilations[1])
+            for kh in range(s.kernel[0]) for kw in range(s.kernel[1])]  # fmt: skip
+    combine = arith.maximumf if s.kind == "max" else arith.addf
+    start_value = f32_splat(target, lanes, split.fill)
+
+    def plane(p: ir.Value) -> None:
+        def output_row(oh: ir.Value) -> None:
+            window = arith.addi(arith.muli(p, index(split.plane_size)), arith.muli(oh, index(split.phase_cols)))
+            y_row = arith.addi(arith.muli(p, index(s.out_height)), oh)
+
+            def step(ow0: ir.Value, count: int) -> None:
+                vectors = ceil_div(count, lanes)
+                acc = [start_value] * vectors
+                for tap in taps:  # whole vectors: junk lanes read the border or the slack
+                    acc = [combine(a, load(vec, xt, [offset(arith.addi(window, ow0), tap + v * lanes)]))
+                           for v, a in enumerate(acc)]  # fmt: skip
+                for v, a in enumerate(acc):
+                    left = count - v * lanes
+                    mask = None if left >= lanes else prefix_mask(mask_type(target, lanes), left)
+                    col = offset(ow0, v * lanes)
+                    if scale is not None:
+                        a = arith.mulf(a, load(vec, scale, [oh, col], mask))
+                    store(a, y, [y_row, col], mask)
+
+            for_tiles(index(0), index(ceil_div(s.out_width, cfg.nr)), cfg.nr, s.out_width, step)
+
+        for_range(0, s.out_height, 1, output_row)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
+
+
+def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
+    s, lanes = cfg.shape, cfg.lanes
+    size = s.height * s.width
+    vec = f32_vector_type(target, lanes)
+    x = f32_memref(args["x"], [s.planes, size])
+    y = f32_memref(args["y"], [s.planes])
+    zero = f32_splat(target, lanes, 0.0)
+    whole = size // lanes
+
+    def plane(p: ir.Value) -> None:
+        def add(v: ir.Value, copy: int, sums: list[ir.Value]) -> list[ir.Value]:
+            out = list(sums)
+            out[copy] = arith.addf(out[copy], load(vec, x, [p, arith.muli(v, index(lanes))]))
+            return out
+
+        sums = for_unrolled(index(0), index(whole), cfg.nv, [zero] * cfg.nv, add)
+        if size % lanes:
+            mask = prefix_mask(mask_type(target, lanes), size % lanes)
+            sums[0] = arith.addf(sums[0], load(vec, x, [p, index(whole * lanes)], mask))
+        total = arith.mulf(lane_sum(sums), arith.constant(ir.F32Type.get(), 1.0 / size))
+        memref.store(total, y, [p])
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)

@@ -1,0 +1,287 @@
+"""Convolution and pooling: every algorithm, forced and chosen, equals onnxruntime's
+one-node model on layers covering strides, asymmetric pads, dilation, groups,
+depthwise, odd channel counts, kernel sizes and spatial sizes from 1x1 to 224x224;
+every epilogue op; every pooling variant; small layers on NEON and RVV under qemu;
+the model's choices and their explanations; bad input as one error line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autoconfig
+from autoconfig.cli import main as cli
+from autoconfig.errors import AutoconfigError
+from autoconfig.models.conv import ConvPlan, choose
+from autoconfig.profile import load_profile
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.conv import ConvShape, DirectConfig, GemmConvConfig
+from kernels.target import get_target
+from tests.conftest import require_runnable, target_for
+
+PROFILES = Path(__file__).parent.parent / "hwprofiles"
+AVX2 = PROFILES / "amd-epyc.yaml"
+AVX512 = PROFILES / "amd-epyc-zen4-avx512.yaml"
+PROFILE_OF = {"avx2": AVX2, "avx512": AVX512, "neon": PROFILES / "aws-graviton2-neoverse-n1.yaml",
+              "rvv128": PROFILES / "spacemit-k1-x60.yaml", "rvv256": PROFILES / "spacemit-k1-x60.yaml"}  # fmt: skip
+
+
+def run_onnx(op: str, inputs: dict[str, np.ndarray], initializers: dict[str, np.ndarray], **attributes) -> np.ndarray:
+    """onnxruntime's result of a one-node model (the reference)."""
+    node = helper.make_node(op, [*inputs, *initializers], ["y"], **attributes)
+    graph = helper.make_graph(
+        [node], "reference",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(x.shape)) for name, x in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(x, name) for name, x in initializers.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[0]
+
+
+def conv_reference(s: ConvShape, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    return run_onnx("Conv", {"x": x}, {"w": w, **({"b": b} if b is not None else {})},
+                    strides=list(s.strides), pads=list(s.pads), dilations=list(s.dilations), group=s.group,
+                    kernel_shape=list(s.kernel))  # fmt: skip
+
+
+def layer_data(s: ConvShape, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(s.input_shape, dtype=np.float32),
+            rng.standard_normal(s.weight_shape, dtype=np.float32),
+            rng.standard_normal(s.out_channels, dtype=np.float32))  # fmt: skip
+
+
+def assert_close(y: np.ndarray, expected: np.ndarray, tolerance: float = 1e-4, what: str = "") -> None:
+    """Max abs error within `tolerance` × the output's range."""
+    assert y.shape == expected.shape, what
+    scale = max(float(np.ptp(expected)), 1e-6)
+    error = float(np.abs(y.astype(np.float64) - expected).max())
+    assert error <= tolerance * scale, f"{what}: max error {error:.3g} > {tolerance} x range {scale:.3g}"
+
+
+def compile_layer(s: ConvShape, w, b, **options):
+    return autoconfig.compile_conv2d(s.input_shape, w, b, strides=s.strides, pads=s.pads,
+                                     dilations=s.dilations, group=s.group, **options)  # fmt: skip
+
+
+# (N, C, H, W, Cout, kernel, strides, pads, dilations, group): strides 1-3, asymmetric
+# pads, dilation 2, groups 1/2/depthwise, channels 1/3/17/115, kernels 1/3/5/7, 1x1 to 224x224
+LAYERS = [
+    ConvShape(1, 3, 17, 19, 8, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ConvShape(2, 4, 13, 11, 6, (3, 3), (2, 2), (1, 0, 2, 1), (1, 1), 2),
+    ConvShape(1, 5, 16, 40, 7, (5, 5), (1, 1), (2, 2, 2, 2), (2, 2)),
+    ConvShape(1, 6, 9, 9, 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6),
+    ConvShape(1, 17, 7, 7, 20, (1, 1)),
+    ConvShape(1, 3, 30, 30, 5, (7, 7), (3, 2), (3, 3, 3, 3)),
+    ConvShape(1, 115, 6, 5, 9, (3, 3), (3, 3), (0, 1, 2, 0)),
+    ConvShape(1, 1, 1, 1, 4, (1, 1)),
+    ConvShape(1, 8, 1, 1, 3, (3, 3), (1, 1), (1, 1, 1, 1)),
+    ConvShape(1, 3, 224, 224, 2, (3, 3), (2, 2), (0, 0, 1, 1)),
+    ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
+    ConvShape(2, 12, 8, 8, 12, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 12),
+]
+
+
+def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPlan]:
+    """Direct with a small and a blocked tile (two channel blocks where possible), im2col
+    with tiled and packed GEMMs, gemm1x1 where it applies; split among two threads."""
+    kc = max(1, s.in_per_group // 2)
+    gemm = s.gemm_shape()
+    plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
+             ConvPlan(DirectConfig(s, lanes, 3, 2, kc, epilogue), 2, "groups"),
+             ConvPlan(DirectConfig(s, lanes, 4, 1, 1, epilogue), 2, "rows")]  # fmt: skip
+    kinds = ["im2col", "gemm1x1"] if s.pointwise else ["im2col"]
+    for algorithm in kinds:
+        for gemm_config in (mm.MatmulConfig(gemm, "tiled", lanes, 3, 2, kc=5, epilogue=epilogue, channel_axis="rows"),
+                            mm.MatmulConfig(gemm, "packed", lanes, 2, 1, kc=7, epilogue=epilogue,
+                                            channel_axis="rows")):  # fmt: skip
+            plans.append(ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, "columns"))
+    return plans
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("s", LAYERS, ids=ConvShape.describe)
+def test_every_algorithm_matches_onnxruntime(case_id, s):
+    target = target_for(case_id)
+    require_runnable(target)
+    x, w, b = layer_data(s)
+    expected = conv_reference(s, x, w, b)
+    profile = PROFILE_OF[case_id]
+    epilogue = (ep.bias(),)
+    for plan in forced_plans(s, target.f32_lanes // 2, epilogue):
+        y = compile_layer(s, w, b, profile=profile, target=target, config=plan)(x)
+        assert_close(y, expected, what=f"{plan.config.algorithm} {plan.config.tile}")
+    chosen = compile_layer(s, w, b, profile=profile, target=target)
+    assert_close(chosen(x), expected, what=f"chosen {chosen.config.algorithm}")
+
+
+@pytest.mark.parametrize("case_id", ["neon", "rvv128", "rvv256"])
+def test_small_layers_under_emulation(case_id):
+    target = target_for(case_id)
+    require_runnable(target)
+    s = ConvShape(1, 3, 7, 9, 5, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), 1)
+    x, w, b = layer_data(s, 3)
+    expected = conv_reference(s, x, w, b)
+    lanes = target.f32_lanes
+    for plan in forced_plans(s, lanes, (ep.bias(),))[1:4]:  # direct blocked, rows, im2col tiled
+        y = compile_layer(s, w, b, profile=PROFILE_OF[case_id], target=target, config=plan)(x)
+        assert_close(y, expected, what=f"{case_id} {plan.config.algorithm}")
+    pool = autoconfig.compile_pool2d(s.input_shape, "average", (3, 2), strides=(2, 2), pads=(1, 1, 1, 0),
+                                     ceil_mode=True, profile=PROFILE_OF[case_id], target=target)  # fmt: skip
+    assert_close(pool(x), pool_reference(pool.shape, x), 1e-5, f"{case_id} pool")
+
+
+# Every epilogue op at once on a conv with edges in every dimension: values reach ±8,
+# so relu's zeros, the leaky slope, both clip bounds and sigmoid's tails all show.
+CONV_CHAINS = {
+    "residual+leaky+clip": (ep.residual(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
+    "relu+sigmoid": (ep.relu(), ep.sigmoid()),
+}
+
+
+@pytest.mark.parametrize("chain", CONV_CHAINS)
+def test_every_epilogue_op_on_every_algorithm(chain):
+    target = get_target("avx2")
+    require_runnable(target)
+    s = ConvShape(1, 4, 9, 11, 10, (1, 1))
+    x, w, b = layer_data(s, 5)
+    epilogue = CONV_CHAINS[chain]
+    residual = np.random.default_rng(6).standard_normal(s.output_shape, dtype=np.float32)
+    operands = [residual if op.operand == "output" else None for op in epilogue]
+    y = conv_reference(s, x, w, b)
+    expected = ep.reference(epilogue, y, operands)
+    for plan in forced_plans(s, 8, (ep.bias(), *epilogue)):
+        f = compile_layer(s, w, b, profile=AVX2, target=target, config=plan, epilogue=epilogue)
+        out = f(x, residual) if any(op.operand == "output" for op in epilogue) else f(x)
+        assert_close(out, expected, 1e-5, f"{chain} {plan.config.algorithm} {plan.config.tile}")
+
+
+def pool_reference(s, x: np.ndarray) -> np.ndarray:
+    if s.kind == "global_average":
+        return run_onnx("GlobalAveragePool", {"x": x}, {})
+    attributes = dict(kernel_shape=list(s.kernel), strides=list(s.strides), pads=list(s.pads),
+                      ceil_mode=int(s.ceil_mode))  # fmt: skip
+    if s.kind == "max":
+        return run_onnx("MaxPool", {"x": x}, {}, dilations=list(s.dilations), **attributes)
+    return run_onnx("AveragePool", {"x": x}, {}, count_include_pad=int(s.count_include_pad), **attributes)
+
+
+# (kind, kernel, strides, pads, ceil_mode, count_include_pad, dilations)
+POOLS = [
+    ("max", (2, 2), (2, 2), (0, 0, 0, 0), False, False, (1, 1)),
+    ("max", (3, 3), (2, 2), (1, 1, 1, 1), True, False, (1, 1)),
+    ("max", (3, 3), (1, 1), (0, 0, 0, 0), False, False, (2, 2)),
+    ("max", (5, 5), (1, 1), (2, 2, 2, 2), False, False, (1, 1)),
+    ("average", (3, 3), (2, 2), (1, 1, 1, 1), False, False, (1, 1)),
+    ("average", (3, 3), (2, 2), (1, 1, 1, 1), True, True, (1, 1)),
+    ("average", (3, 3), (1, 1), (1, 1, 1, 1), False, True, (1, 1)),
+    ("average", (2, 3), (3, 2), (1, 0, 0, 2), True, False, (1, 1)),
+    ("average", (3, 2), (2, 3), (2, 1, 1, 0), True, True, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: f"{p[0]}-k{p[1][0]}{p[1][1]}-s{p[2][0]}{p[2][1]}-"
+                         f"p{''.join(map(str, p[3]))}-ceil{int(p[4])}-cip{int(p[5])}-d{p[6][0]}")  # fmt: skip
+@pytest.mark.parametrize("hw", [(13, 14), (8, 8), (3, 40)])
+def test_every_pooling_variant_matches_onnxruntime(pool, hw):
+    target = get_target("avx2")
+    require_runnable(target)
+    kind, kernel, strides, pads, ceil_mode, count_include_pad, dilations = pool
+    x = np.random.default_rng(1).standard_normal((2, 3, *hw), dtype=np.float32)
+    try:
+        f = autoconfig.compile_pool2d(x.shape, kind, kernel, strides=strides, pads=pads, dilations=dilations,
+                                      ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                                      profile=AVX2, target=target, threads=2)  # fmt: skip
+    except AutoconfigError as err:
+        assert "does not fit" in str(err)  # the window is larger than the padded input
+        return
+    assert_close(f(x), pool_reference(f.shape, x), 1e-5, f.shape.describe())
+
+
+@pytest.mark.parametrize("hw", [(7, 7), (1, 1), (13, 3)])
+def test_global_average_pool(hw):
+    require_runnable(get_target("avx512"))
+    x = np.random.default_rng(2).standard_normal((2, 5, *hw), dtype=np.float32)
+    f = autoconfig.compile_pool2d(x.shape, "global_average", profile=AVX512, threads=2)
+    assert_close(f(x), pool_reference(f.shape, x), 1e-5)
+
+
+# ---------------------------------------------------------------- the model
+
+
+ZOO_LAYERS = [
+    ConvShape(1, 3, 224, 224, 64, (3, 3), pads=(1, 1, 1, 1)),  # VGG-16 conv1_1
+    ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1)),
+    ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)),
+    ConvShape(1, 256, 56, 56, 64, (1, 1)),  # a pointwise layer
+    ConvShape(1, 32, 112, 112, 32, (3, 3), pads=(1, 1, 1, 1), group=32),  # MobileNet depthwise
+    ConvShape(1, 1024, 7, 7, 1024, (1, 1)),
+]
+
+
+def test_the_model_picks_several_algorithms_and_says_why():
+    profile = load_profile(AVX512)
+    choices = [choose(s, profile, get_target("avx512"), 1) for s in ZOO_LAYERS]
+    assert len({c.best.config.algorithm for c in choices}) >= 3
+    for c in choices:
+        text = c.explain()
+        assert f"choice: {c.best.config.algorithm}" in text and "best of each algorithm" in text
+        assert all(t.ns >= 0 for t in c.best.terms)
+
+
+def test_choices_differ_between_isas():
+    def picks(profile: Path, target) -> list[tuple]:
+        return [(c.best.config.algorithm, c.best.config.lanes, c.best.config.tile)
+                for s in ZOO_LAYERS for c in [choose(s, load_profile(profile), target, 1)]]  # fmt: skip
+
+    assert picks(AVX2, get_target("avx2")) != picks(PROFILES / "intel-xeon-platinum-8380.yaml", get_target("avx512"))
+    assert picks(PROFILE_OF["neon"], get_target("neon")) != picks(PROFILE_OF["rvv256"], get_target("rvv", 256))
+
+
+def test_explain_conv_command(capsys):
+    assert cli(["explain", "conv", "1x64x56x56", "64x64x3x3", "--stride", "1", "--pad", "1",
+                "--profile", str(AVX2), "--threads", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("conv 1x64x56x56 * 64x64x3x3 s1x1 p1,1,1,1") and "choice:" in out
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_one_error_line(capsys):
+    s = ConvShape(1, 4, 8, 8, 6, (3, 3), pads=(1, 1, 1, 1))
+    x, w, b = layer_data(s)
+    f = compile_layer(s, w, b, profile=AVX2, target="avx2", threads=1)
+    with pytest.raises(AutoconfigError, match="x must be float32, got float64"):
+        f(x.astype(np.float64))
+    with pytest.raises(AutoconfigError, match=r"x must have shape \(1, 4, 8, 8\), got \(1, 4, 8, 9\)"):
+        f(np.zeros((1, 4, 8, 9), np.float32))
+    with pytest.raises(AutoconfigError, match="must equal the input's 4 channels"):
+        autoconfig.compile_conv2d((1, 4, 8, 8), w, group=2, profile=AVX2)
+    with pytest.raises(AutoconfigError, match="does not fit the padded"):
+        autoconfig.compile_conv2d((1, 4, 2, 2), w, profile=AVX2)
+    with pytest.raises(AutoconfigError, match="pads must be four integers"):
+        autoconfig.compile_conv2d((1, 4, 8, 8), w, pads=(1, 1), profile=AVX2)
+    with pytest.raises(AutoconfigError, match="weight must be a float32"):
+        autoconfig.compile_conv2d((1, 4, 8, 8), w.astype(np.float16), profile=AVX2)
+    too_big = ConvPlan(DirectConfig(s, 8, 8, 2, 0, (ep.bias(),)), 1, "groups")
+    with pytest.raises(AutoconfigError, match="needs 16 accumulators .* = 19 vector registers; avx2 has 16"):
+        compile_layer(s, w, b, profile=AVX2, target="avx2", config=too_big)
+    wrong_split = replace(too_big, config=replace(too_big.config, mr=2), split="sideways")
+    with pytest.raises(AutoconfigError, match="splits threads by"):
+        compile_layer(s, w, b, profile=AVX2, target="avx2", config=wrong_split)
+    not_pointwise = ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(s.gemm_shape(), "tiled", 8,
+                                                                          channel_axis="rows")))  # fmt: skip
+    with pytest.raises(AutoconfigError, match="gemm1x1 needs a 1x1 convolution"):
+        compile_layer(s, w, None, profile=AVX2, target="avx2", config=not_pointwise)
+    assert cli(["explain", "conv", "1x64x56", "64x64x3x3", "--profile", str(AVX2)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
