@@ -60,7 +60,8 @@ class CompiledConv:
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.config.shape, target
         self.prediction, self.choice = prediction, choice
         self.library = build_library(generate(self.config, target))
-        self._weight = np.ascontiguousarray(weight)
+        self._weight = aligned_array(weight.size)  # on a cache line, as the kernels' own buffers
+        self._weight[:] = weight.ravel()
         self._channel = channel_operands
         s, c = self.shape, self.config
         planes = split(s.batch * s.channels, plan.threads)
@@ -103,7 +104,7 @@ class CompiledConv:
         if c.algorithm == "im2col":
             self._transform(self._buffer, x)
         cout, cin = s.out_per_group, s.in_per_group
-        weights = self._weight.reshape(s.group, cout, -1)
+        weights = self._weight.reshape(s.group, cout, -1)  # a view: still aligned
         for n in range(s.batch):
             for g in range(s.group):
                 out = y[n, g * cout : (g + 1) * cout]
@@ -166,12 +167,15 @@ def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations
 
 
 def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = None, *, strides=None, pads=None,
-                   dilations=None, group: int = 1, epilogue: ep.Epilogue = (), profile=None, target=None,
+                   dilations=None, group: int = 1, epilogue: ep.Epilogue = (),
+                   channel_values: Sequence[np.ndarray] = (), profile=None, target=None,
                    threads: int | None = None, config: ConvPlan | None = None) -> CompiledConv:  # fmt: skip
     """Compile one ONNX Conv layer with its weights: x[N, C, H, W] → y[N, Cout, OH, OW].
 
     `pads` are (top, left, bottom, right); `bias` (Cout values) is added first, then the
-    `epilogue` ops (`kernels.epilogue`; a residual op takes its tensor at call time).
+    `epilogue` ops (`kernels.epilogue`): a per-channel op (bias, scale: e.g. a folded
+    BatchNorm) takes its Cout values from `channel_values`, in order; a residual op
+    takes its tensor at call time.
     The convolution model picks the algorithm and its parameters from the profile
     (the host's when None); `config` forces a plan instead (a `ConvPlan`, validated for
     the target); `threads` caps the threads the model may use.
@@ -180,13 +184,14 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
         raise AutoconfigError(f"weight must be a float32 numpy array, got "
                               f"{weight.dtype if isinstance(weight, np.ndarray) else type(weight).__name__}")
     shape = conv_shape(input_shape, weight.shape, strides=strides, pads=pads, dilations=dilations, group=group)
-    epilogue = tuple(epilogue)
-    if any(op.operand == "channel" for op in epilogue):
-        raise AutoconfigError("a per-channel operand comes with the layer: pass the bias as bias=, not in epilogue")
-    channel = {}
-    if bias is not None:
-        channel[0] = checks.float32_array("bias", bias, (shape.out_channels,))
-        epilogue = (ep.bias(), *epilogue)
+    epilogue = ((ep.bias(),) if bias is not None else ()) + tuple(epilogue)
+    values = ([bias] if bias is not None else []) + list(channel_values)
+    wanted = [(i, name) for i, name, kind in ep.operand_names(epilogue) if kind == "channel"]
+    if len(values) != len(wanted):
+        raise AutoconfigError(f"the epilogue has {len(wanted) - (bias is not None)} per-channel op(s) "
+                              f"({', '.join(op.kind for op in epilogue if op.operand == 'channel') or 'none'} "
+                              f"beyond bias=) but {len(channel_values)} channel_values were given")  # fmt: skip
+    channel = {i: checks.float32_array(name, v, (shape.out_channels,)) for (i, name), v in zip(wanted, values)}
     threads = checks.threads(threads)
     prof = resolve_profile(profile)
     tgt = checks.target_for(resolve_target(target, prof), prof)

@@ -6,11 +6,18 @@ An epilogue is a tuple of `EpilogueOp`, applied in order. Some ops read a second
 tensor (their operand), which becomes a kernel argument:
 
 - ``bias``      y + b[channel]            operand: one value per output column/channel
+- ``scale``     y · s[channel]            operand: likewise (with bias: a folded BatchNorm)
 - ``residual``  y + r[same position]      operand: a tensor of the output's shape
 - ``relu``      max(y, 0)
 - ``clip``      min(max(y, low), high)    (Relu6 is clip(0, 6))
 - ``leaky_relu``  y if y >= 0 else alpha·y
 - ``sigmoid``   1 / (1 + exp(-y))         exp by a degree-6 polynomial (below)
+- ``tanh``      2·sigmoid(2y) − 1
+- ``softplus``  max(y, 0) + log(1 + exp(−|y|))   log by a polynomial (below)
+- ``silu``      y · sigmoid(y)
+- ``mish``      y · tanh(softplus(y)) = y · n(n+2) / (n(n+2) + 2), n = exp(y)
+- ``hard_sigmoid``  max(0, min(1, alpha·y + beta))   (ONNX: alpha 0.2, beta 0.5)
+- ``hard_swish``    y · hard_sigmoid(y) with alpha 1/6, beta 0.5
 
 `apply` emits the ops on a value of any shape — a vector of the output row, or one
 scalar (a matrix-times-vector result) — given a callback that loads an operand at
@@ -29,18 +36,21 @@ import numpy as np
 from autoconfig.errors import AutoconfigError
 from kernels.mlir import arith, ir, math, vector
 
-EpilogueKind = Literal["bias", "residual", "relu", "clip", "leaky_relu", "sigmoid"]
+EpilogueKind = Literal["bias", "scale", "residual", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
+                       "silu", "mish", "hard_sigmoid", "hard_swish"]
 Operand = Literal["channel", "output"]
 
-OPERANDS: dict[str, Operand] = {"bias": "channel", "residual": "output"}
+OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output"}
 """Ops that read a second tensor, and its shape: per channel, or the output's."""
 
 VECTOR_OPS: dict[str, int] = {
-    "bias": 1, "residual": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20,
+    "bias": 1, "scale": 1, "residual": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
+    "softplus": 40, "silu": 21, "mish": 25, "hard_sigmoid": 3, "hard_swish": 5,
 }  # fmt: skip
 """Vector instructions one op emits per output vector (loads of operands not counted):
 what the models charge for it. Sigmoid: exp's clamp, range reduction, degree-6
-polynomial and exponent assembly (17), negation, add, divide."""
+polynomial and exponent assembly (17), negation, add, divide; softplus: exp (17),
+log's exponent split, branch-free select and degree-8 polynomial (19), the rest."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,8 @@ class EpilogueOp:
     kind: EpilogueKind
     low: float = 0.0
     high: float = 0.0
-    alpha: float = 0.0
+    alpha: float = 0.0  # leaky_relu's slope, hard_sigmoid's alpha
+    beta: float = 0.0  # hard_sigmoid's beta
 
     def __post_init__(self) -> None:
         if self.kind not in VECTOR_OPS:
@@ -77,8 +88,37 @@ def residual() -> EpilogueOp:
     return EpilogueOp("residual")
 
 
+def scale() -> EpilogueOp:
+    """y · s[channel] (a kernel argument with one value per output column/channel)."""
+    return EpilogueOp("scale")
+
+
 def relu() -> EpilogueOp:
     return EpilogueOp("relu")
+
+
+def tanh() -> EpilogueOp:
+    return EpilogueOp("tanh")
+
+
+def softplus() -> EpilogueOp:
+    return EpilogueOp("softplus")
+
+
+def silu() -> EpilogueOp:
+    return EpilogueOp("silu")
+
+
+def mish() -> EpilogueOp:
+    return EpilogueOp("mish")
+
+
+def hard_sigmoid(alpha: float = 0.2, beta: float = 0.5) -> EpilogueOp:
+    return EpilogueOp("hard_sigmoid", alpha=float(alpha), beta=float(beta))
+
+
+def hard_swish() -> EpilogueOp:
+    return EpilogueOp("hard_swish")
 
 
 def clip(low: float, high: float) -> EpilogueOp:
@@ -108,7 +148,8 @@ def describe(epilogue: Epilogue) -> str:
     """'bias+relu', 'clip(0,6)', or 'none'."""
     parts = []
     for op in epilogue:
-        extra = {"clip": f"({op.low:g},{op.high:g})", "leaky_relu": f"({op.alpha:g})"}.get(op.kind, "")
+        extra = {"clip": f"({op.low:g},{op.high:g})", "leaky_relu": f"({op.alpha:g})",
+                 "hard_sigmoid": f"({op.alpha:g},{op.beta:g})"}.get(op.kind, "")  # fmt: skip
         parts.append(op.kind + extra)
     return "+".join(parts) or "none"
 
@@ -117,19 +158,50 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
     """Emit the epilogue on `value` (a vector or a scalar f32); `operand(i)` loads op i's
     tensor at the current output position, shaped like `value`."""
     for i, op in enumerate(epilogue):
-        if op.operand:
+        if op.kind == "scale":
+            value = arith.mulf(value, operand(i))
+        elif op.operand:
             value = arith.addf(value, operand(i))
         elif op.kind == "relu":
             value = arith.maximumf(value, _const(value, 0.0))
         elif op.kind == "clip":
-            value = arith.minimumf(arith.maximumf(value, _const(value, op.low)), _const(value, op.high))
+            value = _clamp(value, op.low, op.high)
         elif op.kind == "leaky_relu":
             negative = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0))
             value = arith.select(negative, arith.mulf(value, _const(value, op.alpha)), value)
-        else:  # sigmoid
-            one = _const(value, 1.0)
-            value = arith.divf(one, arith.addf(one, exp(arith.negf(value))))
+        elif op.kind == "sigmoid":
+            value = _sigmoid(value)
+        elif op.kind == "silu":
+            value = arith.mulf(value, _sigmoid(value))
+        elif op.kind == "tanh":  # 2·sigmoid(2y) − 1
+            value = arith.subf(arith.mulf(_const(value, 2.0), _sigmoid(arith.addf(value, value))), _const(value, 1.0))
+        elif op.kind == "softplus":  # max(y, 0) + log(1 + exp(−|y|)): no overflow either way
+            tail = log(arith.addf(_const(value, 1.0), exp(arith.negf(math.absf(value)))))
+            value = arith.addf(arith.maximumf(value, _const(value, 0.0)), tail)
+        elif op.kind == "mish":  # y·n(n+2)/(n(n+2)+2), n = e^y; the ratio is 1 in f32 beyond y = 20
+            n = exp(arith.minimumf(value, _const(value, MISH_SATURATION)))
+            top = arith.mulf(n, arith.addf(n, _const(value, 2.0)))
+            value = arith.mulf(value, arith.divf(top, arith.addf(top, _const(value, 2.0))))
+        elif op.kind == "hard_sigmoid":
+            value = _clamp(arith.addf(arith.mulf(value, _const(value, op.alpha)), _const(value, op.beta)), 0.0, 1.0)
+        else:  # hard_swish
+            gate = _clamp(arith.addf(arith.mulf(value, _const(value, 1 / 6)), _const(value, 0.5)), 0.0, 1.0)
+            value = arith.mulf(value, gate)
     return value
+
+
+MISH_SATURATION = 20.0
+"""Beyond y = 20, n(n+2)/(n(n+2)+2) rounds to 1 in f32 (2/e^40 ≈ 1e-17); clamping there
+keeps n² finite."""
+
+
+def _clamp(value: ir.Value, low: float, high: float) -> ir.Value:
+    return arith.minimumf(arith.maximumf(value, _const(value, low)), _const(value, high))
+
+
+def _sigmoid(value: ir.Value) -> ir.Value:
+    one = _const(value, 1.0)
+    return arith.divf(one, arith.addf(one, exp(arith.negf(value))))
 
 
 EXP_RANGE = 88.3762626647949
@@ -158,6 +230,33 @@ def exp(x: ir.Value) -> ir.Value:
     return arith.mulf(y, scale)
 
 
+LOG_POLYNOMIAL = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                  -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)  # fmt: skip
+"""Cephes logf: log(1+m) ≈ m − m²/2 + m³·P(m) on √½−1 <= m < √2−1, within 2 ulp of logf."""
+
+
+def log(x: ir.Value) -> ir.Value:
+    """The natural log of a positive normal vector or scalar f32 without a library call:
+    x = 2^e · (1+m) with 1+m in [√½, √2), log(1+m) by the polynomial, plus e·ln2."""
+    i32 = _like(x, ir.IntegerType.get_signless(32))
+    bits = arith.bitcast(i32, x)
+    e = arith.subi(arith.shrui(bits, _int_const(i32, 23)), _int_const(i32, 126))
+    mantissa = arith.bitcast(x.type, arith.ori(arith.andi(bits, _int_const(i32, 0x807FFFFF)),
+                                               _int_const(i32, 0x3F000000)))  # in [0.5, 1)  # fmt: skip
+    small = arith.cmpf(arith.CmpFPredicate.OLT, mantissa, _const(x, 0.707106781186547524))
+    exponent = arith.sitofp(x.type, e)
+    exponent = arith.select(small, arith.subf(exponent, _const(x, 1.0)), exponent)
+    m = arith.subf(arith.select(small, arith.addf(mantissa, mantissa), mantissa), _const(x, 1.0))
+    z = arith.mulf(m, m)
+    p = _const(x, LOG_POLYNOMIAL[0])
+    for c in LOG_POLYNOMIAL[1:]:
+        p = arith.addf(arith.mulf(p, m), _const(x, c))
+    y = arith.mulf(arith.mulf(p, m), z)
+    y = arith.addf(y, arith.mulf(exponent, _const(x, -2.12194440e-4)))
+    y = arith.subf(y, arith.mulf(z, _const(x, 0.5)))
+    return arith.addf(arith.addf(m, y), arith.mulf(exponent, _const(x, 0.693359375)))
+
+
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:
     """The type of `value` with another element type (a vector keeps its shape)."""
     if isinstance(value.type, ir.VectorType):
@@ -174,7 +273,7 @@ def _const(like: ir.Value, number: float) -> ir.Value:
 
 def _int_const(kind: ir.Type, number: int) -> ir.Value:
     i32 = ir.IntegerType.get_signless(32)
-    scalar = arith.constant(i32, number)
+    scalar = arith.constant(i32, number - (1 << 32) if number >= 1 << 31 else number)  # the same bits
     return vector.broadcast(kind, scalar) if isinstance(kind, ir.VectorType) else scalar
 
 
@@ -184,10 +283,11 @@ def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray |
     for ops without one); a channel operand is broadcast along `channel_axis`."""
     y = y.astype(np.float64)
     for op, x in zip(epilogue, operands, strict=True):
-        if op.kind == "bias":
+        if op.kind in ("bias", "scale"):
             shape = [1] * y.ndim
             shape[channel_axis] = -1
-            y = y + np.asarray(x, np.float64).reshape(shape)
+            channel = np.asarray(x, np.float64).reshape(shape)
+            y = y + channel if op.kind == "bias" else y * channel
         elif op.kind == "residual":
             y = y + x
         elif op.kind == "relu":
@@ -196,6 +296,18 @@ def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray |
             y = np.clip(y, op.low, op.high)
         elif op.kind == "leaky_relu":
             y = np.where(y >= 0, y, op.alpha * y)
-        else:
+        elif op.kind == "sigmoid":
             y = 1 / (1 + np.exp(-y))
+        elif op.kind == "silu":
+            y = y / (1 + np.exp(-y))
+        elif op.kind == "tanh":
+            y = np.tanh(y)
+        elif op.kind == "softplus":
+            y = np.logaddexp(0, y)
+        elif op.kind == "mish":
+            y = y * np.tanh(np.logaddexp(0, y))
+        elif op.kind == "hard_sigmoid":
+            y = np.clip(op.alpha * y + op.beta, 0, 1)
+        else:
+            y = y * np.clip(y / 6 + 0.5, 0, 1)
     return y

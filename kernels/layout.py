@@ -20,7 +20,7 @@ taps × output channels times), split across threads by planes::
     for plane in [begin, end):  for (py, px) in phases:  for i in phase rows:
         y = i·sh + py − top
         if 0 <= y < H:  Xt row = fill | X[plane, y, x(j)] for x(j) = j·sw + px − left in [0, W) | fill
-        else:           Xt row = fill                    # (sw = 1: the middle as vectors)
+        else:           Xt row = fill          # the middle as vectors (sw > 1: gathered)
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import mask_type, new_module, verify
-from kernels.loops import for_range, for_tiles, load, prefix_mask, store, when_else
-from kernels.mlir import arith, ir, memref
+from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, strided_load, when_else
+from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -107,6 +107,19 @@ def generate_phase_split(split: PhaseSplit, target: Target) -> KernelModule:
     return KernelModule(module=module, signatures=(sig,), target=target)
 
 
+def deinterleave(pieces: list[ir.Value], stride: int) -> ir.Value:
+    """Lane i = element i·stride of the concatenated vectors `pieces` (stride of them):
+    one shuffle of the first two, then one more per further vector (fixed-width only)."""
+    lanes = ir.VectorType(pieces[0].type).shape[0]
+    take = [i * stride for i in range(lanes)]
+    value = vector.shuffle(pieces[0], pieces[-1] if stride == 1 else pieces[1],
+                           [t if t < 2 * lanes else 0 for t in take])  # fmt: skip
+    for k in range(2, stride):
+        value = vector.shuffle(value, pieces[k], [lanes + t - k * lanes if t // lanes == k else i
+                                                  for i, t in enumerate(take)])  # fmt: skip
+    return value
+
+
 def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
     sh, sw = s.strides
     top, left = s.pads[0], s.pads[1]
@@ -153,14 +166,36 @@ def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
             for_tiles(index(0), index(ceil_div(s.width, lanes)), lanes, s.width, piece)
             return
 
-        def element(j: ir.Value) -> None:  # strided: gather one column at a time
-            col = arith.subi(arith.addi(arith.muli(j, index(sw)), index(px)), index(left))
-            inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, col, index(0)),
-                                arith.cmpi(arith.CmpIPredicate.slt, col, index(s.width)))  # fmt: skip
-            safe = arith.minsi(arith.maxsi(col, index(0)), index(s.width - 1))
-            value = arith.select(inside, memref.load(x, [source_row, safe]), fill)
-            memref.store(value, xt, [arith.addi(start, j)])
+        # strided: the columns j whose x = j·sw + px − left lies in the row as vectors (whole
+        # pieces of sw·L source columns deinterleaved, the rest gathered); the few
+        # outside the row filled
+        inside_from = max(0, ceil_div(left - px, sw))
+        inside_to = min(s.phase_cols, ceil_div(s.width + left - px, sw))
+        for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
+            memref.store(fill, xt, [arith.addi(start, index(j))])
+        count = inside_to - inside_from
+        if count <= 0:
+            return
+        first_column = inside_from * sw + px - left
+        whole = 0 if target.scalable else min(count // lanes, (s.width - first_column) // (sw * lanes))
 
-        for_range(0, s.phase_cols, 1, element)
+        def whole_piece(p: ir.Value) -> None:
+            column = arith.addi(arith.muli(p, index(sw * lanes)), index(first_column))
+            pieces = [load(vec, x, [source_row, offset(column, k * lanes)]) for k in range(sw)]
+            store(deinterleave(pieces, sw), xt, [arith.addi(start, arith.addi(arith.muli(p, index(lanes)),
+                                                                               index(inside_from)))])  # fmt: skip
+
+        if whole:
+            for_range(0, whole, 1, whole_piece)
+
+        def gathered(first: ir.Value, size: int) -> None:
+            m = mask(size)
+            column = arith.addi(arith.muli(first, index(sw)), index(first_column))
+            store(strided_load(vec, x, [source_row, column], sw, m), xt,
+                  [arith.addi(start, arith.addi(first, index(inside_from)))], m)  # fmt: skip
+
+        rest = count - whole * lanes
+        if rest:
+            for_tiles(index(whole), index(whole + ceil_div(rest, lanes)), lanes, count, gathered)
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)

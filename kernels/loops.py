@@ -10,7 +10,8 @@ point, so that a generator reads like the nest it produces:
   size known at generation time) under a condition;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
-  nor written); `prefix_mask`: the lanes below a bound;
+  nor written); `strided_load`: lanes `stride` elements apart (a gather);
+  `prefix_mask`: the lanes below a bound;
 - `lane_sum`: several vectors added up, then across their lanes.
 """
 
@@ -130,6 +131,21 @@ def store(value: ir.Value, memory: ir.Value, indices: Sequence[ir.Value], mask: 
         vector.store(value, memory, list(indices))
     else:
         vector.maskedstore(memory, list(indices), mask, value)
+
+
+def strided_load(vec: ir.VectorType, memory: ir.Value, indices: Sequence[ir.Value], stride: int,
+                 mask: ir.Value | None = None) -> ir.Value:  # fmt: skip
+    """Lane i from `memory` at `indices` with the last index advanced by i·stride (a
+    gather: vgatherdps on x86, indexed loads on RVV); masked lanes are 0, never read."""
+    t = ir.VectorType(vec)
+    like = lambda element: ir.VectorType.get(t.shape, element, scalable=t.scalable_dims)  # noqa: E731
+    lanes = vector.step(like(ir.IndexType.get()))
+    offsets = arith.muli(lanes, vector.broadcast(like(ir.IndexType.get()), index(stride)))
+    offsets = arith.index_cast(like(ir.IntegerType.get_signless(32)), offsets)
+    if mask is None:
+        mask = vector.create_mask(like(ir.IntegerType.get_signless(1)), [index(t.shape[0] * 1024)])
+    zero = vector.broadcast(vec, arith.constant(t.element_type, 0.0))
+    return vector.gather(vec, memory, list(indices), offsets, mask, zero)
 
 
 def prefix_mask(mask_type: ir.VectorType, remaining: ir.Value | int) -> ir.Value:

@@ -107,7 +107,7 @@ def layer_data(task: dict) -> dict[str, np.ndarray]:
     data = {"x": rng.standard_normal(task["input"], dtype=np.float32)}
     if task["op"] == "Conv":
         fan_in = int(np.prod(task["weight"][1:]))
-        data["w"] = rng.standard_normal(task["weight"], dtype=np.float32) / np.sqrt(fan_in)
+        data["w"] = (rng.standard_normal(task["weight"]) / np.sqrt(fan_in)).astype(np.float32)
         if task["bias"]:
             data["b"] = rng.standard_normal(task["weight"][0], dtype=np.float32)
     return data

@@ -145,6 +145,8 @@ def test_small_layers_under_emulation(case_id):
 CONV_CHAINS = {
     "residual+leaky+clip": (ep.residual(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
     "relu+sigmoid": (ep.relu(), ep.sigmoid()),
+    "scale+bias+mish+tanh": (ep.scale(), ep.bias(), ep.mish(), ep.tanh()),
+    "softplus+silu+hard_swish+hard_sigmoid": (ep.softplus(), ep.silu(), ep.hard_swish(), ep.hard_sigmoid()),
 }
 
 
@@ -155,12 +157,16 @@ def test_every_epilogue_op_on_every_algorithm(chain):
     s = ConvShape(1, 4, 9, 11, 10, (1, 1))
     x, w, b = layer_data(s, 5)
     epilogue = CONV_CHAINS[chain]
-    residual = np.random.default_rng(6).standard_normal(s.output_shape, dtype=np.float32)
-    operands = [residual if op.operand == "output" else None for op in epilogue]
+    rng = np.random.default_rng(6)
+    residual = rng.standard_normal(s.output_shape, dtype=np.float32)
+    channel = [rng.standard_normal(s.out_channels, dtype=np.float32) for op in epilogue if op.operand == "channel"]
+    lookup = iter(channel)
+    operands = [residual if op.operand == "output" else next(lookup) if op.operand else None for op in epilogue]
     y = conv_reference(s, x, w, b)
-    expected = ep.reference(epilogue, y, operands)
+    expected = ep.reference(epilogue, y, operands, channel_axis=1)
     for plan in forced_plans(s, 8, (ep.bias(), *epilogue)):
-        f = compile_layer(s, w, b, profile=AVX2, target=target, config=plan, epilogue=epilogue)
+        f = compile_layer(s, w, b, profile=AVX2, target=target, config=plan, epilogue=epilogue,
+                          channel_values=channel)  # fmt: skip
         out = f(x, residual) if any(op.operand == "output" for op in epilogue) else f(x)
         assert_close(out, expected, 1e-5, f"{chain} {plan.config.algorithm} {plan.config.tile}")
 
@@ -271,6 +277,8 @@ def test_bad_input_is_one_error_line(capsys):
         autoconfig.compile_conv2d((1, 4, 2, 2), w, profile=AVX2)
     with pytest.raises(AutoconfigError, match="pads must be four integers"):
         autoconfig.compile_conv2d((1, 4, 8, 8), w, pads=(1, 1), profile=AVX2)
+    with pytest.raises(AutoconfigError, match="1 per-channel op.* but 0 channel_values"):
+        autoconfig.compile_conv2d((1, 4, 8, 8), w, epilogue=(ep.scale(),), profile=AVX2)
     with pytest.raises(AutoconfigError, match="weight must be a float32"):
         autoconfig.compile_conv2d((1, 4, 8, 8), w.astype(np.float16), profile=AVX2)
     too_big = ConvPlan(DirectConfig(s, 8, 8, 2, 0, (ep.bias(),)), 1, "groups")

@@ -23,6 +23,8 @@ HOST_PROFILE = Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml"
 CHAINS = {
     "bias+leaky+clip": (ep.bias(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
     "residual+relu+sigmoid": (ep.residual(), ep.relu(), ep.sigmoid()),
+    "scale+mish+tanh+hard_sigmoid": (ep.scale(), ep.mish(), ep.tanh(), ep.hard_sigmoid(0.3, 0.4)),
+    "softplus+silu+hard_swish": (ep.softplus(), ep.silu(), ep.hard_swish()),
 }
 
 
@@ -65,6 +67,22 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
     library = build_library([mm.generate(c, target) for c in configs])  # one library for all four
     for config in configs:
         run_and_compare(config, library.kernel(config.symbol))
+
+
+@pytest.mark.parametrize("op", [ep.tanh(), ep.softplus(), ep.silu(), ep.mish(), ep.hard_sigmoid(), ep.hard_swish()],
+                         ids=lambda op: op.kind)  # fmt: skip
+def test_each_activation_over_a_wide_range(op):
+    # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends
+    target = target_for("avx2")
+    require_runnable(target)
+    n = 2401
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
+    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    x = np.linspace(-60, 60, n, dtype=np.float32).reshape(1, n)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    expected = ep.reference((op,), x, [None])
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=op.kind)
 
 
 def test_exp_is_accurate_over_the_f32_range():
