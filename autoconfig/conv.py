@@ -23,7 +23,7 @@ from autoconfig.resolve import resolve_profile, resolve_target
 from autoconfig.runtime import SplitKernel, aligned_array, scratch, split
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import ConvShape, DirectConfig, GemmConvConfig, generate
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, generate
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -65,6 +65,10 @@ class CompiledConv:
         self._channel = channel_operands
         s, c = self.shape, self.config
         planes = split(s.batch * s.channels, plan.threads)
+        if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
+            work = [[aligned_array(c.workspace(), 0.0)] for _ in planes]
+            self._kernel = SplitKernel(self.library.kernel(c.symbol), planes, work)
+            return
         if isinstance(c, DirectConfig):
             self._buffer = aligned_array(c.split().size, 0.0)  # the slack stays zero
             self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
@@ -97,12 +101,20 @@ class CompiledConv:
             operands[i] = checks.float32_array("residual", r, s.output_shape)
         ordered = [operands[i] for i, _, _ in ep.operand_names(c.epilogue)]
         y = np.empty(s.output_shape, np.float32)
+        if isinstance(c, DepthwiseConfig):
+            self._kernel(y, x, self._weight, *ordered)
+            return y
         if isinstance(c, DirectConfig):
             self._transform(self._buffer, x)
             self._kernel(y, self._buffer, self._weight, *ordered)
             return y
         if c.algorithm == "im2col":
             self._transform(self._buffer, x)
+        if s.batch * s.group == 1:  # one product: the arrays themselves, no views to make
+            if c.algorithm == "im2col":
+                self._im2col[0](self._columns, self._buffer)
+            self._kernel(y, self._weight, self._columns if c.algorithm == "im2col" else x, *ordered)
+            return y
         cout, cin = s.out_per_group, s.in_per_group
         weights = self._weight.reshape(s.group, cout, -1)  # a view: still aligned
         for n in range(s.batch):

@@ -25,11 +25,27 @@ kernel on it (`kernels.matmul`, channels along its rows);
 
 gemm1x1 — a 1×1 convolution with stride 1 and no padding, whose image is already
 that matrix: the matmul kernel on the image itself, no copy.
+
+depthwise — one input and one output channel per group: a product of one row, where
+a tile of output channels has nothing to share. Its register tile is mr output
+rows × nv vectors of output pixels of one channel instead, all sharing each tap's
+weight (one broadcast per tap for mr·nv independent FMAs, enough to cover the FMA
+latency where a one-channel direct tile of a 7-pixel row has one accumulator). Each
+plane is transformed just before it is read, into a per-thread scratch plane that
+stays in L1 (a whole-input transform pass cost as much as the convolution)::
+
+    for plane in images × channels:
+      Xt = the plane, transformed                 # kernels.layout.copy_plane
+      for (oh0, ow0) in tiles (mr rows × nv·L pixels):
+        for kh:  for kw (unrolled):
+          acc[r][v] += w[c, kh, kw] · Xt[tap(kh, kw) + (oh0 + r)·Wq + ow0 + v·L]
+        Y tile = epilogue(acc)                     # edge rows and the row's last vector masked
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,14 +56,14 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body, mask_type
 from kernels.emit import new_module, verify
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
-from kernels.layout import PhaseSplit
-from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when_else
+from kernels.layout import PhaseSplit, copy_plane, source_memref
+from kernels.loops import for_carry, for_range, for_tiles, load, offset, prefix_mask, store, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
-ConvAlgorithm = Literal["direct", "im2col", "gemm1x1"]
-CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1")
+ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise"]
+CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1", "depthwise")
 
 
 @dataclass(frozen=True)
@@ -263,7 +279,77 @@ class GemmConvConfig:
         self.gemm.validate(target)
 
 
-ConvConfig = DirectConfig | GemmConvConfig
+@dataclass(frozen=True)
+class DepthwiseConfig:
+    """The depthwise algorithm: mr output rows × nv vectors of `lanes` output pixels of
+    one channel per register tile."""
+
+    shape: ConvShape
+    lanes: int
+    mr: int = 1
+    nv: int = 1
+    epilogue: ep.Epilogue = field(default=())
+
+    algorithm: ConvAlgorithm = field(default="depthwise", init=False)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    @property
+    def tile(self) -> str:
+        return f"{self.mr}x{self.nv} rows"
+
+    def planes(self) -> int:
+        return self.shape.batch * self.shape.channels
+
+    def split(self) -> PhaseSplit:
+        return self.shape.phase_split(self.lanes, self.nr)
+
+    def registers_needed(self) -> tuple[int, str]:
+        count = self.mr * self.nv
+        return count + 2, f"{count} accumulators + 1 input vector + 1 weight broadcast"
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_conv_depthwise_f32_{digest}"
+
+    def validate(self, target: Target) -> None:
+        if not (self.shape.depthwise and self.shape.out_per_group == 1):
+            raise AutoconfigError(f"depthwise needs one input and one output channel per group, got "
+                                  f"{self.shape.describe()}")  # fmt: skip
+        check_lanes(target, self.lanes)
+        for name in ("mr", "nv"):
+            if getattr(self, name) < 1:
+                raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        registers, held = self.registers_needed()
+        if registers > target.vector_registers:
+            raise AutoconfigError(f"depthwise {self.tile} needs {held} = {registers} vector registers; "
+                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+
+    def workspace(self) -> int:
+        """f32 elements of one thread's scratch plane (its slack included)."""
+        split = self.split()
+        return split.plane_size + split.slack
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(y, x, w[, epilogue operands], work, plane_begin, plane_end)``: x is the
+        NCHW input, work a thread's scratch plane."""
+        s = self.shape
+        outputs = s.batch * s.out_channels * s.out_height * s.out_width
+        params = [Param("y", Role.OUT, extent=(outputs,)), Param("x", Role.IN, extent=(math.prod(s.input_shape),)),
+                  Param("w", Role.IN, extent=(s.out_channels * s.taps,))]  # fmt: skip
+        for _, name, operand in ep.operand_names(self.epilogue):
+            params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
+        params += [Param("work", Role.INOUT, extent=(self.workspace(),)),
+                   Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]  # fmt: skip
+        return KernelSignature(self.symbol, tuple(params),
+                               f"depthwise convolution {s.describe()}, then {ep.describe(self.epilogue)}: "
+                               f"tiles of {self.mr} output rows x {self.nr} pixels, planes [plane_begin, plane_end).")
+
+
+ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig
 
 
 @dataclass(frozen=True)
@@ -330,6 +416,8 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
     if isinstance(config, DirectConfig):
         return [generate_phase_split(config.split(), target), _module(direct_signature(config), target,
                                                                       lambda args: _direct(config, target, args))]
+    if isinstance(config, DepthwiseConfig):
+        return [_module(config.signature(), target, lambda args: _depthwise(config, target, args))]
     if config.algorithm == "gemm1x1":
         return [mm.generate(config.gemm, target)]
     im2col = config.im2col()
@@ -442,6 +530,70 @@ def _direct_tile(cfg: DirectConfig, vec: ir.VectorType, y, xt, w, operands: dict
         return ep.apply(cfg.epilogue, value, operand)
 
     write_back(out, accs, *c_range, blocks, finish if cfg.epilogue else None)
+
+
+# ---------------------------------------------------------------- depthwise
+
+
+def _depthwise(cfg: DepthwiseConfig, target: Target, args: dict) -> None:
+    s, split, lanes = cfg.shape, cfg.split(), cfg.lanes
+    vec = f32_vector_type(target, lanes)
+    oh_, ow_ = s.out_height, s.out_width
+    y = f32_memref(args["y"], [cfg.planes() * oh_, ow_])  # rows: (plane, oh)
+    x = source_memref(split, args["x"])
+    xt = f32_memref(args["work"], [cfg.workspace()])
+    w = f32_memref(args["w"], [s.out_channels * s.taps])
+    operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [cfg.planes() * oh_, ow_])
+                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    taps = s.tap_offsets(split)
+    zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
+
+    def plane(p: ir.Value) -> None:
+        channel = arith.remsi(p, index(s.channels))
+        first_weight = arith.muli(channel, index(s.taps))
+        plane_start = index(0)
+        copy_plane(split, target, x, xt, p, plane_start)
+
+        def row_tile(oh0: ir.Value, rows: int) -> None:
+            def column_tile(ow0: ir.Value, columns: int) -> None:
+                vectors = ceil_div(columns, lanes)
+                masks = [None if columns - v * lanes >= lanes else
+                         prefix_mask(mask_type(target, lanes), columns - v * lanes) for v in range(vectors)]  # fmt: skip
+                starts = [arith.addi(plane_start, arith.addi(arith.muli(offset(oh0, r), index(split.phase_cols)), ow0))
+                          for r in range(rows)]  # fmt: skip
+                def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                    # a loop over filter rows, the columns unrolled: LLVM's scheduler hoisted
+                    # the loads of every unrolled tap and spilled tiles of 12-16 accumulators
+                    dy = arith.muli(kh, index(s.dilations[0]))
+                    phase_row = arith.remsi(dy, index(s.strides[0]))
+                    row_offset = arith.addi(arith.muli(phase_row, index(s.strides[1] * split.phase_size)),
+                                            arith.muli(arith.divsi(dy, index(s.strides[0])), index(split.phase_cols)))  # fmt: skip
+                    weights = arith.addi(first_weight, arith.muli(kh, index(s.kernel[1])))
+                    for kw in range(s.kernel[1]):
+                        tap = split.tap_offset(0, kw * s.dilations[1])  # the column part of the offset
+                        weight = vector.broadcast(vec, memref.load(w, [offset(weights, kw)]))
+                        acc = [vector.fma(weight, load(vec, xt, [offset(arith.addi(starts[r], row_offset), tap + v * lanes)]),
+                                          acc[r * vectors + v]) for r in range(rows) for v in range(vectors)]  # fmt: skip
+                    return acc
+
+                acc = for_carry(0, s.kernel[0], 1, [zero] * (rows * vectors), filter_row)
+                out_rows = [arith.addi(arith.muli(p, index(oh_)), offset(oh0, r)) for r in range(rows)]
+                cols = [offset(ow0, v * lanes) for v in range(vectors)]
+                for r in range(rows):
+                    for v in range(vectors):
+                        def operand(i: int, r: int = r, v: int = v) -> ir.Value:
+                            if cfg.epilogue[i].operand == "channel":
+                                return vector.broadcast(vec, memref.load(operands[i], [channel]))
+                            return load(vec, operands[i], [out_rows[r], cols[v]], masks[v])
+
+                        value = ep.apply(cfg.epilogue, acc[r * vectors + v], operand)
+                        store(value, y, [out_rows[r], cols[v]], masks[v])
+
+            for_tiles(index(0), index(ceil_div(ow_, cfg.nr)), cfg.nr, ow_, column_tile)
+
+        for_tiles(index(0), index(ceil_div(oh_, cfg.mr)), cfg.mr, oh_, row_tile)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.planes())), 1, plane)
 
 
 # ---------------------------------------------------------------- im2col

@@ -121,11 +121,27 @@ def deinterleave(pieces: list[ir.Value], stride: int) -> ir.Value:
 
 
 def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
+    x = f32_memref(args["x"], [s.planes * s.height, s.width])
+    xt = f32_memref(args["xt"], [s.size])
+
+    def plane(p: ir.Value) -> None:
+        copy_plane(s, target, x, xt, p, arith.muli(p, index(s.plane_size)))
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
+
+
+def source_memref(s: PhaseSplit, pointer: ir.Value) -> ir.Value:
+    """The NCHW input as the 2-D memref `copy_plane` reads: rows (plane, y), columns x."""
+    return f32_memref(pointer, [s.planes * s.height, s.width])
+
+
+def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.Value, first: ir.Value) -> None:
+    """Emit the transform of plane `p` of `x` (`source_memref`) into the flat `xt` from
+    element `first`: the whole buffer's planes, or one plane's scratch of a kernel that
+    transforms each plane just before reading it (depthwise, pooling)."""
     sh, sw = s.strides
     top, left = s.pads[0], s.pads[1]
     vec, lanes = f32_vector_type(target, s.lanes), s.lanes
-    x = f32_memref(args["x"], [s.planes * s.height, s.width])
-    xt = f32_memref(args["xt"], [s.size])
     fill_vec = f32_splat(target, lanes, s.fill)
     fill = arith.constant(ir.F32Type.get(), s.fill)
 
@@ -138,10 +154,9 @@ def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
 
         for_tiles(index(0), index(ceil_div(s.phase_cols, lanes)), lanes, s.phase_cols, piece)
 
-    def plane(p: ir.Value) -> None:
+    def plane() -> None:
         for py in range(sh):
             for px in range(sw):
-                first = arith.muli(p, index(s.plane_size))
                 phase_start = arith.addi(first, index((py * sw + px) * s.phase_size))
 
                 def row(i: ir.Value, py: int = py, px: int = px, phase_start: ir.Value = phase_start) -> None:
@@ -198,4 +213,4 @@ def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
         if rest:
             for_tiles(index(whole), index(whole + ceil_div(rest, lanes)), lanes, count, gathered)
 
-    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
+    plane()

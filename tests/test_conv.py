@@ -22,7 +22,7 @@ from autoconfig.models.conv import ConvPlan, choose
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
-from kernels.conv import ConvShape, DirectConfig, GemmConvConfig
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig
 from kernels.target import get_target
 from tests.conftest import require_runnable, target_for
 
@@ -99,6 +99,9 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
              ConvPlan(DirectConfig(s, lanes, 3, 2, kc, epilogue), 2, "groups"),
              ConvPlan(DirectConfig(s, lanes, 4, 1, 1, epilogue), 2, "rows")]  # fmt: skip
+    if s.depthwise and s.out_per_group == 1:
+        plans += [ConvPlan(DepthwiseConfig(s, lanes, 3, 2, epilogue), 2, "groups"),
+                  ConvPlan(DepthwiseConfig(s, lanes, 1, 1, epilogue), 1, "groups")]  # fmt: skip
     kinds = ["im2col", "gemm1x1"] if s.pointwise else ["im2col"]
     for algorithm in kinds:
         for gemm_config in (mm.MatmulConfig(gemm, "tiled", lanes, 3, 2, kc=5, epilogue=epilogue, channel_axis="rows"),
@@ -129,6 +132,11 @@ def test_small_layers_under_emulation(case_id):
     target = target_for(case_id)
     require_runnable(target)
     s = ConvShape(1, 3, 7, 9, 5, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), 1)
+    depthwise = ConvShape(2, 3, 7, 9, 3, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), 3)
+    dx, dw, db = layer_data(depthwise, 4)
+    plan = ConvPlan(DepthwiseConfig(depthwise, target.f32_lanes, 2, 2, (ep.bias(),)), 2, "groups")
+    y = compile_layer(depthwise, dw, db, profile=PROFILE_OF[case_id], target=target, config=plan)(dx)
+    assert_close(y, conv_reference(depthwise, dx, dw, db), what=f"{case_id} depthwise")
     x, w, b = layer_data(s, 3)
     expected = conv_reference(s, x, w, b)
     lanes = target.f32_lanes
@@ -237,7 +245,7 @@ ZOO_LAYERS = [
 def test_the_model_picks_several_algorithms_and_says_why():
     profile = load_profile(AVX512)
     choices = [choose(s, profile, get_target("avx512"), 1) for s in ZOO_LAYERS]
-    assert len({c.best.config.algorithm for c in choices}) >= 3
+    assert len({c.best.config.algorithm for c in choices}) >= 4  # direct, depthwise, gemm1x1, im2col
     for c in choices:
         text = c.explain()
         assert f"choice: {c.best.config.algorithm}" in text and "best of each algorithm" in text

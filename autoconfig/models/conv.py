@@ -14,6 +14,11 @@ terms are the matmul model's, counted on the convolution's loop nest:
   stays in L1 while every row tile reads it, and the weights of one channel block
   stay in L2 while every column tile reads them. The input is first copied into its
   padded, phase-split layout (`transform`).
+- depthwise (one channel in and out per group): tiles of mr output rows × nv vectors
+  sharing each tap's weight broadcast, the same FMA, latency and load terms (mr·nv
+  accumulators, mr·nv input loads and one broadcast per tap), the input and output
+  once, and the transform. The direct kernel on such a layer has one output channel
+  per tile: nv accumulators at most, so a narrow row waits on the FMA latency.
 - gemm1x1 (1×1, stride 1, no padding): the matmul model's choice for the product
   Cout/G × OH·OW × Cin/G, once per image and group.
 - im2col: the same for Cout/G × OH·OW × Cin/G·KH·KW, after the transform and the copy
@@ -25,6 +30,7 @@ and calls add. Nothing is timed: the figures are the profile's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -36,7 +42,7 @@ from autoconfig.models.matmul import (
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
-from kernels.conv import ConvConfig, ConvShape, DirectConfig, GemmConvConfig
+from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
@@ -79,6 +85,8 @@ class ConvPlan:
         c = self.config
         if isinstance(c, GemmConvConfig):
             return self.gemm_plan().split_units()
+        if isinstance(c, DepthwiseConfig):
+            return c.planes()
         return {"groups": c.groups(), "rows": c.row_tiles(), "columns": c.col_tiles()}[self.split]
 
     def parts(self) -> int:
@@ -111,7 +119,8 @@ def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
     if isinstance(c, GemmConvConfig):
         return _gemm_prediction(plan, base)
     m = base.at(c.lanes, plan.threads)
-    terms, params = _direct_terms(plan, m, busiest_share(plan.split_units(), plan.threads))
+    terms_of = _direct_terms if isinstance(c, DirectConfig) else _depthwise_terms
+    terms, params = terms_of(plan, m, busiest_share(plan.split_units(), plan.threads))
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
 
@@ -133,18 +142,11 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     s = c.shape
     lanes, nr = c.lanes, c.nr
     steps = s.in_per_group * s.taps
-    full_rows, edge_rows = divmod(s.out_per_group, c.mr)
-    full_cols, edge_cols = divmod(s.out_width, nr)
     images = c.groups() * s.out_height
-    kinds = [(full_rows * full_cols, c.mr, c.nv), (full_rows, c.mr, ceil_div(edge_cols, lanes)),
-             (full_cols, edge_rows, c.nv), (1, edge_rows, ceil_div(edge_cols, lanes))]  # fmt: skip
-    crossing = max(0.0, (lanes * F32 - F32) / m.line)
-    issue = latency = loads = 0.0
-    for count, rows, vectors in kinds:
-        if count and rows and vectors:
-            load_count = vectors * (1 + crossing * (SPLIT_LOAD_COST - 1))
-            i, lat, ld = microkernel_ns(rows * vectors, load_count, rows, m)
-            issue, latency, loads = issue + count * i, latency + count * lat, loads + count * ld
+    crossing = _line_crossings(lanes, m)
+    # per step: an FMA per accumulator, a load per input vector, a broadcast per channel
+    issue, latency, loads = _tiles_ns((s.out_per_group, c.mr), (s.out_width, c.nv, lanes), m,
+                                      lambda rows, vectors: (vectors, rows))  # fmt: skip
     issue, latency, loads = (x * steps * images * share for x in (issue, latency, loads))
     kc = c.block
     blocks = ceil_div(s.in_per_group, kc)
@@ -201,6 +203,91 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
         ("threads", _threads_reason(p)),
     ]  # fmt: skip
     return terms, params
+
+
+def _tiles_ns(rows: tuple[int, int], columns: tuple[int, int, int], m: Machine,
+              loads: Callable[[int, int], tuple[int, int]]) -> tuple[float, float, float]:  # fmt: skip
+    """(FMA issue, latency wait, load wait) of one step of every register tile of a plane:
+    `rows` = (rows, rows per tile), `columns` = (columns, vectors per tile, lanes), full
+    and edge tiles alike; loads(rows, vectors) = (vector loads, broadcasts) per step,
+    vector loads costing SPLIT_LOAD_COST where they cross a line."""
+    (height, mr), (width, nv, lanes) = rows, columns
+    full_rows, edge_rows = divmod(height, mr)
+    full_cols, edge_cols = divmod(width, nv * lanes)
+    edge_vectors = ceil_div(edge_cols, lanes)
+    kinds = [(full_rows * full_cols, mr, nv), (full_rows, mr, edge_vectors),
+             (full_cols, edge_rows, nv), (1, edge_rows, edge_vectors)]  # fmt: skip
+    crossing = _line_crossings(lanes, m)
+    issue = latency = wait = 0.0
+    for count, r, v in kinds:
+        if count and r and v:
+            vector_loads, broadcasts = loads(r, v)
+            i, lat, ld = microkernel_ns(r * v, vector_loads * (1 + crossing * (SPLIT_LOAD_COST - 1)), broadcasts, m)
+            issue, latency, wait = issue + count * i, latency + count * lat, wait + count * ld
+    return issue, latency, wait
+
+
+def _line_crossings(lanes: int, m: Machine) -> float:
+    """The share of vector loads at an arbitrary float offset that cross a cache line."""
+    return max(0.0, (lanes * F32 - F32) / m.line)
+
+
+def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
+    c: DepthwiseConfig = p.config
+    s = c.shape
+    lanes = c.lanes
+    crossing = _line_crossings(lanes, m)
+    # per tap: an FMA per accumulator and a load per accumulator, one weight broadcast
+    issue, latency, loads = _tiles_ns((s.out_height, c.mr), (s.out_width, c.nv, lanes), m,
+                                      lambda rows, vectors: (rows * vectors, 1))  # fmt: skip
+    steps = s.taps * c.planes() * share
+    outputs = s.batch * s.out_channels * s.out_height * s.out_width
+    padded_out = s.batch * s.out_channels * s.out_height * round_up(s.out_width, lanes)
+    terms = [
+        Term("fma", issue * steps, f"{c.mr} rows x {c.nv} vectors of {lanes} lanes per tile, {s.taps} taps, "
+                                   f"at {m.fma_per_ns():.2f} vector FMAs/ns per thread"),
+        Term("latency", latency * steps, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on "
+                                         "FMA latency"),
+        Term("loads", loads * steps, f"{c.mr * c.nv} input loads and a weight broadcast per tap beyond the "
+                                     f"FMA time; {crossing:.0%} of input loads cross a line"),
+        Term("c tile", padded_out * F32 / m.bandwidth["L1"] * share, "each output vector stored once"),
+    ]  # fmt: skip
+    if c.epilogue:
+        terms.append(epilogue_term(c.epilogue, ceil_div(padded_out, lanes), outputs, m, share))
+    once = c.split().size * F32 + outputs * F32
+    once_level = m.holding_level(once, whole_problem=True)
+    if once_level != "L1":
+        terms.append(Term(f"memory {once_level}", once * share / m.bandwidth[once_level],
+                          f"{once / 1e6:.2f} MB: the transformed input and the output once from {once_level}"))
+    terms.append(_transform_term(s, lanes, c.nr, m, share))
+    terms.append(_call_term(2, p.parts(), m))
+    registers, held = c.registers_needed()
+    params = [
+        ("algorithm", "depthwise: output rows x output pixels of one channel per register tile"),
+        ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors of output pixels"),
+        ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers; "
+                 f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
+        ("epilogue", ep.describe(c.epilogue)),
+        ("threads", _threads_reason(p)),
+    ]  # fmt: skip
+    return terms, params
+
+
+def depthwise_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
+                         epilogue: ep.Epilogue) -> list[ConvPlan]:  # fmt: skip
+    """Every depthwise plan the model scores: widths × tiles of rows × vectors."""
+    if not (shape.depthwise and shape.out_per_group == 1):
+        return []
+    registers = min(machine.registers, target.vector_registers)
+    plans = []
+    for lanes in _widths(machine, target):
+        for mr in range(1, min(MAX_MR, shape.out_height) + 1):
+            for nv in range(1, min(MAX_NV, ceil_div(shape.out_width, lanes)) + 1):
+                if mr * nv + 2 <= registers:
+                    plan = ConvPlan(DepthwiseConfig(shape, lanes, mr, nv, epilogue), threads, "groups")
+                    if threads == 1 or plan.split_units() > 1:
+                        plans.append(plan)
+    return plans
 
 
 def _threads_reason(p: ConvPlan) -> str:
@@ -301,7 +388,8 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)
     predictions = [predict(p, machine) for t in sorted({1, budget})
-                   for p in direct_candidates(shape, machine, target, t, epilogue)]  # fmt: skip
+                   for candidates in (direct_candidates, depthwise_candidates)
+                   for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
     for algorithm in ("gemm1x1", "im2col"):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
@@ -311,7 +399,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
     per_algorithm = []
-    for algorithm in ("direct", "gemm1x1", "im2col"):
+    for algorithm in ("direct", "depthwise", "gemm1x1", "im2col"):
         mine = [p for p in predictions if p.config.algorithm == algorithm]
         if mine:
             per_algorithm.append(_best(mine))
@@ -327,13 +415,14 @@ def _best(predictions: list[Prediction]) -> Prediction:
 
 
 def _tile_area(config: ConvConfig) -> int:
-    return config.mr * config.nv if isinstance(config, DirectConfig) else config.gemm.mr * config.gemm.nv
+    return config.gemm.mr * config.gemm.nv if isinstance(config, GemmConvConfig) else config.mr * config.nv
 
 
 def validate_plan(plan: ConvPlan, target: Target) -> None:
     """Reject a forced plan the runtime cannot run."""
     plan.config.validate(target)
-    allowed = ("rows", "columns") if isinstance(plan.config, GemmConvConfig) else DIRECT_SPLITS
+    allowed = {GemmConvConfig: ("rows", "columns"), DirectConfig: DIRECT_SPLITS,
+               DepthwiseConfig: ("groups",)}[type(plan.config)]  # fmt: skip
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
     if plan.threads < 1:
