@@ -23,7 +23,7 @@ from autoconfig.resolve import resolve_profile, resolve_target
 from autoconfig.runtime import SplitKernel, aligned_array, scratch, split
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, generate
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, generate
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -76,6 +76,23 @@ class CompiledConv:
             return
         from autoconfig.matmul import part_blocks
 
+        if isinstance(c, WinogradConfig):  # transform, input transform, T² products, output transform
+            self._buffer = aligned_array(c.split().size, 0.0)
+            self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
+            transformed = c.filter_transform(np.asarray(weight, np.float32))
+            self._weight = aligned_array(transformed.size)
+            self._weight[:] = transformed.ravel()
+            self._v = aligned_array(c.transformed_size() * s.channels)
+            self._m = aligned_array(c.transformed_size() * s.out_channels)
+            self._input = SplitKernel(self.library.kernel(c.input_signature().symbol), planes)
+            self._output = SplitKernel(self.library.kernel(c.output_signature().symbol),
+                                       split(s.batch * s.out_channels, plan.threads))  # fmt: skip
+            gemm_plan = plan.gemm_plan()
+            work = c.gemm.workspace()
+            private = [[w] for w in scratch(work, len(part_blocks(gemm_plan)))] if work else None
+            self._kernel = SplitKernel(self.library.kernel(c.gemm.symbol), part_blocks(gemm_plan), private)
+            return
+
         gemm_plan = plan.gemm_plan()
         work = c.gemm.workspace()
         private = [[w] for w in scratch(work, len(part_blocks(gemm_plan)))] if work else None
@@ -107,6 +124,12 @@ class CompiledConv:
         if isinstance(c, DirectConfig):
             self._transform(self._buffer, x)
             self._kernel(y, self._buffer, self._weight, *ordered)
+            return y
+        if isinstance(c, WinogradConfig):
+            self._transform(self._buffer, x)
+            self._input(self._v, self._buffer)
+            self._kernel(self._m, self._weight, self._v)
+            self._output(y, self._m, *ordered)
             return y
         if c.algorithm == "im2col":
             self._transform(self._buffer, x)

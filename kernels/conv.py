@@ -26,6 +26,8 @@ kernel on it (`kernels.matmul`, channels along its rows);
 gemm1x1 — a 1×1 convolution with stride 1 and no padding, whose image is already
 that matrix: the matmul kernel on the image itself, no copy.
 
+winograd — F(2×2 or 4×4, 3×3) for 3×3 stride-1 layers: `kernels.winograd`.
+
 depthwise — one input and one output channel per group: a product of one row, where
 a tile of output channels has nothing to share. Its register tile is mr output
 rows × nv vectors of output pixels of one channel instead, all sharing each tap's
@@ -62,8 +64,8 @@ from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
-ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise"]
-CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1", "depthwise")
+ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise", "winograd"]
+CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1", "depthwise", "winograd")
 
 
 @dataclass(frozen=True)
@@ -349,7 +351,9 @@ class DepthwiseConfig:
                                f"tiles of {self.mr} output rows x {self.nr} pixels, planes [plane_begin, plane_end).")
 
 
-ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig
+from kernels.winograd import WinogradConfig  # noqa: E402 (it names ConvShape, defined above)
+
+ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig
 
 
 @dataclass(frozen=True)
@@ -409,7 +413,8 @@ def direct_signature(config: DirectConfig) -> KernelSignature:
 
 def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
     """The kernels of `config` on `target`, in the order they run: the input transform
-    (direct, im2col), the window copy (im2col), the convolution or matmul kernel."""
+    (direct, im2col, winograd), the window copy (im2col) or Winograd's input transform,
+    the convolution or matmul kernel, Winograd's output transform."""
     config.validate(target)
     from kernels.layout import generate_phase_split
 
@@ -418,6 +423,10 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
                                                                       lambda args: _direct(config, target, args))]
     if isinstance(config, DepthwiseConfig):
         return [_module(config.signature(), target, lambda args: _depthwise(config, target, args))]
+    if isinstance(config, WinogradConfig):
+        from kernels import winograd
+
+        return winograd.generate(config, target)
     if config.algorithm == "gemm1x1":
         return [mm.generate(config.gemm, target)]
     im2col = config.im2col()

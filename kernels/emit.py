@@ -119,6 +119,14 @@ def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
     return cast.result
 
 
+def offset_pointer(pointer: ir.Value, elements: ir.Value) -> ir.Value:
+    """`pointer` advanced by `elements` f32 (an index value): a view of a buffer's tail,
+    e.g. one product of a stack of matrices."""
+    dynamic = -(2**31)  # the GEP's marker of a dynamic index
+    count = arith.index_cast(ir.IntegerType.get_signless(64), elements)
+    return llvm.getelementptr(llvm.PointerType.get(), pointer, [count], [dynamic], ir.F32Type.get(), 0)
+
+
 def check_lanes(target: Target, lanes: int) -> None:
     """Reject a lane count the target cannot hold in one vector register."""
     if lanes < 1 or lanes & (lanes - 1) or lanes > target.f32_lanes:

@@ -46,7 +46,7 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body, mask_type
-from kernels.emit import new_module, verify
+from kernels.emit import new_module, offset_pointer, verify
 from kernels.gemm import KBlocks, OutputTile, PackedA, PackedB, micro_kernel, write_back
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, prefix_mask, store, when
 from kernels.mlir import arith, ir, memref, vector
@@ -93,6 +93,9 @@ class MatmulConfig:
     channel_axis: ChannelAxis = "columns"  # where a channel operand (bias) varies: along C's
     # columns (a matmul's output features), or its rows (a convolution computed as a GEMM
     # whose rows are output channels and columns output pixels)
+    batch: int = 1  # independent products C[q] = A[q]·B[q], each operand stacked q-major
+    # (a Winograd convolution's one product per transform position); the tile ranges
+    # apply within each product
 
     @property
     def nr(self) -> int:
@@ -168,6 +171,8 @@ class MatmulConfig:
             raise AutoconfigError(f"mc={self.mc} must be a multiple of mr={self.mr}")
         if self.nc % self.nr:
             raise AutoconfigError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
+        if self.batch < 1:
+            raise AutoconfigError(f"batch must be >= 1, got {self.batch}")
         if self.channel_axis not in ("columns", "rows"):
             raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
 
@@ -182,13 +187,14 @@ SIZES = ("row_begin", "row_end", "col_begin", "col_end")
 def signature(config: MatmulConfig) -> KernelSignature:
     """``SYMBOL(C, A, B[, epilogue operands][, work], row_begin, row_end, col_begin, col_end)``."""
     m, n, k = config.shape.m, config.shape.n, config.shape.k
+    q = config.batch
     params = [
-        Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(m * n,)),
-        Param("a", Role.IN, extent=(m * k,)),
-        Param("b", Role.IN, extent=(k * n,)),
+        Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * m * n,)),
+        Param("a", Role.IN, extent=(q * m * k,)),
+        Param("b", Role.IN, extent=(q * k * n,)),
     ]
     for _, name, operand in ep.operand_names(config.epilogue):
-        params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel" else m * n,)))
+        params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel" else q * m * n,)))
     if config.algorithm == "packed":
         params.append(Param("work", Role.OUT, extent=(config.workspace(),)))
     params += [Param(name, Role.SIZE) for name in SIZES]
@@ -196,7 +202,7 @@ def signature(config: MatmulConfig) -> KernelSignature:
     return KernelSignature(
         symbol=config.symbol,
         params=tuple(params),
-        doc=f"C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}], then {ep.describe(config.epilogue)}, on row "
+        doc=f"{f'{q} products ' if q > 1 else ''}C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}], then {ep.describe(config.epilogue)}, on row "
         f"tiles [row_begin, row_end) of {config.mr} rows x column tiles [col_begin, col_end) of "
         f"{config.nr} ({config.algorithm}).",
     )
@@ -206,12 +212,25 @@ def generate(config: MatmulConfig, target: Target) -> KernelModule:
     """The matmul kernel of `config` on `target`."""
     config.validate(target)
     sig = signature(config)
+    body = {"broadcast": _broadcast, "dot": _dot, "tiled": _blocked, "packed": _blocked}[config.algorithm]
     with new_module() as module:
         with kernel_body(module, sig) as args:
-            kernel = _Kernel.of(config, target, args)
-            {"broadcast": _broadcast, "dot": _dot, "tiled": _blocked, "packed": _blocked}[config.algorithm](kernel)
+            if config.batch == 1:
+                body(_Kernel.of(config, target, args))
+            else:
+                for_range(0, config.batch, 1, lambda q: body(_Kernel.of(config, target, _product(config, args, q))))
         verify(module)
     return KernelModule(module=module, signatures=(sig,), target=target)
+
+
+def _product(config: MatmulConfig, args: dict, q: ir.Value) -> dict:
+    """The kernel arguments of product q of a batch: C, A, B and a residual advanced to
+    their q-th matrix; channel operands, workspace and ranges shared."""
+    s = config.shape
+    sizes = {"c": s.m * s.n, "a": s.m * s.k, "b": s.k * s.n}
+    sizes |= {name: s.m * s.n for _, name, kind in ep.operand_names(config.epilogue) if kind == "output"}
+    return {name: offset_pointer(value, arith.muli(q, index(sizes[name]))) if name in sizes else value
+            for name, value in args.items()}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ and calls add. Nothing is timed: the figures are the profile's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -37,13 +38,15 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models.matmul import (
-    MAX_MR, MAX_NV, RESOLUTION, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
+    MAX_MR, MAX_NV, RESOLUTION, STALL_TERM, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
     epilogue_term, microkernel_ns, predict as predict_matmul, total_ns,
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
-from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig
+from kernels.layout import PhaseSplit
+from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
 from kernels.sizes import ceil_div, round_up
+from kernels.winograd import TRANSFORMS, transform_ops
 from kernels.target import Target
 
 ConvSplit = Literal["groups", "rows", "columns"]
@@ -70,7 +73,12 @@ class ConvPlan:
 
     config: ConvConfig
     threads: int = 1
-    split: str = "groups"
+    split: str = ""  # "" = the algorithm's first: image-groups, or a GEMM's rows
+
+    def __post_init__(self) -> None:
+        if not self.split:
+            gemm = isinstance(self.config, (GemmConvConfig, WinogradConfig))
+            object.__setattr__(self, "split", "rows" if gemm else "groups")
 
     @property
     def shape(self) -> ConvShape:
@@ -83,7 +91,7 @@ class ConvPlan:
     def split_units(self) -> int:
         """What the threads divide: image-groups, row tiles or column tiles."""
         c = self.config
-        if isinstance(c, GemmConvConfig):
+        if isinstance(c, (GemmConvConfig, WinogradConfig)):
             return self.gemm_plan().split_units()
         if isinstance(c, DepthwiseConfig):
             return c.planes()
@@ -118,18 +126,21 @@ def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
     c = plan.config
     if isinstance(c, GemmConvConfig):
         return _gemm_prediction(plan, base)
+    if isinstance(c, WinogradConfig):
+        return _winograd_prediction(plan, base)
     m = base.at(c.lanes, plan.threads)
     terms_of = _direct_terms if isinstance(c, DirectConfig) else _depthwise_terms
     terms, params = terms_of(plan, m, busiest_share(plan.split_units(), plan.threads))
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
 
-def _transform_term(shape: ConvShape, lanes: int, slack: int, m: Machine, share: float) -> Term:
-    split = shape.phase_split(lanes, slack)
-    moved = (shape.batch * shape.channels * shape.height * shape.width + split.size) * F32
+def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
+    """The input copied into its padded, phase-split planes: each column phase reads the
+    rows again (`kernels.layout` builds one phase at a time), the planes are written once."""
+    moved = (split.planes * split.height * split.width * split.strides[1] + split.size) * F32
     return Term("transform", m.traffic_ns(moved) * share,
-                f"the input copied into padded planes split by stride phase "
-                f"({moved / 1e6:.2f} MB read and written)")  # fmt: skip
+                f"the input copied into padded planes split by stride {split.strides[0]}x{split.strides[1]} "
+                f"phases ({moved / 1e6:.2f} MB read and written)")  # fmt: skip
 
 
 def _call_term(calls: int, parts: int, m: Machine) -> Term:
@@ -189,7 +200,7 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.2f} MB: weights ({w_level}) per column tile, output per channel "
                           f"block, input, weights and output once from {once_level}"))  # fmt: skip
-    terms.append(_transform_term(s, lanes, nr, m, busiest_share(s.batch * s.channels, p.threads)))
+    terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
     _, kc_why = channel_block(s, c.mr, nr, m)
@@ -259,7 +270,7 @@ def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term],
     if once_level != "L1":
         terms.append(Term(f"memory {once_level}", once * share / m.bandwidth[once_level],
                           f"{once / 1e6:.2f} MB: the transformed input and the output once from {once_level}"))
-    terms.append(_transform_term(s, lanes, c.nr, m, share))
+    terms.append(_transform_term(c.split(), m, share))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
     params = [
@@ -310,13 +321,66 @@ def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
         im2col = c.im2col()
         share = busiest_share(im2col.rows, p.threads)
         moved = 2 * im2col.size * F32 * count
-        terms.append(_transform_term(s, c.lanes, c.lanes, m, busiest_share(s.batch * s.channels, p.threads)))
+        terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
         terms.append(Term("im2col", m.traffic_ns(moved / count) * count * share,
                           f"the windows copied into a {im2col.rows}x{s.out_height * s.out_width} matrix "
                           f"({moved / 1e6:.2f} MB written and read)"))  # fmt: skip
     params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {s.gemm_shape()} per image-group"),
               *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
+
+
+def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
+    """The matmul model's prediction of one of the T² products, times T², plus the phase
+    split and the two generated transforms: their vector ops at the FMA issue rate, their
+    loads and stores at the L1 load rate, and V and M written and read back from where
+    they lie."""
+    c: WinogradConfig = p.config
+    s = c.shape
+    t2 = c.t**2
+    gemm = predict_matmul(MatmulPlan(replace(c.gemm, batch=1), p.threads, p.split), base)
+    terms = [replace(t, ns=t.ns * t2, why=f"{t.why} (x{t2} products)") if t.name != "call" else t
+             for t in gemm.terms]  # fmt: skip
+    m = base.at(c.lanes, p.threads)
+    b_t, _, a_t = TRANSFORMS[c.m]
+    v_bytes, m_bytes = c.transformed_size() * s.channels * F32, c.transformed_size() * s.out_channels * F32
+    outputs = math.prod(s.output_shape)
+    passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), c.split().size * F32 + v_bytes, "input"),
+              ("transform out", s.out_channels, (c.t + c.m) * transform_ops(a_t), m_bytes + outputs * F32, "output"))
+    for name, channels, ops, moved, side in passes:
+        vectors = s.batch * channels * c.tiles_h * ceil_div(c.tiles_w, c.lanes)
+        share = busiest_share(s.batch * channels, p.threads)
+        issue = vectors * (ops / m.fma_per_ns() + 2 * t2 / m.vector_loads_per_ns())
+        terms.append(Term(name, (issue + m.traffic_ns(moved)) * share,
+                          f"{side} tiles: {ops} vector ops and {t2} loads and stores per {c.lanes} tiles; "
+                          f"{moved / 1e6:.1f} MB read and written"))  # fmt: skip
+    # the products' B (V) and C (M) come from and go to the transforms' passes, not warm
+    level = m.holding_level(v_bytes + m_bytes, whole_problem=True)
+    terms.append(Term(STALL_TERM, (v_bytes + m_bytes) / m.bandwidth[level] / p.parts(),
+                      f"the products read V and write M ({(v_bytes + m_bytes) / 1e6:.1f} MB) in {level}, "
+                      "between the transform passes"))  # fmt: skip
+    terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
+    if c.epilogue:
+        terms.append(epilogue_term(c.epilogue, ceil_div(outputs, c.lanes), outputs, m, 1.0 / p.parts()))
+    params = [("algorithm", f"winograd F({c.m}x{c.m},3x3): {t2} multiplies per {c.m * c.m} outputs and channel "
+                            f"pair instead of {9 * c.m * c.m}; {t2} products of {c.gemm_shape()}"),
+              *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
+    return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
+
+
+def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int) -> list[ConvPlan]:
+    """F(2,3) and F(4,3), each with the matmul model's choice for its product, where the
+    layer and the target allow Winograd."""
+    if (shape.kernel != (3, 3) or shape.strides != (1, 1) or shape.dilations != (1, 1) or shape.group != 1
+            or target.scalable):  # fmt: skip
+        return []
+    plans = []
+    for m in TRANSFORMS:
+        probe = WinogradConfig(shape, m, 1, None)  # for its product's shape
+        gemm = choose_matmul(probe.gemm_shape(), profile, target, threads).best.plan
+        config = WinogradConfig(shape, m, gemm.config.lanes, replace(gemm.config, batch=(m + 2) ** 2))
+        plans.append(ConvPlan(config, gemm.threads, gemm.split))
+    return plans
 
 
 def direct_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
@@ -390,6 +454,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions = [predict(p, machine) for t in sorted({1, budget})
                    for candidates in (direct_candidates, depthwise_candidates)
                    for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
+    predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget)]
     for algorithm in ("gemm1x1", "im2col"):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
@@ -399,7 +464,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
     per_algorithm = []
-    for algorithm in ("direct", "depthwise", "gemm1x1", "im2col"):
+    for algorithm in ("direct", "depthwise", "gemm1x1", "im2col", "winograd"):
         mine = [p for p in predictions if p.config.algorithm == algorithm]
         if mine:
             per_algorithm.append(_best(mine))
@@ -415,14 +480,16 @@ def _best(predictions: list[Prediction]) -> Prediction:
 
 
 def _tile_area(config: ConvConfig) -> int:
-    return config.gemm.mr * config.gemm.nv if isinstance(config, GemmConvConfig) else config.mr * config.nv
+    if isinstance(config, (GemmConvConfig, WinogradConfig)):
+        return config.gemm.mr * config.gemm.nv
+    return config.mr * config.nv
 
 
 def validate_plan(plan: ConvPlan, target: Target) -> None:
     """Reject a forced plan the runtime cannot run."""
     plan.config.validate(target)
-    allowed = {GemmConvConfig: ("rows", "columns"), DirectConfig: DIRECT_SPLITS,
-               DepthwiseConfig: ("groups",)}[type(plan.config)]  # fmt: skip
+    allowed = {GemmConvConfig: ("rows", "columns"), WinogradConfig: ("rows", "columns"),
+               DirectConfig: DIRECT_SPLITS, DepthwiseConfig: ("groups",)}[type(plan.config)]  # fmt: skip
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
     if plan.threads < 1:

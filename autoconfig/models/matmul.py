@@ -267,7 +267,7 @@ STALL_TERM = "l1 misses"
 
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
-SERIAL_TERMS = ("packing", "transform", "im2col", "call", STALL_TERM)
+SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "call", STALL_TERM)
 """Terms that do not overlap the kernel: a copy done before it (packing, a layout
 transform), a stall on its critical path, the call itself."""
 

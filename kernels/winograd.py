@@ -1,0 +1,308 @@
+"""Winograd convolution F(m×m, 3×3) for 3×3, stride-1, undilated, ungrouped layers
+(Lavin & Gray, CVPR'16), m = 2 or 4: each m×m output tile from a T×T input tile
+(T = m + 2) with T² multiplies per channel pair instead of 9·m².
+
+    U[ξν][k][c] = (G g[k][c] Gᵀ)[ξ][ν]                   filter transform, once, at build time
+    V[ξν][c][p] = (Bᵀ d[c][p] B)[ξ][ν]                    input transform, generated
+    M[ξν]       = U[ξν] · V[ξν]                           T² matrix products (`kernels.matmul`, batched)
+    Y[k][tile p] = Aᵀ M[··][k][p] A                       output transform + epilogue, generated
+
+The tiles p run over images × tile rows × tile columns. Both generated transforms
+keep consecutive tile columns in the vector lanes: the input is first split by
+stride-m phases (`kernels.layout`, stride m), so element (i, j) of the input tiles at
+columns tx..tx+L is one whole-vector load at a constant offset; the output tile's
+columns j of L tiles are interleaved by shuffles into contiguous output rows, where
+the epilogue runs and the row's end is stored masked.
+
+    input:   for plane (n, c):  for ty:  for tx0 step L:
+                 d[i][j] = Xt[plane][tap(i, j) + ty·Wq + tx0]          (T² loads)
+                 V[ξν][c][n·P + ty·TW + tx0] = (Bᵀ d B)[ξ][ν]          (T² stores)
+    output:  for plane (n, k):  for ty:  for tx0 step L:
+                 o = Aᵀ M[··][k][n·P + ty·TW + tx0] A                  (m×m vectors)
+                 rows ty·m + i < OH:  Y row = epilogue(interleave(o[i][0..m)))
+
+Fixed-width vectors only (the interleave is a shuffle); F(4,3)'s transforms amplify
+rounding (its points ±2, ±½), so results differ from a direct sum by ~1e-4 relative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
+from kernels.emit import mask_type, new_module, verify
+from kernels.layout import PhaseSplit, generate_phase_split
+from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when
+from kernels.mlir import arith, ir, memref, vector
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+Matrix = tuple[tuple[float, ...], ...]
+
+TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {  # m: (Bᵀ, G, Aᵀ)
+    2: (((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+        ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1)),
+        ((1, 1, 1, 0), (0, 1, -1, -1))),
+    4: (((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+         (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+        ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+         (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+        ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))),
+}  # fmt: skip
+"""The interpolation points 0, ±1 (F(2,3)) and 0, ±1, ±2 (F(4,3)), as in Lavin & Gray."""
+
+
+def transform_ops(matrix: Matrix) -> int:
+    """Vector adds and multiplies one 1-D pass of `matrix` costs (zeros skipped, ±1 a
+    plain add): the models count a 2-D transform as 2·T passes."""
+    return sum(sum(1 for c in row if c) - 1 + sum(1 for c in row if abs(c) not in (0, 1)) for row in matrix)
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """F(m×m, 3×3) with `lanes` tile columns per vector; `gemm` is the batched product
+    (Cout × tiles × Cin, batch T²)."""
+
+    shape: "ConvShape"  # noqa: F821 (kernels.conv.ConvShape; imported there)
+    m: int
+    lanes: int
+    gemm: mm.MatmulConfig
+    epilogue: ep.Epilogue = field(default=())
+
+    algorithm: str = field(default="winograd", init=False)
+
+    @property
+    def t(self) -> int:
+        return self.m + 2
+
+    @property
+    def tile(self) -> str:
+        return f"F({self.m},3) {self.gemm.algorithm} {self.gemm.tile}"
+
+    @property
+    def tiles_h(self) -> int:
+        return ceil_div(self.shape.out_height, self.m)
+
+    @property
+    def tiles_w(self) -> int:
+        return ceil_div(self.shape.out_width, self.m)
+
+    @property
+    def tiles(self) -> int:
+        """Tiles of one image."""
+        return self.tiles_h * self.tiles_w
+
+    def gemm_shape(self) -> mm.MatmulShape:
+        s = self.shape
+        return mm.MatmulShape(s.out_channels, s.batch * self.tiles, s.channels)
+
+    def split(self) -> PhaseSplit:
+        """The input padded (with zero rows and columns for the last tiles) and split by
+        stride-m phases."""
+        s = self.shape
+        bottom = self.tiles_h * self.m + 2 - s.height - s.pads[0]
+        right = self.tiles_w * self.m + 2 - s.width - s.pads[1]
+        return PhaseSplit(s.batch * s.channels, s.height, s.width, (self.m, self.m),
+                          (s.pads[0], s.pads[1], max(bottom, s.pads[2]), max(right, s.pads[3])), 0.0,
+                          self.lanes, 2 * self.lanes)  # fmt: skip
+
+    def transformed_size(self) -> int:
+        """f32 elements of V (and of M, with Cout for Cin)."""
+        return self.t**2 * self.shape.batch * self.tiles
+
+    @property
+    def symbol(self) -> str:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
+        return f"ac_winograd{self.m}_f32_{digest}"
+
+    def validate(self, target: Target) -> None:
+        s = self.shape
+        if s.kernel != (3, 3) or s.strides != (1, 1) or s.dilations != (1, 1) or s.group != 1:
+            raise AutoconfigError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
+        if self.m not in TRANSFORMS:
+            raise AutoconfigError(f"winograd output tiles are 2 or 4, got {self.m}")
+        if target.scalable:
+            raise AutoconfigError(f"winograd's output interleave needs fixed-width vectors; {target.name} has "
+                                  "scalable ones")  # fmt: skip
+        check_lanes(target, self.lanes)
+        g = self.gemm
+        if g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate:
+            raise AutoconfigError(f"winograd's product is {self.gemm_shape()} x {self.t**2}, without epilogue")
+        g.validate(target)
+
+    def filter_transform(self, weight: np.ndarray) -> np.ndarray:
+        """U[ξν][k][c] = G g Gᵀ (in float64, once, at build time), stacked as the
+        product's A matrices."""
+        g = np.asarray(TRANSFORMS[self.m][1], np.float64)
+        u = np.einsum("xi,kcij,yj->xykc", g, weight.astype(np.float64), g)
+        return u.reshape(self.t**2, self.shape.out_channels, self.shape.channels).astype(np.float32)
+
+    def input_signature(self) -> KernelSignature:
+        s = self.shape
+        return KernelSignature(
+            self.symbol + "_in",
+            (Param("v", Role.OUT, extent=(self.transformed_size() * s.channels,)),
+             Param("xt", Role.IN, extent=(self.split().size,)),
+             Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)),
+            f"Winograd F({self.m},3) input transform of {s.describe()}, planes [plane_begin, plane_end).",
+        )  # fmt: skip
+
+    def output_signature(self) -> KernelSignature:
+        s = self.shape
+        outputs = math.prod(s.output_shape)
+        params = [Param("y", Role.OUT, extent=(outputs,)),
+                  Param("mm", Role.IN, extent=(self.transformed_size() * s.out_channels,))]  # fmt: skip
+        for _, name, operand in ep.operand_names(self.epilogue):
+            params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
+        params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
+        return KernelSignature(self.symbol + "_out", tuple(params),
+                               f"Winograd F({self.m},3) output transform of {s.describe()}, then "
+                               f"{ep.describe(self.epilogue)}, planes [plane_begin, plane_end).")  # fmt: skip
+
+
+def generate(config: WinogradConfig, target: Target) -> list[KernelModule]:
+    """The kernels in the order they run: the phase split, the input transform, the
+    batched product, the output transform."""
+    config.validate(target)
+    modules = [generate_phase_split(config.split(), target)]
+    for sig, body in ((config.input_signature(), _input_transform), (config.output_signature(), _output_transform)):
+        with new_module() as module:
+            with kernel_body(module, sig) as args:
+                body(config, target, args)
+            verify(module)
+        modules.append(KernelModule(module=module, signatures=(sig,), target=target))
+    return [modules[0], modules[1], mm.generate(config.gemm, target), modules[2]]
+
+
+def _combine(coefficients: tuple[float, ...], values: list[ir.Value], zero: ir.Value) -> ir.Value:
+    """Σ coefficient·value with zeros skipped and ±1 as adds and subtracts."""
+    total = None
+    for c, v in zip(coefficients, values, strict=True):
+        if not c:
+            continue
+        term = v if abs(c) == 1 else arith.mulf(v, vector.broadcast(v.type, arith.constant(ir.F32Type.get(), float(abs(c)))))
+        if total is None:
+            total = term if c > 0 else arith.negf(term)
+        else:
+            total = arith.addf(total, term) if c > 0 else arith.subf(total, term)
+    return zero if total is None else total
+
+
+def _two_sided(left: Matrix, d: list[list[ir.Value]], zero: ir.Value) -> list[list[ir.Value]]:
+    """left · d · leftᵀ for a square grid `d` of vectors."""
+    size = len(d)
+    rows = [[_combine(left[i], [d[k][j] for k in range(size)], zero) for j in range(size)] for i in range(len(left))]
+    return [[_combine(left[j], row, zero) for j in range(len(left))] for row in rows]
+
+
+def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
+    s, split, lanes, t = cfg.shape, cfg.split(), cfg.lanes, cfg.t
+    vec = f32_vector_type(target, lanes)
+    xt = f32_memref(args["xt"], [split.size])
+    columns = s.batch * cfg.tiles
+    v = f32_memref(args["v"], [t * t * s.channels, columns])  # rows: (ξν, c)
+    taps = [[split.tap_offset(i, j) for j in range(t)] for i in range(t)]
+    zero = f32_splat(target, lanes, 0.0)
+    b_t = TRANSFORMS[cfg.m][0]
+
+    def plane(p: ir.Value) -> None:
+        n, c = arith.divsi(p, index(s.channels)), arith.remsi(p, index(s.channels))
+        first_tile = arith.muli(n, index(cfg.tiles))
+
+        def tile_row(ty: ir.Value) -> None:
+            window = arith.addi(arith.muli(p, index(split.plane_size)), arith.muli(ty, index(split.phase_cols)))
+            tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
+
+            def step(tx0: ir.Value, count: int) -> None:
+                mask = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                start = arith.addi(window, tx0)
+                d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
+                transformed = _two_sided(b_t, d, zero)
+                for xi in range(t):
+                    for nu in range(t):
+                        row = arith.addi(arith.muli(index(xi * t + nu), index(s.channels)), c)
+                        store(transformed[xi][nu], v, [row, arith.addi(tile, tx0)], mask)
+
+            for_tiles(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, step)
+
+        for_range(0, cfg.tiles_h, 1, tile_row)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.batch * s.channels)), 1, plane)
+
+
+def interleave(pieces: list[ir.Value]) -> list[ir.Value]:
+    """The lanes of len(pieces) = 2 or 4 vectors interleaved (lane l of piece j to place
+    l·len + j), as that many vectors: pairs of shuffles, twice for four."""
+    lanes = ir.VectorType(pieces[0].type).shape[0]
+
+    def pair(a: ir.Value, b: ir.Value) -> list[ir.Value]:
+        order = [x for lane in range(lanes) for x in (lane, lanes + lane)]
+        return [vector.shuffle(a, b, order[:lanes]), vector.shuffle(a, b, order[lanes:])]
+
+    if len(pieces) == 2:
+        return pair(*pieces)
+    low, high = pair(pieces[0], pieces[2]), pair(pieces[1], pieces[3])
+    return [w for k in range(2) for w in pair(low[k], high[k])]
+
+
+def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
+    s, lanes, t, m = cfg.shape, cfg.lanes, cfg.t, cfg.m
+    vec = f32_vector_type(target, lanes)
+    columns = s.batch * cfg.tiles
+    products = f32_memref(args["mm"], [t * t * s.out_channels, columns])  # rows: (ξν, k)
+    oh_, ow_ = s.out_height, s.out_width
+    y = f32_memref(args["y"], [s.batch * s.out_channels * oh_, ow_])
+    operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [s.batch * s.out_channels * oh_, ow_])
+                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    zero = f32_splat(target, lanes, 0.0)
+    a_t = TRANSFORMS[m][2]
+
+    def plane(p: ir.Value) -> None:
+        n, k = arith.divsi(p, index(s.out_channels)), arith.remsi(p, index(s.out_channels))
+        first_tile = arith.muli(n, index(cfg.tiles))
+
+        def tile_row(ty: ir.Value) -> None:
+            tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
+
+            def step(tx0: ir.Value, count: int) -> None:
+                mask = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                at = arith.addi(tile, tx0)
+                grid = [[load(vec, products, [arith.addi(arith.muli(index(xi * t + nu), index(s.out_channels)), k), at],
+                              mask) for nu in range(t)] for xi in range(t)]  # fmt: skip
+                out = _two_sided(a_t, grid, zero)
+                x0 = arith.muli(tx0, index(m))
+                for i in range(m):
+                    oh = arith.addi(arith.muli(ty, index(m)), index(i))
+                    row = arith.addi(arith.muli(p, index(oh_)), oh)
+
+                    def store_row(i: int = i, row: ir.Value = row) -> None:
+                        for w, value in enumerate(interleave(out[i])):
+                            x = offset(x0, w * lanes)
+                            left = prefix_mask(mask_type(target, lanes), arith.subi(index(ow_), x))
+
+                            def operand(j: int, x: ir.Value = x, left: ir.Value = left) -> ir.Value:
+                                if cfg.epilogue[j].operand == "channel":
+                                    return vector.broadcast(vec, memref.load(operands[j], [k]))
+                                return load(vec, operands[j], [row, x], left)
+
+                            store(ep.apply(cfg.epilogue, value, operand), y, [row, x], left)
+
+                    if oh_ % m and i >= oh_ % m:  # beyond OH on the last tile row
+                        when(arith.cmpi(arith.CmpIPredicate.slt, oh, index(oh_)), store_row)
+                    else:
+                        store_row()
+
+            for_tiles(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, step)
+
+        for_range(0, cfg.tiles_h, 1, tile_row)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.batch * s.out_channels)), 1,
+              plane)  # fmt: skip
