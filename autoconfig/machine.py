@@ -30,6 +30,10 @@ the Python pool it replaced cost ~40 µs on 2 cores."""
 
 LEVELS = ("L1", "L2", "L3", "DRAM")
 
+LOAD_RATE_SAME = 0.85
+"""Load rates within 15% count as the same instruction rate (the probe's figures vary
+by a few percent from run to run; a width issued as two operations measures ~50%)."""
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -140,6 +144,16 @@ class Machine:
         made 128-bit loads look twice as frequent on Zen 2/3, and picked 128-bit
         broadcast matmul where 256-bit measured 1.65x faster)."""
         return self._loads_per_ns(self.fma)
+
+    def load_op_bytes(self) -> int:
+        """Bytes one L1 load operation moves: the widest measured width whose loads still
+        issue as often as the narrowest's (Zen 4 issues 512-bit loads half as often as
+        256-bit ones: two 32-byte operations each). Without load figures, the widest."""
+        measured = sorted((f.lanes, float(f.loads)) for f in self.fma_by_lanes.values() if f.loads is not None)
+        if not measured:
+            return self.widest_lanes * F32
+        narrowest_rate = measured[0][1]
+        return max(lanes for lanes, rate in measured if rate >= LOAD_RATE_SAME * narrowest_rate) * F32
 
     def broadcast_loads_per_ns(self) -> float:
         """Scalar broadcast loads (a register tile's A elements) per ns: as many as the

@@ -150,6 +150,14 @@ def test_small_layers_under_emulation(case_id):
     for plan in forced_plans(s, lanes, (ep.bias(),))[1:4]:  # direct blocked, rows, im2col tiled
         y = compile_layer(s, w, b, profile=PROFILE_OF[case_id], target=target, config=plan)(x)
         assert_close(y, expected, what=f"{case_id} {plan.config.algorithm}")
+    if not target.scalable:  # Winograd's interleave is a fixed-width shuffle
+        square = ConvShape(1, 3, 7, 9, 5, (3, 3), pads=(1, 1, 1, 1))
+        sx, sw_, sb = layer_data(square, 5)
+        winograd = [p for p in forced_plans(square, lanes, (ep.bias(),)) if isinstance(p.config, WinogradConfig)]
+        assert len(winograd) == 2
+        for plan in winograd:
+            y = compile_layer(square, sw_, sb, profile=PROFILE_OF[case_id], target=target, config=plan)(sx)
+            assert_close(y, conv_reference(square, sx, sw_, sb), 1e-3, f"{case_id} {plan.config.tile}")
     pool = autoconfig.compile_pool2d(s.input_shape, "average", (3, 2), strides=(2, 2), pads=(1, 1, 1, 0),
                                      ceil_mode=True, profile=PROFILE_OF[case_id], target=target)  # fmt: skip
     assert_close(pool(x), pool_reference(pool.shape, x), 1e-5, f"{case_id} pool")
@@ -254,6 +262,9 @@ def test_the_model_picks_several_algorithms_and_says_why():
     profile = load_profile(AVX512)
     choices = [choose(s, profile, get_target("avx512"), 1) for s in ZOO_LAYERS]
     assert len({c.best.config.algorithm for c in choices}) >= 4
+    for s in ZOO_LAYERS:  # every algorithm's plan carries the epilogue it was chosen for
+        chosen = choose(s, profile, get_target("avx512"), 1, (ep.bias(), ep.relu()))
+        assert all(p.config.epilogue == (ep.bias(), ep.relu()) for p in chosen.per_algorithm)
     for c in choices:
         text = c.explain()
         assert f"choice: {c.best.config.algorithm}" in text and "best of each algorithm" in text

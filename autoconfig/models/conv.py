@@ -239,8 +239,12 @@ def _tiles_ns(rows: tuple[int, int], columns: tuple[int, int, int], m: Machine,
 
 
 def _line_crossings(lanes: int, m: Machine) -> float:
-    """The share of vector loads at an arbitrary float offset that cross a cache line."""
-    return max(0.0, (lanes * F32 - F32) / m.line)
+    """The share of load operations at an arbitrary float offset that cross a cache line:
+    (operation bytes − 4)/line, an operation being the vector or, where the machine
+    splits wide loads (`Machine.load_op_bytes`), its part: a 64-byte load issued as two
+    32-byte operations crosses in one of them (the whole-vector count, 94% on Zen 4,
+    made the model avoid 512-bit depthwise tiles that measured fastest)."""
+    return max(0.0, (min(lanes * F32, m.load_op_bytes()) - F32) / m.line)
 
 
 def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
@@ -368,7 +372,8 @@ def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
 
 
-def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int) -> list[ConvPlan]:
+def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int,
+                   epilogue: ep.Epilogue = ()) -> list[ConvPlan]:  # fmt: skip
     """F(2,3) and F(4,3), each with the matmul model's choice for its product, where the
     layer and the target allow Winograd."""
     if (shape.kernel != (3, 3) or shape.strides != (1, 1) or shape.dilations != (1, 1) or shape.group != 1
@@ -378,7 +383,7 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     for m in TRANSFORMS:
         probe = WinogradConfig(shape, m, 1, None)  # for its product's shape
         gemm = choose_matmul(probe.gemm_shape(), profile, target, threads).best.plan
-        config = WinogradConfig(shape, m, gemm.config.lanes, replace(gemm.config, batch=(m + 2) ** 2))
+        config = WinogradConfig(shape, m, gemm.config.lanes, replace(gemm.config, batch=(m + 2) ** 2), epilogue)
         plans.append(ConvPlan(config, gemm.threads, gemm.split))
     return plans
 
@@ -454,7 +459,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions = [predict(p, machine) for t in sorted({1, budget})
                    for candidates in (direct_candidates, depthwise_candidates)
                    for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
-    predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget)]
+    predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     for algorithm in ("gemm1x1", "im2col"):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
