@@ -276,7 +276,9 @@ def test_choices_differ_between_isas():
         return [(c.best.config.algorithm, c.best.config.lanes, c.best.config.tile)
                 for s in ZOO_LAYERS for c in [choose(s, load_profile(profile), target, 1)]]  # fmt: skip
 
-    assert picks(AVX2, get_target("avx2")) != picks(PROFILES / "intel-xeon-platinum-8380.yaml", get_target("avx512"))
+    # the datasheet profiles: AVX2 (Core i7-8700) vs AVX-512 (Xeon Platinum 8380), NEON vs RVV
+    assert (picks(PROFILES / "intel-core-i7-8700.yaml", get_target("avx2"))
+            != picks(PROFILES / "intel-xeon-platinum-8380.yaml", get_target("avx512")))  # fmt: skip
     assert picks(PROFILE_OF["neon"], get_target("neon")) != picks(PROFILE_OF["rvv256"], get_target("rvv", 256))
 
 
