@@ -436,7 +436,8 @@ class ConvChoice:
         s = b.shape
         lines = [f"conv {s.describe()} -> {'x'.join(map(str, s.output_shape))} on {self.target.name} "
                  f"(profile {self.profile.name}, {b.plan.threads} thread(s))",
-                 f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s",
+                 f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s "
+                 "(the layer's direct flops over the time, also for Winograd, which does fewer)",
                  "parameters:"]  # fmt: skip
         lines += [f"  {name:<10} {why}" for name, why in b.parameters]
         lines.append("terms (ns; total = softmax(compute, largest memory) + transform + im2col + l1 misses + packing + call):")
