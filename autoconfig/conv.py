@@ -20,10 +20,10 @@ from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
 from autoconfig.models.matmul import Prediction
 from autoconfig.resolve import resolve_profile, resolve_target
-from autoconfig.runtime import SplitKernel, aligned_array, scratch, split
+from autoconfig.runtime import SplitKernel, aligned_array, split
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, generate
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, WinogradConfig, generate
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -60,47 +60,34 @@ class CompiledConv:
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.config.shape, target
         self.prediction, self.choice = prediction, choice
         self.library = build_library(generate(self.config, target))
-        self._weight = aligned_array(weight.size)  # on a cache line, as the kernels' own buffers
-        self._weight[:] = weight.ravel()
+        c = self.config
+        kept = c.filter_transform(weight) if isinstance(c, WinogradConfig) else weight  # U = G g Gᵀ, once
+        self._weight = aligned_array(kept.size)  # on a cache line, as the kernels' own buffers
+        self._weight[:] = kept.ravel()
         self._channel = channel_operands
-        s, c = self.shape, self.config
+        s = self.shape
         planes = split(s.batch * s.channels, plan.threads)
         if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
             work = [[aligned_array(c.workspace(), 0.0)] for _ in planes]
             self._kernel = SplitKernel(self.library.kernel(c.symbol), planes, work)
             return
-        if isinstance(c, DirectConfig):
+        if c.algorithm != "gemm1x1":  # the others read the transformed input
             self._buffer = aligned_array(c.split().size, 0.0)  # the slack stays zero
             self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
+        if isinstance(c, DirectConfig):
             self._kernel = SplitKernel(self.library.kernel(c.symbol), _direct_parts(plan))
             return
-        from autoconfig.matmul import part_blocks
+        from autoconfig.matmul import split_kernel
 
-        if isinstance(c, WinogradConfig):  # transform, input transform, T² products, output transform
-            self._buffer = aligned_array(c.split().size, 0.0)
-            self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
-            transformed = c.filter_transform(np.asarray(weight, np.float32))
-            self._weight = aligned_array(transformed.size)
-            self._weight[:] = transformed.ravel()
+        self._kernel = split_kernel(plan.gemm_plan(), self.library)
+        if isinstance(c, WinogradConfig):  # then input transform, T² products, output transform
             self._v = aligned_array(c.transformed_size() * s.channels)
             self._m = aligned_array(c.transformed_size() * s.out_channels)
             self._input = SplitKernel(self.library.kernel(c.input_signature().symbol), planes)
             self._output = SplitKernel(self.library.kernel(c.output_signature().symbol),
                                        split(s.batch * s.out_channels, plan.threads))  # fmt: skip
-            gemm_plan = plan.gemm_plan()
-            work = c.gemm.workspace()
-            private = [[w] for w in scratch(work, len(part_blocks(gemm_plan)))] if work else None
-            self._kernel = SplitKernel(self.library.kernel(c.gemm.symbol), part_blocks(gemm_plan), private)
-            return
-
-        gemm_plan = plan.gemm_plan()
-        work = c.gemm.workspace()
-        private = [[w] for w in scratch(work, len(part_blocks(gemm_plan)))] if work else None
-        self._kernel = SplitKernel(self.library.kernel(c.gemm.symbol), part_blocks(gemm_plan), private)
-        if c.algorithm == "im2col":
+        elif c.algorithm == "im2col":
             im2col = c.im2col()
-            self._buffer = aligned_array(c.split().size, 0.0)
-            self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
             self._columns = aligned_array(im2col.size)
             rows = split(im2col.rows, plan.threads)
             self._im2col = [SplitKernel(self.library.kernel(im2col.symbol), [(ng, *r) for r in rows])

@@ -31,10 +31,7 @@ class CompiledMatmul:
                  choice: Choice | None, library: KernelLibrary):  # fmt: skip
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.shape, target
         self.prediction, self.choice, self.library = prediction, choice, library
-        work = self.config.workspace()
-        blocks = part_blocks(plan)
-        private = [[w] for w in scratch(work, len(blocks))] if work else None
-        self._run = SplitKernel(library.kernel(self.config.symbol), blocks, private)
+        self._run = split_kernel(plan, library)
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> np.ndarray:
         s, cfg = self.shape, self.config
@@ -67,6 +64,15 @@ class CompiledMatmul:
         if self.choice is not None:
             return self.choice.explain()
         return _explain_forced(self.prediction, self.target)
+
+
+def split_kernel(plan: MatmulPlan, library: KernelLibrary) -> SplitKernel:
+    """The plan's kernel from `library`, run on each thread's block (`part_blocks`) with
+    its own packing workspace."""
+    work = plan.config.workspace()
+    blocks = part_blocks(plan)
+    private = [[w] for w in scratch(work, len(blocks))] if work else None
+    return SplitKernel(library.kernel(plan.config.symbol), blocks, private)
 
 
 def part_blocks(plan: MatmulPlan) -> list[tuple[int, int, int, int]]:

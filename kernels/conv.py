@@ -46,7 +46,6 @@ stays in L1 (a whole-input transform pass cost as much as the convolution)::
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -55,14 +54,16 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body, mask_type
-from kernels.emit import new_module, verify
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
+from kernels.emit import config_symbol, new_module, tail_mask, verify
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
-from kernels.layout import PhaseSplit, copy_plane, source_memref
-from kernels.loops import for_carry, for_range, for_tiles, load, offset, prefix_mask, store, when_else
+from kernels.layout import PhaseSplit, copy_plane, generate_phase_split, source_memref
+from kernels.loops import for_carry, for_range, for_tiles, load, offset, store, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
+from kernels import winograd
+from kernels.winograd import WinogradConfig
 
 ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise", "winograd"]
 CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1", "depthwise", "winograd")
@@ -124,8 +125,9 @@ class ConvShape:
 
     @property
     def depthwise(self) -> bool:
-        """One input channel per group (MobileNet's depthwise layers)."""
-        return self.group > 1 and self.in_per_group == 1
+        """One input and one output channel per group (MobileNet's depthwise layers; a
+        channel multiplier above 1 is a grouped convolution for the direct algorithm)."""
+        return self.group > 1 and self.in_per_group == 1 and self.out_per_group == 1
 
     @property
     def pointwise(self) -> bool:
@@ -222,21 +224,26 @@ class DirectConfig:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_conv_direct_f32_{digest}"
+        return config_symbol("ac_conv_direct_f32", self)
 
     def validate(self, target: Target) -> None:
         """Reject a config the target cannot run, with the reason."""
-        check_lanes(target, self.lanes)
-        for name in ("mr", "nv"):
-            if getattr(self, name) < 1:
-                raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kc < 0:
             raise AutoconfigError(f"kc must be >= 0, got {self.kc}")
-        registers, held = self.registers_needed()
-        if registers > target.vector_registers:
-            raise AutoconfigError(f"direct {self.tile} needs {held} = {registers} vector registers; "
-                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+        _check_tile(self, target)
+
+
+def _check_tile(config: DirectConfig | DepthwiseConfig, target: Target) -> None:
+    """Reject lanes the target cannot hold, empty tiles, and tiles needing more vector
+    registers than it has."""
+    check_lanes(target, config.lanes)
+    for name in ("mr", "nv"):
+        if getattr(config, name) < 1:
+            raise AutoconfigError(f"{name} must be >= 1, got {getattr(config, name)}")
+    registers, held = config.registers_needed()
+    if registers > target.vector_registers:
+        raise AutoconfigError(f"{config.algorithm} {config.tile} needs {held} = {registers} vector registers; "
+                              f"{target.name} has {target.vector_registers}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -314,21 +321,13 @@ class DepthwiseConfig:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_conv_depthwise_f32_{digest}"
+        return config_symbol("ac_conv_depthwise_f32", self)
 
     def validate(self, target: Target) -> None:
-        if not (self.shape.depthwise and self.shape.out_per_group == 1):
+        if not self.shape.depthwise:
             raise AutoconfigError(f"depthwise needs one input and one output channel per group, got "
                                   f"{self.shape.describe()}")  # fmt: skip
-        check_lanes(target, self.lanes)
-        for name in ("mr", "nv"):
-            if getattr(self, name) < 1:
-                raise AutoconfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        registers, held = self.registers_needed()
-        if registers > target.vector_registers:
-            raise AutoconfigError(f"depthwise {self.tile} needs {held} = {registers} vector registers; "
-                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+        _check_tile(self, target)
 
     def workspace(self) -> int:
         """f32 elements of one thread's scratch plane (its slack included)."""
@@ -351,8 +350,6 @@ class DepthwiseConfig:
                                f"tiles of {self.mr} output rows x {self.nr} pixels, planes [plane_begin, plane_end).")
 
 
-from kernels.winograd import WinogradConfig  # noqa: E402 (it names ConvShape, defined above)
-
 ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig
 
 
@@ -374,8 +371,7 @@ class Im2col:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_im2col_f32_{digest}"
+        return config_symbol("ac_im2col_f32", self)
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(col, xt, ng, row_begin, row_end)``: rows [row_begin, row_end) of the
@@ -416,16 +412,12 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
     (direct, im2col, winograd), the window copy (im2col) or Winograd's input transform,
     the convolution or matmul kernel, Winograd's output transform."""
     config.validate(target)
-    from kernels.layout import generate_phase_split
-
     if isinstance(config, DirectConfig):
         return [generate_phase_split(config.split(), target), _module(direct_signature(config), target,
                                                                       lambda args: _direct(config, target, args))]
     if isinstance(config, DepthwiseConfig):
         return [_module(config.signature(), target, lambda args: _depthwise(config, target, args))]
     if isinstance(config, WinogradConfig):
-        from kernels import winograd
-
         return winograd.generate(config, target)
     if config.algorithm == "gemm1x1":
         return [mm.generate(config.gemm, target)]
@@ -463,7 +455,7 @@ def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
     per_row = cfg.tiles_per_row()
 
     def mask(count: int) -> ir.Value | None:
-        return None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+        return tail_mask(target, lanes, count)
 
     def image_group(ng: ir.Value) -> None:
         n = arith.divsi(ng, index(s.group))
@@ -554,7 +546,6 @@ def _depthwise(cfg: DepthwiseConfig, target: Target, args: dict) -> None:
     w = f32_memref(args["w"], [s.out_channels * s.taps])
     operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [cfg.planes() * oh_, ow_])
                 for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
-    taps = s.tap_offsets(split)
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
 
     def plane(p: ir.Value) -> None:
@@ -566,8 +557,7 @@ def _depthwise(cfg: DepthwiseConfig, target: Target, args: dict) -> None:
         def row_tile(oh0: ir.Value, rows: int) -> None:
             def column_tile(ow0: ir.Value, columns: int) -> None:
                 vectors = ceil_div(columns, lanes)
-                masks = [None if columns - v * lanes >= lanes else
-                         prefix_mask(mask_type(target, lanes), columns - v * lanes) for v in range(vectors)]  # fmt: skip
+                masks = [tail_mask(target, lanes, columns - v * lanes) for v in range(vectors)]
                 starts = [arith.addi(plane_start, arith.addi(arith.muli(offset(oh0, r), index(split.phase_cols)), ow0))
                           for r in range(rows)]  # fmt: skip
                 def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
@@ -635,7 +625,7 @@ def _im2col(copy: Im2col, target: Target, args: dict) -> None:
             col_row = arith.addi(arith.muli(row, index(s.out_height)), oh)
 
             def piece(ow: ir.Value, count: int) -> None:
-                m = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                m = tail_mask(target, lanes, count)
                 store(load(vec, xt, [arith.addi(start, ow)]), col, [col_row, ow], m)
 
             for_tiles(index(0), index(ceil_div(ow_, lanes)), lanes, ow_, piece)

@@ -8,6 +8,7 @@ target's vector shape (fixed-length ``vector<8xf32>`` on x86 and NEON, scalable
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -127,6 +128,12 @@ def offset_pointer(pointer: ir.Value, elements: ir.Value) -> ir.Value:
     return llvm.getelementptr(llvm.PointerType.get(), pointer, [count], [dynamic], ir.F32Type.get(), 0)
 
 
+def config_symbol(stem: str, config: object) -> str:
+    """A C symbol unique to a frozen config: `stem`, then a digest of every field (the
+    repr of a config names them all, so two configs share a symbol only if equal)."""
+    return f"{stem}_{hashlib.sha256(repr(config).encode()).hexdigest()[:10]}"
+
+
 def check_lanes(target: Target, lanes: int) -> None:
     """Reject a lane count the target cannot hold in one vector register."""
     if lanes < 1 or lanes & (lanes - 1) or lanes > target.f32_lanes:
@@ -166,6 +173,12 @@ def lane_step(target: Target, lanes: int) -> ir.Value:
     if target.scalable:
         return arith.muli(index(lanes // target.vscale), vector.vscale())
     return index(lanes)
+
+
+def tail_mask(target: Target, lanes: int, count: int) -> ir.Value | None:
+    """The mask of a vector of `lanes` holding `count` valid lanes (a row's last vector);
+    None when it is whole."""
+    return None if count >= lanes else vector.create_mask(mask_type(target, lanes), [index(count)])
 
 
 def f32_splat(target: Target, lanes: int, value: float) -> ir.Value:

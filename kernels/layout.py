@@ -25,13 +25,12 @@ taps × output channels times), split across threads by planes::
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
-from kernels.emit import mask_type, new_module, verify
-from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, strided_load, when_else
+from kernels.emit import config_symbol, new_module, tail_mask, verify
+from kernels.loops import for_range, for_tiles, load, offset, store, strided_load, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -81,8 +80,7 @@ class PhaseSplit:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_phase_split_f32_{self.planes}x{self.height}x{self.width}_{digest}"
+        return config_symbol(f"ac_phase_split_f32_{self.planes}x{self.height}x{self.width}", self)
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(xt, x, plane_begin, plane_end)``."""
@@ -146,7 +144,7 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
     fill = arith.constant(ir.F32Type.get(), s.fill)
 
     def mask(count: int) -> ir.Value | None:
-        return None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+        return tail_mask(target, lanes, count)
 
     def fill_row(start: ir.Value) -> None:
         def piece(j: ir.Value, count: int) -> None:

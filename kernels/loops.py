@@ -142,7 +142,7 @@ def strided_load(vec: ir.VectorType, memory: ir.Value, indices: Sequence[ir.Valu
     lanes = vector.step(like(ir.IndexType.get()))
     offsets = arith.muli(lanes, vector.broadcast(like(ir.IndexType.get()), index(stride)))
     offsets = arith.index_cast(like(ir.IntegerType.get_signless(32)), offsets)
-    if mask is None:
+    if mask is None:  # every lane: a bound no vector length reaches (scalable ones grow with vscale)
         mask = vector.create_mask(like(ir.IntegerType.get_signless(1)), [index(t.shape[0] * 1024)])
     zero = vector.broadcast(vec, arith.constant(t.element_type, 0.0))
     return vector.gather(vec, memory, list(indices), offsets, mask, zero)

@@ -38,17 +38,16 @@ broadcast), so that threads can call it on disjoint blocks.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
 from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body, mask_type
-from kernels.emit import new_module, offset_pointer, verify
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
+from kernels.emit import config_symbol, new_module, offset_pointer, tail_mask, verify
 from kernels.gemm import KBlocks, OutputTile, PackedA, PackedB, micro_kernel, write_back
-from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, prefix_mask, store, when
+from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
@@ -111,9 +110,8 @@ class MatmulConfig:
     @property
     def symbol(self) -> str:
         """A C symbol unique to this config: shape plus a digest of every field."""
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
         s = self.shape
-        return f"ac_matmul_f32_{s.m}x{s.n}x{s.k}_{digest}"
+        return config_symbol(f"ac_matmul_f32_{s.m}x{s.n}x{s.k}", self)
 
     def row_tiles(self) -> int:
         return ceil_div(self.shape.m, self.mr)
@@ -268,7 +266,7 @@ class _Kernel:
 
     def mask(self, count: int) -> ir.Value | None:
         """The mask of a vector holding `count` valid lanes (None when full)."""
-        return None if count >= self.lanes else prefix_mask(mask_type(self.target, self.lanes), count)
+        return tail_mask(self.target, self.lanes, count)
 
     def vector_masks(self, columns: int) -> list[ir.Value | None]:
         """Per vector covering `columns` columns: its mask (only the last may be partial)."""

@@ -20,7 +20,6 @@ masked), then across lanes, times 1/(H·W).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -30,7 +29,7 @@ import numpy as np
 from autoconfig.errors import AutoconfigError
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
-from kernels.emit import mask_type, new_module, verify
+from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, generate_phase_split
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
@@ -84,7 +83,8 @@ class PoolShape:
     def span(self, axis: int) -> int:
         return (self.kernel[axis] - 1) * self.dilations[axis] + 1
 
-    def _out(self, axis: int) -> int:
+    def out_size(self, axis: int) -> int:
+        """Outputs along axis 0 (rows) or 1 (columns), ceil mode included."""
         if not self.windowed:
             return 1
         size = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2] - self.span(axis)
@@ -95,11 +95,11 @@ class PoolShape:
 
     @property
     def out_height(self) -> int:
-        return self._out(0)
+        return self.out_size(0)
 
     @property
     def out_width(self) -> int:
-        return self._out(1)
+        return self.out_size(1)
 
     @property
     def planes(self) -> int:
@@ -116,7 +116,7 @@ class PoolShape:
     def overhang(self, axis: int) -> int:
         """Padding added past the end pad for the ceil-mode windows (0 without ceil_mode)."""
         extent = (self.height, self.width)[axis] + self.pads[axis] + self.pads[axis + 2]
-        return max(0, (self._out(axis) - 1) * self.strides[axis] + self.span(axis) - extent)
+        return max(0, (self.out_size(axis) - 1) * self.strides[axis] + self.span(axis) - extent)
 
     def describe(self) -> str:
         if not self.windowed:
@@ -141,8 +141,7 @@ class PoolConfig:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_pool_{self.shape.kind}_f32_{digest}"
+        return config_symbol(f"ac_pool_{self.shape.kind}_f32", self)
 
     def split(self) -> PhaseSplit:
         """The input transform of a windowed pool, with the ceil-mode overhang as padding."""
@@ -180,7 +179,7 @@ def average_scale(shape: PoolShape) -> np.ndarray:
     def counts(axis: int) -> np.ndarray:
         size, begin = (shape.height, shape.width)[axis], shape.pads[axis]
         lo, hi = (-begin, size + shape.pads[axis + 2]) if shape.count_include_pad else (0, size)
-        starts = np.arange(shape._out(axis)) * shape.strides[axis] - begin
+        starts = np.arange(shape.out_size(axis)) * shape.strides[axis] - begin
         return np.minimum(starts + shape.kernel[axis], hi) - np.maximum(starts, lo)
 
     return (1.0 / np.outer(counts(0), counts(1))).astype(np.float32).ravel()
@@ -223,7 +222,7 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
                            for v, a in enumerate(acc)]  # fmt: skip
                 for v, a in enumerate(acc):
                     left = count - v * lanes
-                    mask = None if left >= lanes else prefix_mask(mask_type(target, lanes), left)
+                    mask = tail_mask(target, lanes, left)
                     col = offset(ow0, v * lanes)
                     if scale is not None:
                         a = arith.mulf(a, load(vec, scale, [oh, col], mask))

@@ -27,9 +27,9 @@ rounding (its points ±2, ±½), so results differ from a direct sum by ~1e-4 re
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,12 +38,15 @@ from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
-from kernels.emit import mask_type, new_module, verify
+from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, generate_phase_split
 from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
+
+if TYPE_CHECKING:
+    from kernels.conv import ConvShape
 
 Matrix = tuple[tuple[float, ...], ...]
 
@@ -60,6 +63,13 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {  # m: (Bᵀ, G, Aᵀ)
 """The interpolation points 0, ±1 (F(2,3)) and 0, ±1, ±2 (F(4,3)), as in Lavin & Gray."""
 
 
+def applies(shape: ConvShape, target: Target) -> bool:
+    """Whether Winograd can compute `shape` on `target`: a 3x3, stride-1, undilated,
+    ungrouped layer, and fixed-width vectors for the output interleave."""
+    return (shape.kernel == (3, 3) and shape.strides == (1, 1) and shape.dilations == (1, 1) and shape.group == 1
+            and not target.scalable)  # fmt: skip
+
+
 def transform_ops(matrix: Matrix) -> int:
     """Vector adds and multiplies one 1-D pass of `matrix` costs (zeros skipped, ±1 a
     plain add): the models count a 2-D transform as 2·T passes."""
@@ -71,7 +81,7 @@ class WinogradConfig:
     """F(m×m, 3×3) with `lanes` tile columns per vector; `gemm` is the batched product
     (Cout × tiles × Cin, batch T²)."""
 
-    shape: "ConvShape"  # noqa: F821 (kernels.conv.ConvShape; imported there)
+    shape: ConvShape
     m: int
     lanes: int
     gemm: mm.MatmulConfig
@@ -120,18 +130,17 @@ class WinogradConfig:
 
     @property
     def symbol(self) -> str:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:10]
-        return f"ac_winograd{self.m}_f32_{digest}"
+        return config_symbol(f"ac_winograd{self.m}_f32", self)
 
     def validate(self, target: Target) -> None:
         s = self.shape
-        if s.kernel != (3, 3) or s.strides != (1, 1) or s.dilations != (1, 1) or s.group != 1:
-            raise AutoconfigError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
-        if self.m not in TRANSFORMS:
-            raise AutoconfigError(f"winograd output tiles are 2 or 4, got {self.m}")
         if target.scalable:
             raise AutoconfigError(f"winograd's output interleave needs fixed-width vectors; {target.name} has "
                                   "scalable ones")  # fmt: skip
+        if not applies(s, target):
+            raise AutoconfigError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
+        if self.m not in TRANSFORMS:
+            raise AutoconfigError(f"winograd output tiles are 2 or 4, got {self.m}")
         check_lanes(target, self.lanes)
         g = self.gemm
         if g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate:
@@ -222,7 +231,7 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
             tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
 
             def step(tx0: ir.Value, count: int) -> None:
-                mask = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                mask = tail_mask(target, lanes, count)
                 start = arith.addi(window, tx0)
                 d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
                 transformed = _two_sided(b_t, d, zero)
@@ -273,7 +282,7 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
             tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
 
             def step(tx0: ir.Value, count: int) -> None:
-                mask = None if count >= lanes else prefix_mask(mask_type(target, lanes), count)
+                mask = tail_mask(target, lanes, count)
                 at = arith.addi(tile, tx0)
                 grid = [[load(vec, products, [arith.addi(arith.muli(index(xi * t + nu), index(s.out_channels)), k), at],
                               mask) for nu in range(t)] for xi in range(t)]  # fmt: skip

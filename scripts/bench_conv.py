@@ -88,8 +88,6 @@ def work(task: dict) -> float:
     n, c, h, w = task["input"]
     if task["op"] != "Conv":
         return 4.0 * n * c * h * w
-    from kernels.conv import ConvShape
-
     return float(shape_of(task).flops)
 
 

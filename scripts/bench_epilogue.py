@@ -79,7 +79,8 @@ def main() -> int:
     for i, task in enumerate(tasks):
         bare, fused = (timed[p][i]["timing"]["median"] for p in PEERS)
         rows.append({**task, "config": timed["bare"][i]["info"]["config"], "bare_s": bare, "fused_s": fused})
-        print(f"{task['name']:<22}{f'{task['m']}x{task['n']}x{task['k']}':>20}  {rows[-1]['config']:<18}"
+        dims = f"{task['m']}x{task['n']}x{task['k']}"
+        print(f"{task['name']:<22}{dims:>20}  {rows[-1]['config']:<18}"
               f"{bare * 1e6:>10.1f}{fused * 1e6:>14.1f}{(fused / bare - 1) * 100:>9.1f}%")  # fmt: skip
     overhead = harness.geomean([r["fused_s"] / r["bare_s"] for r in rows]) - 1
     report.summary.append(f"geomean overhead of bias+relu: {overhead * 100:.1f}%")

@@ -90,7 +90,7 @@ def grid(shape, profile, target) -> list:
             if mr * nv + nv + 1 <= target.vector_registers and (nv - 1) * lanes < shape.out_width:
                 kc, _ = channel_block(shape, mr, nv * lanes, m)
                 plans.append(ConvPlan(DirectConfig(shape, lanes, mr, nv, kc)))
-        if shape.depthwise and shape.out_per_group == 1:
+        if shape.depthwise:
             plans += [ConvPlan(DepthwiseConfig(shape, lanes, mr, nv)) for mr, nv in DEPTHWISE_TILES
                       if mr * nv + 2 <= target.vector_registers and (nv - 1) * lanes < shape.out_width]  # fmt: skip
         gemm = shape.gemm_shape()

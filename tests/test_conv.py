@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -23,6 +22,7 @@ from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
+from kernels import winograd
 from kernels.target import get_target
 from tests.conftest import require_runnable, target_for
 
@@ -100,10 +100,10 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
              ConvPlan(DirectConfig(s, lanes, 3, 2, kc, epilogue), 2, "groups"),
              ConvPlan(DirectConfig(s, lanes, 4, 1, 1, epilogue), 2, "rows")]  # fmt: skip
-    if s.depthwise and s.out_per_group == 1:
+    if s.depthwise:
         plans += [ConvPlan(DepthwiseConfig(s, lanes, 3, 2, epilogue), 2, "groups"),
                   ConvPlan(DepthwiseConfig(s, lanes, 1, 1, epilogue), 1, "groups")]  # fmt: skip
-    if s.kernel == (3, 3) and s.strides == (1, 1) and s.dilations == (1, 1) and s.group == 1:
+    if winograd.applies(s, get_target("avx2")):
         for m, (algorithm, mr, nv) in ((2, ("tiled", 3, 2)), (4, ("packed", 2, 2))):
             gemm_shape = WinogradConfig(s, m, lanes, None).gemm_shape()
             gemm_config = mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5, batch=(m + 2) ** 2)

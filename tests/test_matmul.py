@@ -205,7 +205,6 @@ def test_matrix_times_vector_picks_dot():
 
 
 def test_choice_differs_between_machines_and_says_why():
-    shape = mm.MatmulShape(256, 256, 256)
     picks = {}
     for name in ("intel-core-i7-8700", "intel-xeon-platinum-8380",
                  "aws-graviton2-neoverse-n1", "spacemit-k1-x60"):  # fmt: skip

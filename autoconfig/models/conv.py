@@ -38,15 +38,15 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models.matmul import (
-    MAX_MR, MAX_NV, RESOLUTION, STALL_TERM, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
-    epilogue_term, microkernel_ns, predict as predict_matmul, total_ns,
+    MAX_MR, MAX_NV, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
+    epilogue_term, microkernel_ns, predict as predict_matmul, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
 from kernels.layout import PhaseSplit
 from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
 from kernels.sizes import ceil_div, round_up
-from kernels.winograd import TRANSFORMS, transform_ops
+from kernels.winograd import TRANSFORMS, applies, transform_ops
 from kernels.target import Target
 
 ConvSplit = Literal["groups", "rows", "columns"]
@@ -108,13 +108,18 @@ class ConvPlan:
         return min(self.threads, self.split_units())
 
 
+def window_bytes(shape: ConvShape, nr: int) -> int:
+    """Bytes of one input channel that a column tile of nr output pixels reads: its taps'
+    rows (one per filter row) in each column phase, nr columns plus the filter's reach."""
+    columns = nr + (shape.kernel[1] - 1) * shape.dilations[1] // shape.strides[1]
+    return shape.kernel[0] * shape.strides[1] * columns * F32
+
+
 def channel_block(shape: ConvShape, mr: int, nr: int, m: Machine) -> tuple[int, str]:
     """kc: input channels per block, so that a column tile's input window (kc channels
     × the rows and columns its taps reach) stays in L1's share and the block's weights
     (Cout/G × kc × taps) in L2's."""
-    rows = shape.kernel[0]  # input rows one output row's taps read, per channel
-    cols = nr + (shape.kernel[1] - 1) * shape.dilations[1] // shape.strides[1]
-    window_per_channel = rows * shape.strides[1] * cols * F32
+    window_per_channel = window_bytes(shape, nr)
     l1 = m.l1_ways * m.l1_sets * m.line
     by_window = max(1, int(l1 * WINDOW_L1_SHARE // window_per_channel))
     l2 = m.l2_ways_effective * m.l2_sets * m.line
@@ -192,7 +197,7 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     w_level = m.holding_level(s.out_per_group * kc * s.taps * F32)
     if w_level != "L1":
         traffic[w_level] = weights * s.batch * c.col_tiles() * share
-    window = kc * s.kernel[0] * s.strides[1] * (nr + (s.kernel[1] - 1) * s.dilations[1]) * F32
+    window = kc * window_bytes(s, nr)
     if window > m.l1_ways * m.l1_sets * m.line * WINDOW_L1_SHARE and c.row_tiles() > 1:
         reread = (c.row_tiles() - 1) * images * s.in_per_group * window / kc
         traffic["L2"] = traffic.get("L2", 0.0) + reread * share
@@ -210,13 +215,13 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
-    _, kc_why = channel_block(s, c.mr, nr, m)
+    model_kc, kc_why = channel_block(s, c.mr, nr, m)
     params = [
         ("algorithm", "direct: output channels x output pixels per register tile, windows read in place"),
         ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors of output pixels"),
         ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers; "
                  f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
-        ("kc", kc_why if c.kc == channel_block(s, c.mr, nr, m)[0] else f"{c.kc} (forced)"),
+        ("kc", kc_why if c.kc == model_kc else f"{c.kc} (forced; the model derives {model_kc})"),
         ("epilogue", ep.describe(c.epilogue)),
         ("threads", _threads_reason(p)),
     ]  # fmt: skip
@@ -298,11 +303,11 @@ def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term],
 def depthwise_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
                          epilogue: ep.Epilogue) -> list[ConvPlan]:  # fmt: skip
     """Every depthwise plan the model scores: widths × tiles of rows × vectors."""
-    if not (shape.depthwise and shape.out_per_group == 1):
+    if not shape.depthwise:
         return []
     registers = min(machine.registers, target.vector_registers)
     plans = []
-    for lanes in _widths(machine, target):
+    for lanes in vector_widths(machine, target):
         for mr in range(1, min(MAX_MR, shape.out_height) + 1):
             for nv in range(1, min(MAX_NV, ceil_div(shape.out_width, lanes)) + 1):
                 if mr * nv + 2 <= registers and mr * nv <= registers * DEPTHWISE_REGISTER_SHARE:
@@ -383,8 +388,7 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
                    epilogue: ep.Epilogue = ()) -> list[ConvPlan]:  # fmt: skip
     """F(2,3) and F(4,3), each with the matmul model's choice for its product, where the
     layer and the target allow Winograd."""
-    if (shape.kernel != (3, 3) or shape.strides != (1, 1) or shape.dilations != (1, 1) or shape.group != 1
-            or target.scalable):  # fmt: skip
+    if not applies(shape, target):
         return []
     plans = []
     for m in TRANSFORMS:
@@ -400,7 +404,7 @@ def direct_candidates(shape: ConvShape, machine: Machine, target: Target, thread
     """Every direct plan the model scores: widths × register tiles × splits."""
     registers = min(machine.registers, target.vector_registers)
     plans = []
-    for lanes in _widths(machine, target):
+    for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
         for mr in range(1, min(MAX_MR, shape.out_per_group) + 1):
             for nv in range(1, min(MAX_NV, ceil_div(shape.out_width, lanes)) + 1):
@@ -415,38 +419,23 @@ def direct_candidates(shape: ConvShape, machine: Machine, target: Target, thread
     return plans
 
 
-def _widths(machine: Machine, target: Target) -> list[int]:
-    return [lanes for lanes in machine.fma_by_lanes
-            if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)]  # fmt: skip
-
-
 @dataclass(frozen=True)
-class ConvChoice:
-    """The model's pick, the best of each algorithm, and why."""
+class ConvChoice(Choice):
+    """The model's pick for a layer, the best of each algorithm, and where each loses."""
 
-    best: Prediction
-    per_algorithm: tuple[Prediction, ...]
-    profile: HardwareProfile
-    target: Target
+    def heading(self) -> str:
+        s = self.best.shape
+        return f"conv {s.describe()} -> {'x'.join(map(str, s.output_shape))}"
 
-    def explain(self) -> str:
-        """The choice, each parameter and each term with its reason, and the best of each
-        algorithm with why it lost."""
-        b = self.best
-        s = b.shape
-        lines = [f"conv {s.describe()} -> {'x'.join(map(str, s.output_shape))} on {self.target.name} "
-                 f"(profile {self.profile.name}, {b.plan.threads} thread(s))",
-                 f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s "
-                 "(the layer's direct flops over the time, also for Winograd, which does fewer)",
-                 "parameters:"]  # fmt: skip
-        lines += [f"  {name:<10} {why}" for name, why in b.parameters]
-        lines.append("terms (ns; total = softmax(compute, largest memory) + transform + im2col + l1 misses + packing + call):")
-        lines += [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in b.terms]
-        lines.append("best of each algorithm:")
-        for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
-            lines.append(f"  {p.config.algorithm:<8} lanes={p.config.lanes} {p.config.tile}: "
-                         f"{p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s){_why_not(p, b)}")  # fmt: skip
-        return "\n".join(lines)
+    def rate_note(self) -> str:
+        return " (the layer's direct flops over the time, also for Winograd, which does fewer)"
+
+    def formula(self) -> str:
+        return "terms (ns; total = softmax(compute, largest memory) + transform + im2col + l1 misses + packing + call):"
+
+    def runner_up(self, p: Prediction) -> str:
+        return (f"  {p.config.algorithm:<8} lanes={p.config.lanes} {p.config.tile}: {p.total_ns / 1e3:.1f} µs "
+                f"({p.gflops:.1f} GFLOP/s){_why_not(p, self.best)}")  # fmt: skip
 
 
 def _why_not(p: Prediction, best: Prediction) -> str:

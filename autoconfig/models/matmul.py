@@ -132,10 +132,16 @@ class Prediction:
     def term(self, name: str) -> float:
         return next(t.ns for t in self.terms if t.name == name)
 
+    def parameter_lines(self) -> list[str]:
+        """Each parameter with its reason, one per line, indented."""
+        return [f"  {name:<10} {why}" for name, why in self.parameters]
+
+    def term_lines(self) -> list[str]:
+        """Each term's time and reason, one per line, indented."""
+        return [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in self.terms]
+
     def lines(self) -> list[str]:
-        """Each parameter and each term with its reason, one per line, indented."""
-        return ([f"  {name:<10} {why}" for name, why in self.parameters]
-                + [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in self.terms])  # fmt: skip
+        return self.parameter_lines() + self.term_lines()
 
 
 # ---------------------------------------------------------------- parameters
@@ -547,13 +553,9 @@ def _threads_reason(p: MatmulPlan) -> str:
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
                epilogue: ep.Epilogue = ()) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits."""
-    widths = [
-        lanes for lanes in machine.fma_by_lanes
-        if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)
-    ]  # fmt: skip
     registers = min(machine.registers, target.vector_registers)
     configs = []
-    for lanes in widths:
+    for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2)))
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
@@ -572,7 +574,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
 
 @dataclass(frozen=True)
 class Choice:
-    """The model's pick, the best of each algorithm, and why."""
+    """The model's pick, the best of each algorithm, and why (a matmul's; the convolution
+    model's choice names its layer and runners-up its own way)."""
 
     best: Prediction
     per_algorithm: tuple[Prediction, ...]
@@ -580,28 +583,39 @@ class Choice:
     target: Target
 
     def explain(self) -> str:
-        """A human explanation: the choice, each parameter and each term with its reason."""
+        """A human explanation: the choice, each parameter and each term with its reason,
+        the best of each algorithm."""
         b = self.best
-        s = b.shape
-        lines = [
-            f"matmul M={s.m} N={s.n} K={s.k} on {self.target.name} "
-            f"(profile {self.profile.name}, {b.plan.threads} thread(s))",
-            f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s",
-            "parameters:",
-        ]
-        for name, why in b.parameters:
-            lines.append(f"  {name:<10} {why}")
-        lines.append(f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile+epilogue, largest "
-                     "memory) + l1 misses + packing + call):")
-        for t in b.terms:
-            lines.append(f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}")
-        lines.append("best of each algorithm:")
-        for p in sorted(self.per_algorithm, key=lambda p: p.total_ns):
-            c = p.config
-            blocks = f" kc={c.kc} mc={c.mc} nc={c.nc}" if c.algorithm in ("tiled", "packed") else ""
-            lines.append(f"  {c.algorithm:<9} lanes={c.lanes} {c.tile}{blocks}: {p.total_ns / 1e3:.1f} µs "
-                         f"({p.gflops:.1f} GFLOP/s)")  # fmt: skip
+        lines = [f"{self.heading()} on {self.target.name} (profile {self.profile.name}, {b.plan.threads} thread(s))",
+                 f"choice: {b.config.algorithm}, predicted {b.total_ns / 1e3:.1f} µs = {b.gflops:.1f} GFLOP/s"
+                 + self.rate_note(), "parameters:", *b.parameter_lines(), self.formula(), *b.term_lines(),
+                 "best of each algorithm:"]  # fmt: skip
+        lines += [self.runner_up(p) for p in sorted(self.per_algorithm, key=lambda p: p.total_ns)]
         return "\n".join(lines)
+
+    def heading(self) -> str:
+        s = self.best.shape
+        return f"matmul M={s.m} N={s.n} K={s.k}"
+
+    def rate_note(self) -> str:
+        return ""
+
+    def formula(self) -> str:
+        return (f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile+epilogue, largest "
+                "memory) + l1 misses + packing + call):")
+
+    def runner_up(self, p: Prediction) -> str:
+        """One algorithm's best: its configuration and predicted time."""
+        c = p.config
+        blocks = f" kc={c.kc} mc={c.mc} nc={c.nc}" if c.algorithm in ("tiled", "packed") else ""
+        return f"  {c.algorithm:<9} lanes={c.lanes} {c.tile}{blocks}: {p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s)"
+
+
+def vector_widths(machine: Machine, target: Target) -> list[int]:
+    """The lane counts the models try: those the profile measured that the target's
+    registers hold (on RVV, multiples of vscale)."""
+    return [lanes for lanes in machine.fma_by_lanes
+            if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)]  # fmt: skip
 
 
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
