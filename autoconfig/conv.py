@@ -20,10 +20,11 @@ from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
 from autoconfig.models.matmul import Prediction
 from autoconfig.resolve import resolve_profile, resolve_target
-from autoconfig.runtime import SplitKernel, aligned_array, split
+from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls
+from autoconfig.runtime import Program, Ref
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, WinogradConfig, generate
+from kernels.conv import ConvShape, generate
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -60,84 +61,25 @@ class CompiledConv:
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.config.shape, target
         self.prediction, self.choice = prediction, choice
         self.library = build_library(generate(self.config, target))
-        c = self.config
-        kept = c.filter_transform(weight) if isinstance(c, WinogradConfig) else weight  # U = G g Gᵀ, once
-        self._weight = aligned_array(kept.size)  # on a cache line, as the kernels' own buffers
-        self._weight[:] = kept.ravel()
-        self._channel = channel_operands
-        s = self.shape
-        planes = split(s.batch * s.channels, plan.threads)
-        if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
-            work = [[aligned_array(c.workspace(), 0.0)] for _ in planes]
-            self._kernel = SplitKernel(self.library.kernel(c.symbol), planes, work)
-            return
-        if c.algorithm != "gemm1x1":  # the others read the transformed input
-            self._buffer = aligned_array(c.split().size, 0.0)  # the slack stays zero
-            self._transform = SplitKernel(self.library.kernel(c.split().symbol), planes)
-        if isinstance(c, DirectConfig):
-            self._kernel = SplitKernel(self.library.kernel(c.symbol), _direct_parts(plan))
-            return
-        from autoconfig.matmul import split_kernel
-
-        self._kernel = split_kernel(plan.gemm_plan(), self.library)
-        if isinstance(c, WinogradConfig):  # then input transform, T² products, output transform
-            self._v = aligned_array(c.transformed_size() * s.channels)
-            self._m = aligned_array(c.transformed_size() * s.out_channels)
-            self._input = SplitKernel(self.library.kernel(c.input_signature().symbol), planes)
-            self._output = SplitKernel(self.library.kernel(c.output_signature().symbol),
-                                       split(s.batch * s.out_channels, plan.threads))  # fmt: skip
-        elif c.algorithm == "im2col":
-            im2col = c.im2col()
-            self._columns = aligned_array(im2col.size)
-            rows = split(im2col.rows, plan.threads)
-            self._im2col = [SplitKernel(self.library.kernel(im2col.symbol), [(ng, *r) for r in rows])
-                            for ng in range(s.batch * s.group)]  # fmt: skip
+        operands = ep.operand_names(self.config.epilogue)
+        self._residuals = [i for i, _, kind in operands if kind == "output"]
+        call_spaces = 2 + len(self._residuals)  # x, y, residuals
+        buffers = LayerBuffers(call_spaces)
+        residual_space = {i: Ref(2 + k) for k, i in enumerate(self._residuals)}
+        refs = [residual_space[i] if kind == "output" else buffers.constant(channel_operands[i])
+                for i, _, kind in operands]  # fmt: skip
+        calls = conv_calls(plan, Ref(0), Ref(1), weight, refs, buffers)
+        self._program = Program(self.library, calls, buffers.arrays, call_spaces)
 
     def __call__(self, x: np.ndarray, *residuals: np.ndarray) -> np.ndarray:
-        s, c = self.shape, self.config
+        s = self.shape
         x = checks.float32_array("x", x, s.input_shape)
-        wanted = [i for i, _, kind in ep.operand_names(c.epilogue) if kind == "output"]
-        if len(residuals) != len(wanted):
-            raise AutoconfigError(f"this convolution takes {len(wanted)} residual tensor(s) of shape "
+        if len(residuals) != len(self._residuals):
+            raise AutoconfigError(f"this convolution takes {len(self._residuals)} residual tensor(s) of shape "
                                   f"{s.output_shape} after x, got {len(residuals)}")  # fmt: skip
-        operands = dict(self._channel)
-        for i, r in zip(wanted, residuals, strict=True):
-            operands[i] = checks.float32_array("residual", r, s.output_shape)
-        ordered = [operands[i] for i, _, _ in ep.operand_names(c.epilogue)]
+        residuals = [checks.float32_array("residual", r, s.output_shape) for r in residuals]
         y = np.empty(s.output_shape, np.float32)
-        if isinstance(c, DepthwiseConfig):
-            self._kernel(y, x, self._weight, *ordered)
-            return y
-        if isinstance(c, DirectConfig):
-            self._transform(self._buffer, x)
-            self._kernel(y, self._buffer, self._weight, *ordered)
-            return y
-        if isinstance(c, WinogradConfig):
-            self._transform(self._buffer, x)
-            self._input(self._v, self._buffer)
-            self._kernel(self._m, self._weight, self._v)
-            self._output(y, self._m, *ordered)
-            return y
-        if c.algorithm == "im2col":
-            self._transform(self._buffer, x)
-        if s.batch * s.group == 1:  # one product: the arrays themselves, no views to make
-            if c.algorithm == "im2col":
-                self._im2col[0](self._columns, self._buffer)
-            self._kernel(y, self._weight, self._columns if c.algorithm == "im2col" else x, *ordered)
-            return y
-        cout, cin = s.out_per_group, s.in_per_group
-        weights = self._weight.reshape(s.group, cout, -1)  # a view: still aligned
-        for n in range(s.batch):
-            for g in range(s.group):
-                out = y[n, g * cout : (g + 1) * cout]
-                views = [v[g * cout : (g + 1) * cout] if v.ndim == 1 else v[n, g * cout : (g + 1) * cout]
-                         for v in ordered]  # fmt: skip
-                if c.algorithm == "im2col":
-                    self._im2col[n * s.group + g](self._columns, self._buffer)
-                    image = self._columns
-                else:
-                    image = x[n, g * cin : (g + 1) * cin]
-                self._kernel(out, weights[g], image, *views)
+        self._program(x, y, *residuals)
         return y
 
     def explain(self) -> str:
@@ -149,18 +91,6 @@ class CompiledConv:
         if p is None:
             return f"{head}, no prediction: the profile has no {self.config.lanes * 32}-bit FMA figures"
         return "\n".join([f"{head}, predicted {p.total_ns / 1e3:.1f} µs = {p.gflops:.1f} GFLOP/s", *p.lines()])
-
-
-def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:
-    """Each thread's (ng, row tile, column tile) ranges: the split one cut in near-equal
-    pieces, the others whole."""
-    c: DirectConfig = plan.config
-    whole = {"groups": (0, c.groups()), "rows": (0, c.row_tiles()), "columns": (0, c.col_tiles())}
-    parts = []
-    for piece in split(whole[plan.split][1], plan.threads):
-        ranges = dict(whole, **{plan.split: piece})
-        parts.append((*ranges["groups"], *ranges["rows"], *ranges["columns"]))
-    return parts
 
 
 def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strides=None, pads=None,
@@ -244,24 +174,15 @@ class CompiledPool:
     def __init__(self, config: pl.PoolConfig, target: Target, threads: int):
         self.config, self.shape, self.target = config, config.shape, target
         self.library = build_library(pl.generate(config, target))
-        s = self.shape
-        planes = split(s.planes, threads)
-        self._pool = SplitKernel(self.library.kernel(config.symbol), planes)
-        self._scale = pl.average_scale(s) if s.kind == "average" else None
-        self._transform = None
-        if s.windowed:
-            self._buffer = aligned_array(config.split().size, 0.0)
-            self._transform = SplitKernel(self.library.kernel(config.split().symbol), planes)
+        buffers = LayerBuffers(2)
+        calls = pool_calls(config, threads, Ref(0), Ref(1), buffers)
+        self._program = Program(self.library, calls, buffers.arrays, 2)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         s = self.shape
         x = checks.float32_array("x", x, s.input_shape)
         y = np.empty(s.output_shape, np.float32)
-        if self._transform is None:
-            self._pool(y, x)
-            return y
-        self._transform(self._buffer, x)
-        self._pool(y, self._buffer, *([self._scale] if self._scale is not None else []))
+        self._program(x, y)
         return y
 
 

@@ -15,7 +15,8 @@ from autoconfig import checks
 from autoconfig.errors import AutoconfigError
 from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
 from autoconfig.resolve import resolve_profile, resolve_target
-from autoconfig.runtime import SplitKernel, scratch, split
+from autoconfig.lowering import LayerBuffers, matmul_call
+from autoconfig.runtime import Program, Ref
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.library import KernelLibrary, build_library
@@ -31,7 +32,7 @@ class CompiledMatmul:
                  choice: Choice | None, library: KernelLibrary):  # fmt: skip
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.shape, target
         self.prediction, self.choice, self.library = prediction, choice, library
-        self._run = split_kernel(plan, library)
+        self._run = matmul_program(plan, library)
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> np.ndarray:
         s, cfg = self.shape, self.config
@@ -66,23 +67,13 @@ class CompiledMatmul:
         return _explain_forced(self.prediction, self.target)
 
 
-def split_kernel(plan: MatmulPlan, library: KernelLibrary) -> SplitKernel:
-    """The plan's kernel from `library`, run on each thread's block (`part_blocks`) with
-    its own packing workspace."""
-    work = plan.config.workspace()
-    blocks = part_blocks(plan)
-    private = [[w] for w in scratch(work, len(blocks))] if work else None
-    return SplitKernel(library.kernel(plan.config.symbol), blocks, private)
-
-
-def part_blocks(plan: MatmulPlan) -> list[tuple[int, int, int, int]]:
-    """Each thread's (row_begin, row_end, col_begin, col_end) in tiles: the tiles of
-    the split dimension cut into at most `threads` near-equal ranges."""
-    c = plan.config
-    rows, cols = (0, c.row_tiles()), (0, c.col_tiles())
-    if plan.split == "rows":
-        return [(*r, *cols) for r in split(rows[1], plan.threads)]
-    return [(*rows, *part) for part in split(cols[1], plan.threads)]
+def matmul_program(plan: MatmulPlan, library: KernelLibrary) -> Program:
+    """The plan's kernel from `library` on arrays (C, A, B, epilogue operands), run on
+    each thread's block with its own packing workspace."""
+    operands = len(ep.operand_names(plan.config.epilogue))
+    buffers = LayerBuffers(3 + operands)
+    call = matmul_call(plan, Ref(0), Ref(1), Ref(2), [Ref(3 + i) for i in range(operands)], buffers)
+    return Program(library, [call], buffers.arrays, 3 + operands)
 
 
 def _explain_forced(p: Prediction, target: Target) -> str:

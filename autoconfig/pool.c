@@ -9,8 +9,9 @@
  *
  * One job = `parts` calls of a task trampoline (kernels/abi.py, `c_tasks`):
  *   task(buffers + i * nbuf, sizes + i * nsize)   for i in [0, parts)
- * Part 0 runs on the calling thread, part i on worker i. `ac_job_run` is the entry
- * from Python: a prepared job plus the call's numpy arrays. The caller takes back any
+ * Part 0 runs on the calling thread, part i on worker i. A program (`ac_program`) is
+ * a sequence of jobs; `ac_program_call` is the entry from Python (a layer's
+ * program plus the call's numpy arrays), `ac_program_run` the one of a built model. The caller takes back any
  * part whose worker has not started it by the time the caller is free, so a
  * sleeping worker never makes a call slower than running it all serially.
  */
@@ -155,39 +156,56 @@ int ac_pool_run(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
   return by_workers;
 }
 
-/* A kernel prepared for repeated calls on fixed parts: part i's buffers are
- * buffers[i * nbuf ...], of which the first `nshared` are the numpy arrays given at
- * each call and the rest the part's own (e.g. a packing workspace). */
+/* A program: kernel calls in order, each on `parts` parts, every buffer addressed as
+ * (space, byte offset). One description serves a layer called from Python (the spaces
+ * are its numpy arrays and fixed buffers) and a whole model in a built library (the
+ * spaces are its arena, weights, inputs and outputs).
+ *
+ * Step encoding (int64): kernel, parts, nbuf, nsize, then sizes[parts][nsize], then
+ * refs[parts][nbuf][2] = (space, byte offset). */
 typedef struct {
-  ac_task task;
-  int64_t parts;
-  void **buffers;
-  int64_t nbuf;
-  const int64_t *sizes;
-  int64_t nsize;
-  int64_t nshared;
-  int64_t data_offset; /* where an array object keeps its data pointer */
-} ac_job;
+  const int64_t *code;
+  int64_t steps;
+  const ac_task *tasks; /* by kernel index */
+  char **bases;         /* by space */
+  void **pointers;      /* room for the widest step's parts x nbuf resolved buffers */
+  int64_t data_offset;  /* where a numpy array object keeps its data pointer */
+} ac_program;
 
-enum { MAX_SHARED = 6 };
-
-/* An array's data pointer, read where numpy's PyArray_DATA reads it (the field after
- * the object header; the caller checks `offset` once against numpy's own answer).
- * Reading it here instead of through ctypes saves microseconds per call. */
-static void *array_data(const void *array, int64_t offset) {
-  return *(void *const *)((const char *)array + offset);
+/* Run the step at `at`, add the parts workers ran to `*by_workers`, and return where
+ * the next step starts. */
+static const int64_t *run_step(const ac_program *p, const int64_t *at, int64_t *by_workers) {
+  int64_t kernel = at[0], parts = at[1], nbuf = at[2], nsize = at[3];
+  const int64_t *sizes = at + 4;
+  const int64_t *refs = sizes + parts * nsize;
+  for (int64_t i = 0; i < parts * nbuf; i++)
+    p->pointers[i] = p->bases[refs[2 * i]] + refs[2 * i + 1];
+  *by_workers += ac_pool_run(p->tasks[kernel], parts, p->pointers, nbuf, sizes, nsize);
+  return refs + 2 * parts * nbuf;
 }
 
-/* Run `job` on the numpy arrays a0.. (its first `nshared` buffers; the rest are
- * None): one part on the calling thread, several on the pool. Returns the parts run
- * by workers. */
-int ac_job_run(ac_job *job, const void *a0, const void *a1, const void *a2, const void *a3,
-               const void *a4, const void *a5) {
-  const void *arrays[MAX_SHARED] = {a0, a1, a2, a3, a4, a5};
-  for (int64_t i = 0; i < job->parts; i++)
-    for (int64_t j = 0; j < job->nshared; j++)
-      job->buffers[i * job->nbuf + j] = array_data(arrays[j], job->data_offset);
-  return ac_pool_run(job->task, job->parts, job->buffers, job->nbuf, job->sizes, job->nsize);
+/* Run every step; with `step_ns`, store each step's wall time in nanoseconds.
+ * Returns how many parts ran on workers. */
+int64_t ac_program_run(const ac_program *p, double *step_ns) {
+  const int64_t *at = p->code;
+  int64_t by_workers = 0;
+  for (int64_t s = 0; s < p->steps; s++) {
+    int64_t start = step_ns ? now_ns() : 0;
+    at = run_step(p, at, &by_workers);
+    if (step_ns) step_ns[s] = (double)(now_ns() - start);
+  }
+  return by_workers;
+}
+
+enum { MAX_CALL_ARRAYS = 6 };
+
+/* From Python: spaces 0..count-1 are the numpy arrays a0.. (the rest None), the
+ * others fixed in `bases` already; run the program, return the parts run by workers. */
+int64_t ac_program_call(ac_program *p, int64_t count, const void *a0, const void *a1, const void *a2,
+                     const void *a3, const void *a4, const void *a5) {
+  const void *arrays[MAX_CALL_ARRAYS] = {a0, a1, a2, a3, a4, a5};
+  for (int64_t i = 0; i < count; i++) p->bases[i] = *(char *const *)((const char *)arrays[i] + p->data_offset);
+  return ac_program_run(p, NULL);
 }
 
 __attribute__((constructor)) static void register_fork_handler(void) {

@@ -1,5 +1,5 @@
-"""Running generated kernels on all cores: one kernel called on disjoint ranges at
-once by a native thread pool.
+"""Running generated kernels on all cores: programs of kernel calls, each call's
+parts (disjoint ranges of its work) run at once by a native thread pool.
 
 The pool is C (`autoconfig/pool.c`, compiled with the system ``cc`` on first use
 and kept for the process): a call hands each worker its part and returns when all
@@ -7,9 +7,10 @@ are done, with the GIL released and no Python in between. Python threads were
 measured too slow for this (every futex and GIL hand-off wakes a halted vCPU:
 0.79x OpenBLAS at 2 threads on 256-2048 squares, sub-millisecond calls not
 scaling at all). Each part gets its own scratch buffers (e.g. a matmul's packing
-workspace), allocated once per compiled kernel. Even one part goes through C: the
+workspace), allocated once per compiled layer. Even one part goes through C: the
 call passes the numpy arrays themselves and C reads their data pointers, half the
-cost of converting them with ctypes.
+cost of converting them with ctypes. A built model runs the same program code
+(`encode`) inside its own library, with no Python at all.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import functools
 import tempfile
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from autoconfig.errors import AutoconfigError
-from kernels.library import Kernel, run_tool
+from kernels.library import Kernel, KernelLibrary, run_tool
 
 POOL_SOURCE = Path(__file__).with_name("pool.c")
 
@@ -41,16 +43,61 @@ def split(units: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-JOB_ARRAYS = 6
-"""Most numpy arrays a prepared call takes (``ac_job_run``'s array parameters)."""
+CALL_ARRAYS = 6
+"""Most numpy arrays a program takes per call (``ac_program_call``'s array parameters)."""
 
 
-class _Job(ctypes.Structure):
-    """``ac_job`` in pool.c: a kernel's parts, their buffers and sizes."""
+@dataclass(frozen=True)
+class Ref:
+    """A buffer argument of a kernel call: element `offset` of space `space` (a numpy
+    array of a layer, or the arena, weights, an input or an output of a model)."""
 
-    _fields_ = [("task", ctypes.c_void_p), ("parts", ctypes.c_int64), ("buffers", ctypes.c_void_p),
-                ("nbuf", ctypes.c_int64), ("sizes", ctypes.c_void_p), ("nsize", ctypes.c_int64),
-                ("nshared", ctypes.c_int64), ("data_offset", ctypes.c_int64)]  # fmt: skip
+    space: int
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thread's share of a kernel call: its buffers and sizes in signature order."""
+
+    buffers: tuple[Ref, ...]
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kernel run on its parts at once (part 0 on the calling thread)."""
+
+    symbol: str
+    parts: tuple[Part, ...]
+
+
+def encode(calls: Sequence[Call], kernel_index: dict[str, int]) -> np.ndarray:
+    """The int64 code pool.c's ``ac_program_run`` reads: per call the kernel's index,
+    parts, buffers and sizes per part, every part's sizes, then every buffer as
+    (space, byte offset)."""
+    code: list[int] = []
+    for call in calls:
+        first = call.parts[0]
+        code += [kernel_index[call.symbol], len(call.parts), len(first.buffers), len(first.sizes)]
+        for part in call.parts:
+            code += part.sizes
+        for part in call.parts:
+            for ref in part.buffers:
+                code += [ref.space, ref.offset * 4]
+    return np.array(code, np.int64)
+
+
+def widest(calls: Sequence[Call]) -> int:
+    """Buffer pointers the widest call resolves at once (parts x buffers)."""
+    return max((len(c.parts) * len(c.parts[0].buffers) for c in calls), default=1)
+
+
+class _Program(ctypes.Structure):
+    """``ac_program`` in pool.c."""
+
+    _fields_ = [("code", ctypes.c_void_p), ("steps", ctypes.c_int64), ("tasks", ctypes.c_void_p),
+                ("bases", ctypes.c_void_p), ("pointers", ctypes.c_void_p), ("data_offset", ctypes.c_int64)]  # fmt: skip
 
 
 @functools.cache
@@ -65,69 +112,83 @@ def array_data_offset() -> int:
 
 
 @functools.cache
-def _job_run() -> ctypes._CFuncPtr:
-    """``ac_job_run`` from the native pool, compiled once per process."""
+def _program_call() -> ctypes._CFuncPtr:
+    """``ac_program_call`` from the native pool, compiled once per process."""
     workdir = tempfile.TemporaryDirectory(prefix="autoconfig-pool-")
     library = Path(workdir.name) / "libacpool.so"
     run_tool(["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(library), str(POOL_SOURCE)],
              "compiling the thread pool")  # fmt: skip
     cdll = ctypes.CDLL(str(library))
     cdll._workdir = workdir  # removed with the library at exit
-    run = cdll.ac_job_run
-    run.restype = ctypes.c_int
-    run.argtypes = [ctypes.c_void_p] + [ctypes.py_object] * JOB_ARRAYS
-    return run
+    call = cdll.ac_program_call
+    call.restype = ctypes.c_int64
+    call.argtypes = [ctypes.c_void_p, ctypes.c_int64] + [ctypes.py_object] * CALL_ARRAYS
+    return call
 
 
-class SplitKernel:
-    """A kernel called on several parts at once, part i with arguments
-    ``(*shared, *private[i], *sizes[i])``: `shared` buffers change per call, the
-    private buffers and sizes of each part are fixed when it is built.
+class Program:
+    """Kernel calls of one library run in order on spaces: the first `call_spaces` are
+    the numpy arrays given at each call, the others the `fixed` arrays (weights,
+    scratch), all float32 and C-contiguous.
 
-    Native kernels run in C (pool.c, ``ac_job_run``): one part on the calling thread,
-    several on the native pool (part 0 on the calling thread); the array pointers are
-    read there too, which makes a call a few microseconds cheaper than ctypes
-    conversions. Emulated ones run their parts one after another (emulation checks
-    results, not speed). Calls from several Python threads take turns: the private
-    buffers are reused.
+    Native kernels run in C (pool.c, ``ac_program_call``): each call's parts on the
+    native pool, the array pointers read there too, so a call costs a few
+    microseconds more than its kernels. Emulated ones run their parts one after
+    another (emulation checks results, not speed). Calls from several Python threads
+    take turns: the fixed scratch buffers are shared.
     """
 
-    def __init__(self, kernel: Kernel, sizes: Sequence[Sequence[int]],
-                 private: Sequence[Sequence[np.ndarray]] | None = None):  # fmt: skip
-        self.kernel = kernel
-        self.sizes = [tuple(s) for s in sizes]
-        self.private = [tuple(p) for p in private] if private else [()] * len(self.sizes)
-        n_private = len(self.private[0])
-        self._shared = len(kernel.signature.buffers) - n_private
+    def __init__(self, library: KernelLibrary, calls: Sequence[Call], fixed: Sequence[np.ndarray] = (),
+                 call_spaces: int = 1):  # fmt: skip
+        self.library, self.calls = library, list(calls)
+        self.fixed, self.call_spaces = list(fixed), call_spaces
         self._turn = threading.Lock()
-        self._job = None
-        if kernel.library.mode != "native":
+        self._program = None
+        if library.mode != "native":
             return
-        if self._shared > JOB_ARRAYS:
-            raise AutoconfigError(f"{kernel.signature.symbol}: {self._shared} arrays per call, "
-                                  f"the native runtime takes at most {JOB_ARRAYS}")  # fmt: skip
-        self._pointers = np.zeros((len(self.sizes), self._shared + n_private), np.uint64)
-        for i, buffers in enumerate(self.private):
-            self._pointers[i, self._shared :] = [b.ctypes.data for b in buffers]
-        self._size_array = np.array(self.sizes, np.int64).reshape(len(self.sizes), -1)
-        self._job = _Job(kernel.task_address, len(self.sizes), self._pointers.ctypes.data,
-                         self._pointers.shape[1], self._size_array.ctypes.data,
-                         self._size_array.shape[1], self._shared, array_data_offset())  # fmt: skip
-        self._run = functools.partial(_job_run(), ctypes.addressof(self._job))
-        self._padding = (None,) * (JOB_ARRAYS - self._shared)
+        if call_spaces > CALL_ARRAYS:
+            raise AutoconfigError(f"{call_spaces} arrays per call, the native runtime takes at most {CALL_ARRAYS}")
+        symbols = list(dict.fromkeys(c.symbol for c in self.calls))
+        self._code = encode(self.calls, {s: i for i, s in enumerate(symbols)})
+        self._tasks = np.array([library.kernel(s).task_address for s in symbols], np.uint64)
+        self._bases = np.zeros(call_spaces + len(self.fixed), np.uint64)
+        self._bases[call_spaces:] = [a.ctypes.data for a in self.fixed]
+        self._pointers = np.zeros(widest(self.calls), np.uint64)
+        self._program = _Program(self._code.ctypes.data, len(self.calls), self._tasks.ctypes.data,
+                                 self._bases.ctypes.data, self._pointers.ctypes.data, array_data_offset())  # fmt: skip
+        self._run = functools.partial(_program_call(), ctypes.addressof(self._program), call_spaces)
+        self._padding = (None,) * (CALL_ARRAYS - call_spaces)
 
-    def __call__(self, *shared: np.ndarray) -> int:
-        """Run every part on `shared` (numpy arrays, already checked by the caller);
-        returns how many parts ran on worker threads (the others ran on the calling
-        thread)."""
-        if len(shared) != self._shared:
-            raise TypeError(f"expected {self._shared} shared buffers, got {len(shared)}")
+    def __call__(self, *arrays: np.ndarray) -> int:
+        """Run every call on `arrays` (float32, C-contiguous, already checked by the
+        caller); returns how many parts ran on worker threads."""
+        if len(arrays) != self.call_spaces:
+            raise TypeError(f"expected {self.call_spaces} arrays, got {len(arrays)}")
         with self._turn:
-            if self._job is not None:
-                return self._run(*shared, *self._padding)
-            for private, sizes in zip(self.private, self.sizes, strict=True):
-                self.kernel.call_unchecked(*shared, *private, *sizes)
+            if self._program is not None:
+                return self._run(*arrays, *self._padding)
+            spaces = [a.reshape(-1) for a in (*arrays, *self.fixed)]
+            for call in self.calls:
+                kernel = self.library.kernel(call.symbol)
+                for part in call.parts:
+                    kernel.call_unchecked(*(spaces[r.space][r.offset :] for r in part.buffers), *part.sizes)
             return 0
+
+
+def split_program(kernel: Kernel, sizes: Sequence[Sequence[int]],
+                  private: Sequence[Sequence[np.ndarray]] | None = None) -> Program:  # fmt: skip
+    """One kernel called on several parts at once, part i with arguments
+    ``(*shared, *private[i], *sizes[i])``: the shared arrays are given at each call,
+    each part's private buffers (e.g. a packing workspace) are fixed."""
+    private = [list(p) for p in private] if private else [[] for _ in sizes]
+    shared = len(kernel.signature.buffers) - len(private[0])
+    fixed = [buffer for buffers in private for buffer in buffers]
+    parts, space = [], shared
+    for own, part_sizes in zip(private, sizes, strict=True):
+        refs = [Ref(i) for i in range(shared)] + [Ref(space + j) for j in range(len(own))]
+        space += len(own)
+        parts.append(Part(tuple(refs), tuple(part_sizes)))
+    return Program(kernel.library, [Call(kernel.signature.symbol, tuple(parts))], fixed, shared)
 
 
 CACHE_LINE_ALIGNMENT = 64
@@ -145,8 +206,3 @@ def aligned_array(count: int, fill: float | None = None) -> np.ndarray:
     if fill is not None:
         array[:] = fill
     return array
-
-
-def scratch(count: int, parts: int) -> Sequence[np.ndarray]:
-    """One cache-line-aligned float32 scratch buffer of `count` elements per thread."""
-    return [aligned_array(max(count, 1)) for _ in range(parts)]

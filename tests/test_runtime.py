@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from autoconfig import compile_matmul
-from autoconfig.matmul import part_blocks
+from autoconfig.lowering import part_blocks
 from autoconfig.models.matmul import MatmulPlan
-from autoconfig.runtime import SplitKernel, split
+from autoconfig.runtime import Program, split, split_program
 from kernels import matmul as mm
 from kernels.library import build_library
 from kernels.target import get_target
@@ -45,21 +45,21 @@ def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
     ranges = [(b, e, 0, config.col_tiles()) for b, e in split(config.row_tiles(), parts)]
     assert len(ranges) == parts
     work = [[np.empty(config.workspace(), np.float32)] for _ in ranges]
-    run = SplitKernel(kernel, ranges, work)
+    run = split_program(kernel, ranges, work)
     a, b = operands(41, 24, 13, parts)
     c = np.ones((41, 24), np.float32)
     run(c, a, b)
     np.testing.assert_allclose(c, reference(a, b) + 1, rtol=1e-4, atol=1e-4)
 
 
-def two_part_matmul(target, m: int, n: int, k: int) -> SplitKernel:
+def two_part_matmul(target, m: int, n: int, k: int) -> Program:
     """C = A·B (tiled, unpacked) split into two row blocks."""
     config = mm.MatmulConfig(mm.MatmulShape(m, n, k), "tiled", 8, mr=4, nv=2)
     kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
-    return SplitKernel(kernel, part_blocks(MatmulPlan(config, threads=2)))
+    return split_program(kernel, part_blocks(MatmulPlan(config, threads=2)))
 
 
-def a_worker_helps(run: SplitKernel, a: np.ndarray, b: np.ndarray, seconds: float = 5.0) -> bool:
+def a_worker_helps(run: Program, a: np.ndarray, b: np.ndarray, seconds: float = 5.0) -> bool:
     """Call until a part runs on a worker (asserting each result), for at most `seconds`:
     a worker that was asleep may take a while to be scheduled on a busy machine."""
     expected, deadline = reference(a, b), time.monotonic() + seconds

@@ -1,0 +1,159 @@
+"""How a layer's kernels are called: the calls of one matmul, convolution or pooling
+layer, each split into its threads' parts, on buffers given as `Ref`s.
+
+One description serves both uses: a layer compiled on its own (its buffers are
+numpy arrays, `LayerBuffers`) and a layer inside a built model (its buffers are
+places in the model's arena and weights). `Buffers` is what a lowering asks of
+either: a place for a constant (weights in the layout the kernels read, transformed
+once here) and a scratch buffer for the layer's own use.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from autoconfig.models.conv import ConvPlan
+from autoconfig.models.matmul import MatmulPlan
+from autoconfig.runtime import Call, Part, Ref, aligned_array, split
+from kernels import pool as pl
+from kernels.conv import DepthwiseConfig, DirectConfig, WinogradConfig
+
+
+class Buffers(Protocol):
+    """Where a lowering puts what it needs besides its inputs and outputs."""
+
+    def constant(self, array: np.ndarray) -> Ref:
+        """A float32 constant, cache-line aligned."""
+
+    def scratch(self, count: int) -> Ref:
+        """`count` floats, cache-line aligned, for this layer's calls only (contents
+        undefined at each call)."""
+
+
+class LayerBuffers:
+    """`Buffers` as numpy arrays of one compiled layer: spaces from `first` on, in the
+    order asked (scratch starts zeroed, so junk lanes never read NaNs)."""
+
+    def __init__(self, first: int):
+        self.first = first
+        self.arrays: list[np.ndarray] = []
+
+    def _add(self, array: np.ndarray) -> Ref:
+        self.arrays.append(array)
+        return Ref(self.first + len(self.arrays) - 1)
+
+    def constant(self, array: np.ndarray) -> Ref:
+        kept = aligned_array(array.size)
+        kept[:] = array.ravel()
+        return self._add(kept)
+
+    def scratch(self, count: int) -> Ref:
+        return self._add(aligned_array(max(count, 1), 0.0))
+
+
+def at(ref: Ref, elements: int) -> Ref:
+    """`ref` moved on by `elements` floats."""
+    return Ref(ref.space, ref.offset + elements)
+
+
+def part_blocks(plan: MatmulPlan) -> list[tuple[int, int, int, int]]:
+    """Each thread's (row_begin, row_end, col_begin, col_end) in tiles: the tiles of
+    the split dimension cut into at most `threads` near-equal ranges."""
+    c = plan.config
+    rows, cols = (0, c.row_tiles()), (0, c.col_tiles())
+    if plan.split == "rows":
+        return [(*r, *cols) for r in split(rows[1], plan.threads)]
+    return [(*rows, *part) for part in split(cols[1], plan.threads)]
+
+
+def matmul_call(plan: MatmulPlan, c: Ref, a: Ref, b: Ref, operands: list[Ref], buffers: Buffers,
+                work: list[Ref] | None = None) -> Call:  # fmt: skip
+    """``C = A·B`` then the epilogue (its operands in order) on each thread's block, each
+    with its own packing workspace (`work`, one per part, or asked of `buffers`)."""
+    blocks = part_blocks(plan)
+    size = plan.config.workspace()
+    if size and work is None:
+        work = [buffers.scratch(size) for _ in blocks]
+    parts = [Part((c, a, b, *operands, *([work[i]] if size else [])), block) for i, block in enumerate(blocks)]
+    return Call(plan.config.symbol, tuple(parts))
+
+
+def _planes_call(symbol: str, buffers: tuple[Ref, ...], planes: int, threads: int) -> Call:
+    """A kernel over planes [begin, end), the planes cut across the threads."""
+    return Call(symbol, tuple(Part(buffers, r) for r in split(planes, threads)))
+
+
+def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+               buffers: Buffers) -> list[Call]:  # fmt: skip
+    """The calls of one convolution: x (NCHW) → y, then the epilogue (`operands` in its
+    order: per-channel values, residual tensors); the weights are kept in the layout
+    the algorithm reads (Winograd's filter transform happens here, once)."""
+    c, s, threads = plan.config, plan.config.shape, plan.threads
+    planes = s.batch * s.channels
+    if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
+        w = buffers.constant(weight)
+        parts = [Part((y, x, w, *operands, buffers.scratch(c.workspace())), r) for r in split(planes, threads)]
+        return [Call(c.symbol, tuple(parts))]
+    calls = []
+    if c.algorithm != "gemm1x1":  # the others read the transformed input
+        xt = buffers.scratch(c.split().size)
+        calls.append(_planes_call(c.split().symbol, (xt, x), planes, threads))
+    if isinstance(c, DirectConfig):
+        w = buffers.constant(weight)
+        parts = [Part((y, xt, w, *operands), sizes) for sizes in _direct_parts(plan)]
+        return [*calls, Call(c.symbol, tuple(parts))]
+    if isinstance(c, WinogradConfig):  # input transform, the T² products, output transform
+        u = buffers.constant(c.filter_transform(weight))  # U = G g Gᵀ, once
+        v = buffers.scratch(c.transformed_size() * s.channels)
+        m = buffers.scratch(c.transformed_size() * s.out_channels)
+        return [*calls, _planes_call(c.input_signature().symbol, (v, xt), planes, threads),
+                matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
+                _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]
+    w = buffers.constant(weight)
+    gemm = plan.gemm_plan()
+    work = [buffers.scratch(gemm.config.workspace()) for _ in part_blocks(gemm)] if gemm.config.workspace() else None
+    columns = buffers.scratch(c.im2col().size) if c.algorithm == "im2col" else None
+    cout, cin, pixels = s.out_per_group, s.in_per_group, s.out_height * s.out_width
+    for n in range(s.batch):  # one product per image and group, on views of the tensors
+        for g in range(s.group):
+            out = (n * s.out_channels + g * cout) * pixels
+            views = [at(r, g * cout) if kind == "channel" else at(r, out) for r, kind in
+                     zip(operands, _operand_kinds(c.epilogue), strict=True)]  # fmt: skip
+            if columns is None:
+                image = at(x, (n * s.channels + g * cin) * s.height * s.width)
+            else:
+                im2col, image = c.im2col(), columns
+                rows = split(im2col.rows, threads)
+                calls.append(Call(im2col.symbol, tuple(Part((columns, xt), (n * s.group + g, *r)) for r in rows)))
+            calls.append(matmul_call(gemm, at(y, out), at(w, g * cout * cin * s.taps), image, views, buffers, work))
+    return calls
+
+
+def _operand_kinds(epilogue) -> list[str]:
+    return [op.operand for op in epilogue if op.operand]
+
+
+def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:
+    """Each thread's (ng, row tile, column tile) ranges: the split one cut in near-equal
+    pieces, the others whole."""
+    c: DirectConfig = plan.config
+    whole = {"groups": (0, c.groups()), "rows": (0, c.row_tiles()), "columns": (0, c.col_tiles())}
+    parts = []
+    for piece in split(whole[plan.split][1], plan.threads):
+        ranges = dict(whole, **{plan.split: piece})
+        parts.append((*ranges["groups"], *ranges["rows"], *ranges["columns"]))
+    return parts
+
+
+def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buffers) -> list[Call]:
+    """The calls of one pooling layer: x (NCHW) → y; a windowed pool reads its input
+    transformed (borders filled), an average one its per-position scale."""
+    s = config.shape
+    if not s.windowed:
+        return [_planes_call(config.symbol, (y, x), s.planes, threads)]
+    xt = buffers.scratch(config.split().size)
+    scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
+    return [_planes_call(config.split().symbol, (xt, x), s.planes, threads),
+            _planes_call(config.symbol, (y, xt, *scale), s.planes, threads)]
