@@ -5,8 +5,8 @@ from autoconfig.errors import AutoconfigError
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoconfigError", "__version__", "compile_conv2d", "compile_matmul", "compile_pool2d",
-           "plan_conv2d", "plan_matmul"]
+__all__ = ["AutoconfigError", "__version__", "compile_conv2d", "compile_matmul", "compile_model",
+           "compile_pool2d", "load", "plan_conv2d", "plan_matmul"]
 
 
 def __getattr__(name: str):
@@ -17,6 +17,10 @@ def __getattr__(name: str):
         return getattr(api, name)
     if name in ("compile_conv2d", "compile_pool2d", "plan_conv2d"):
         from autoconfig import conv as api
+
+        return getattr(api, name)
+    if name in ("compile_model", "load"):
+        from autoconfig import artifact as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'autoconfig' has no attribute {name!r}")

@@ -207,6 +207,65 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    import time
+
+    from autoconfig.artifact import compile_model
+
+    start = time.perf_counter()
+    manifest = compile_model(args.model, args.out, profile=args.profile, target=args.target, fusion=args.fusion,
+                     threads=args.threads, progress=not args.no_progress)  # fmt: skip
+    objects = manifest["kernel_objects"]
+    print(f"built {args.out}: {len(manifest['kernels'])} kernels for {manifest['target']} "
+          f"({objects['compiled']} compiled, {objects['cached']} from the cache) in "
+          f"{time.perf_counter() - start:.1f} s; predicted {manifest['predicted_ns'] / 1e3:.0f} µs; "
+          f"arena {manifest['arena_bytes'] / 1e6:.1f} MB; see {args.out / 'report.md'}")  # fmt: skip
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from autoconfig.artifact import load
+    from autoconfig.fileio import check_output
+
+    model = load(args.dir)
+    if args.output is not None:
+        check_output(args.output)
+    inputs = {}
+    for item in args.input or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise AutoconfigError(f"--input takes NAME=FILE.npy, got {item!r}")
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise AutoconfigError(f"cannot read input {name!r} from {path}: {err}") from None
+    rng = np.random.default_rng(0)
+    for name, shape in model.inputs:  # the inputs not given: random, to time the model
+        if name not in inputs and (args.bench or not args.input):
+            inputs[name] = rng.standard_normal(shape, dtype=np.float32)
+    outputs, median_ns, steps = model.run(inputs, repeat=max(1, args.bench or 1))
+    if args.output is not None:
+        from autoconfig.fileio import write_atomically
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, **outputs)
+        write_atomically(args.output, buffer.getvalue())
+        print(f"wrote {args.output}")
+    for name, value in outputs.items():
+        print(f"{name}: shape {value.shape}, min {value.min():.4g}, max {value.max():.4g}")
+    if args.bench:
+        print(f"median of {args.bench} runs: {median_ns / 1e6:.3f} ms "
+              f"(predicted {model.manifest['predicted_ns'] / 1e6:.3f} ms)")  # fmt: skip
+    if args.per_kernel:
+        print(f"{'kernel':<28} {'choice':<44} {'measured µs':>12} {'predicted µs':>13}")
+        for k, measured in zip(model.manifest["kernels"], model.kernel_times(steps)):
+            print(f"{k['name'][:28]:<28} {k['choice'][:44]:<44} {measured / 1e3:>12.1f} {k['predicted_ns'] / 1e3:>13.1f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoconfig`` command and its subcommands."""
     from kernels.target import TARGET_NAMES
@@ -351,6 +410,38 @@ def build_parser() -> argparse.ArgumentParser:
     fuse.add_argument("--strategy", choices=("dp", "greedy", "none"), default="dp")
     fuse.add_argument("--json", action="store_true", help="machine-readable output")
     fuse.set_defaults(run=_cmd_fuse)
+
+    build = sub.add_parser(
+        "build", help="compile an ONNX model into a library of fused kernels",
+        description="Import an ONNX model, plan its fusion, let the analytic models choose every "
+        "kernel's algorithm and parameters from the profile, generate and compile the kernels, "
+        "and write DIR: a library with one entry point that runs the whole model, its C header, "
+        "the weights, manifest.json, each kernel's MLIR, and report.md (the plan and the reason "
+        "for every choice). A failed build leaves no DIR behind.",
+    )  # fmt: skip
+    build.add_argument("model", type=Path, help="the .onnx file")
+    build.add_argument("--out", type=Path, required=True, metavar="DIR", help="the directory to write (replaced)")
+    build.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
+    build.add_argument("--target", choices=TARGET_NAMES, default=None, help="default: the profile's widest ISA")
+    build.add_argument("--fusion", choices=("dp", "greedy", "none"), default="dp",
+                       help="dp: minimum-cost plan; greedy: TVM's rules; none: one kernel per operator")  # fmt: skip
+    build.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
+    build.add_argument("--no-progress", action="store_true", help="no progress bar")
+    build.set_defaults(run=_cmd_build)
+
+    run = sub.add_parser(
+        "run", help="run a built model",
+        description="Load a directory written by 'autoconfig build' (checked against its manifest), "
+        "run the model and print its outputs' shapes and ranges. Inputs not given are random "
+        "(for timing). A cross-target model runs under qemu-user.",
+    )  # fmt: skip
+    run.add_argument("dir", type=Path, metavar="DIR", help="the built model")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
+    run.add_argument("--output", type=Path, default=None, metavar="FILE.npz", help="write the outputs here")
+    run.add_argument("--bench", type=int, default=0, metavar="N", help="run N times and print the median time")
+    run.add_argument("--per-kernel", action="store_true",
+                     help="each kernel's measured time (last run) next to its predicted time")  # fmt: skip
+    run.set_defaults(run=_cmd_run)
     return parser
 
 

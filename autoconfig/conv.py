@@ -191,24 +191,37 @@ POOL_VECTORS = 4
 independent chains cover the latency of a max or an add on every profiled machine."""
 
 
-def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,
-                   ceil_mode: bool = False, count_include_pad: bool = False, profile=None, target=None,
-                   threads: int | None = None, lanes: int | None = None) -> CompiledPool:  # fmt: skip
-    """Compile one ONNX pooling layer: kind 'max', 'average' or 'global_average'
-    (no kernel_shape), with ONNX's attributes."""
+def pool_shape(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,
+               ceil_mode: bool = False, count_include_pad: bool = False) -> pl.PoolShape:  # fmt: skip
+    """The pooling layer's shape from ONNX-style arguments, checked."""
     n, c, h, w = _input_shape(input_shape)
     if kind not in pl.POOL_KINDS:
         raise AutoconfigError(f"unknown pooling {kind!r}: {', '.join(pl.POOL_KINDS)}")
     windowed = kind != "global_average"
     if windowed and kernel_shape is None:
         raise AutoconfigError(f"{kind} pooling needs kernel_shape")
-    shape = pl.PoolShape(n, c, h, w, kind, _pair("kernel_shape", kernel_shape, 1) if windowed else (1, 1),
-                         _pair("strides", strides, 1), _pads(pads), _pair("dilations", dilations, 1),
-                         bool(ceil_mode), bool(count_include_pad))  # fmt: skip
+    return pl.PoolShape(n, c, h, w, kind, _pair("kernel_shape", kernel_shape, 1) if windowed else (1, 1),
+                        _pair("strides", strides, 1), _pads(pads), _pair("dilations", dilations, 1),
+                        bool(ceil_mode), bool(count_include_pad))  # fmt: skip
+
+
+def pool_config(shape: pl.PoolShape, target: Target, lanes: int | None = None) -> pl.PoolConfig:
+    """The pooling kernel's configuration: the target's widest vectors (or `lanes`),
+    POOL_VECTORS of them per step."""
+    config = pl.PoolConfig(shape, lanes or target.f32_lanes, POOL_VECTORS)
+    config.validate(target)
+    return config
+
+
+def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,
+                   ceil_mode: bool = False, count_include_pad: bool = False, profile=None, target=None,
+                   threads: int | None = None, lanes: int | None = None) -> CompiledPool:  # fmt: skip
+    """Compile one ONNX pooling layer: kind 'max', 'average' or 'global_average'
+    (no kernel_shape), with ONNX's attributes."""
+    shape = pool_shape(input_shape, kind, kernel_shape, strides=strides, pads=pads, dilations=dilations,
+                       ceil_mode=ceil_mode, count_include_pad=count_include_pad)  # fmt: skip
     threads = checks.threads(threads)
     prof = resolve_profile(profile)
     tgt = checks.target_for(resolve_target(target, prof), prof)
     threads = checks.threads_within(threads, prof) or int(prof.cores)
-    config = pl.PoolConfig(shape, lanes or tgt.f32_lanes, POOL_VECTORS)
-    config.validate(tgt)
-    return CompiledPool(config, tgt, threads)
+    return CompiledPool(pool_config(shape, tgt, lanes), tgt, threads)

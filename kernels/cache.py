@@ -17,7 +17,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
@@ -79,10 +79,11 @@ def default_cache() -> KernelCache:
     return KernelCache(Path(root))
 
 
-def compile_modules(modules: Sequence[KernelModule], out_dir: Path,
-                    cache: KernelCache) -> tuple[list[ObjectFile], int]:  # fmt: skip
+def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: KernelCache,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[list[ObjectFile], int]:  # fmt: skip
     """One object per distinct module (identical modules share one), in `out_dir`;
-    returns them and how many had to be compiled (the rest came from the cache)."""
+    returns them and how many had to be compiled (the rest came from the cache).
+    `progress(done, total)` is told of each module compiled."""
     target = modules[0].target
     keyed: dict[str, KernelModule] = {}
     for module in modules:
@@ -98,7 +99,9 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path,
     with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as pool:
         done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
                         pending.items())  # fmt: skip
-        for key, obj in done:
+        for count, (key, obj) in enumerate(done, 1):
             cache.put(key, obj)
             objects[key] = obj
+            if progress:
+                progress(count, len(pending))
     return [objects[key] for key in keyed], len(pending)

@@ -54,8 +54,8 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
-from kernels.emit import config_symbol, new_module, tail_mask, verify
+from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index
+from kernels.emit import config_symbol, single_kernel, tail_mask
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
 from kernels.layout import PhaseSplit, copy_plane, generate_phase_split, source_memref
 from kernels.loops import for_carry, for_range, for_tiles, load, offset, store, when_else
@@ -413,26 +413,18 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
     the convolution or matmul kernel, Winograd's output transform."""
     config.validate(target)
     if isinstance(config, DirectConfig):
-        return [generate_phase_split(config.split(), target), _module(direct_signature(config), target,
+        return [generate_phase_split(config.split(), target), single_kernel(direct_signature(config), target,
                                                                       lambda args: _direct(config, target, args))]
     if isinstance(config, DepthwiseConfig):
-        return [_module(config.signature(), target, lambda args: _depthwise(config, target, args))]
+        return [single_kernel(config.signature(), target, lambda args: _depthwise(config, target, args))]
     if isinstance(config, WinogradConfig):
         return winograd.generate(config, target)
     if config.algorithm == "gemm1x1":
         return [mm.generate(config.gemm, target)]
     im2col = config.im2col()
     return [generate_phase_split(config.split(), target),
-            _module(im2col.signature(), target, lambda args: _im2col(im2col, target, args)),
+            single_kernel(im2col.signature(), target, lambda args: _im2col(im2col, target, args)),
             mm.generate(config.gemm, target)]  # fmt: skip
-
-
-def _module(sig: KernelSignature, target: Target, body) -> KernelModule:
-    with new_module() as module:
-        with kernel_body(module, sig) as args:
-            body(args)
-        verify(module)
-    return KernelModule(module=module, signatures=(sig,), target=target)
 
 
 # ---------------------------------------------------------------- direct

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -71,6 +71,15 @@ def kernel_body(module: ir.Module, sig: KernelSignature) -> Iterator[dict[str, i
     with ir.InsertionPoint(entry):
         yield {p.name: arg for p, arg in zip(sig.params, entry.arguments, strict=True)}
         func.return_([])
+
+
+def single_kernel(sig: KernelSignature, target: Target, body: Callable[[dict[str, ir.Value]], None]) -> KernelModule:
+    """A module of one kernel: `sig`'s function with `body(args)` emitted inside, verified."""
+    with new_module() as module:
+        with kernel_body(module, sig) as args:
+            body(args)
+        verify(module)
+    return KernelModule(module=module, signatures=(sig,), target=target)
 
 
 def index(value: int | ir.Value) -> ir.Value:

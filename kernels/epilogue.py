@@ -8,6 +8,7 @@ tensor (their operand), which becomes a kernel argument:
 - ``bias``      y + b[channel]            operand: one value per output column/channel
 - ``scale``     y · s[channel]            operand: likewise (with bias: a folded BatchNorm)
 - ``residual``  y + r[same position]      operand: a tensor of the output's shape
+- ``product``   y · r[same position]      operand: likewise
 - ``relu``      max(y, 0)
 - ``clip``      min(max(y, low), high)    (Relu6 is clip(0, 6))
 - ``leaky_relu``  y if y >= 0 else alpha·y
@@ -36,15 +37,15 @@ import numpy as np
 from autoconfig.errors import AutoconfigError
 from kernels.mlir import arith, ir, math, vector
 
-EpilogueKind = Literal["bias", "scale", "residual", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
+EpilogueKind = Literal["bias", "scale", "residual", "product", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
                        "silu", "mish", "hard_sigmoid", "hard_swish"]
 Operand = Literal["channel", "output"]
 
-OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output"}
+OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output", "product": "output"}
 """Ops that read a second tensor, and its shape: per channel, or the output's."""
 
 VECTOR_OPS: dict[str, int] = {
-    "bias": 1, "scale": 1, "residual": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
+    "bias": 1, "scale": 1, "residual": 1, "product": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
     "softplus": 40, "silu": 21, "mish": 25, "hard_sigmoid": 3, "hard_swish": 5,
 }  # fmt: skip
 """Vector instructions one op emits per output vector (loads of operands not counted):
@@ -86,6 +87,11 @@ def bias() -> EpilogueOp:
 def residual() -> EpilogueOp:
     """y + r (a kernel argument of the output's shape)."""
     return EpilogueOp("residual")
+
+
+def product() -> EpilogueOp:
+    """y · r (a kernel argument of the output's shape)."""
+    return EpilogueOp("product")
 
 
 def scale() -> EpilogueOp:
@@ -158,7 +164,7 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
     """Emit the epilogue on `value` (a vector or a scalar f32); `operand(i)` loads op i's
     tensor at the current output position, shaped like `value`."""
     for i, op in enumerate(epilogue):
-        if op.kind == "scale":
+        if op.kind in ("scale", "product"):
             value = arith.mulf(value, operand(i))
         elif op.operand:
             value = arith.addf(value, operand(i))
@@ -290,6 +296,8 @@ def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray |
             y = y + channel if op.kind == "bias" else y * channel
         elif op.kind == "residual":
             y = y + x
+        elif op.kind == "product":
+            y = y * x
         elif op.kind == "relu":
             y = np.maximum(y, 0)
         elif op.kind == "clip":

@@ -22,7 +22,7 @@ HOST_PROFILE = Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml"
 # both clip bounds and relu's zeros all change the result.
 CHAINS = {
     "bias+leaky+clip": (ep.bias(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
-    "residual+relu+sigmoid": (ep.residual(), ep.relu(), ep.sigmoid()),
+    "residual+product+relu+sigmoid": (ep.residual(), ep.product(), ep.relu(), ep.sigmoid()),
     "scale+mish+tanh+hard_sigmoid": (ep.scale(), ep.mish(), ep.tanh(), ep.hard_sigmoid(0.3, 0.4)),
     "softplus+silu+hard_swish": (ep.softplus(), ep.silu(), ep.hard_swish()),
 }

@@ -70,6 +70,25 @@ def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
             todo.extend(a.consumers[v])
         return True
 
+    def on_paths(src: int, sink: int) -> set[int]:
+        """The groups (roots) that fusing src into sink merges."""
+        roots, seen, todo = {find(sink)}, set(), [src]
+        while todo:
+            v = todo.pop()
+            if v in seen or v == sink:
+                continue
+            seen.add(v)
+            roots.add(find(v))
+            todo.extend(a.consumers[v])
+        return roots
+
+    def emittable(src: int, sink: int) -> bool:
+        """TVM's rules fuse whatever TVM can generate; ours generates less
+        (classify.emittable): every edge inside the merged group must be emittable."""
+        roots = on_paths(src, sink)
+        return all(a.emittable[u][v] for u in range(n) if find(u) in roots
+                   for v in a.consumers[u] if find(v) in roots)  # fmt: skip
+
     def fuse_path(src: int, sink: int) -> None:
         """Merge src's group and every group on the paths to sink into sink's group."""
         target = find(sink)
@@ -93,6 +112,8 @@ def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
                 continue
             kind, dom_kind = group_kind[find(v)], group_kind[find(dom)]
             if kind == Pattern.OPAQUE or size[find(v)] + size[find(dom)] > MAX_FUSE_DEPTH:
+                continue
+            if not emittable(v, dom):
                 continue
             if kind == Pattern.OUT_EWISE_FUSABLE:
                 if phase == 0 and dom_kind == Pattern.ELEMWISE and paths_ok(

@@ -3,9 +3,9 @@
 A plan partitions the graph's nodes into groups; each group becomes one kernel. A
 group is legal when it is weakly connected, convex (no path leaves it and comes
 back, so groups form a DAG), holds at most one many-to-many "anchor" (one kernel of
-an allowed shape: an anchor with elementwise prologue/epilogue, or a chain of
-one-to-one/reorganize/shuffle ops), and no edge inside it is "no" in the legality
-table (classify.LEGALITY).
+an allowed shape: an anchor with an elementwise epilogue, or a chain of
+one-to-one ops), and no edge inside it is "no" in the legality table
+(classify.LEGALITY) or one the code generator cannot emit (classify.emittable).
 
 Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a
@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
+from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import info
 from autoconfig.machine import Machine
@@ -130,9 +130,14 @@ class Analysis:
             for u, _ in self.in_edges[v]:
                 self.anc[v] |= (1 << u) | self.anc[u]
         self.amplification = [info(node).reads(node, graph) for node in self.nodes]
+        self.emittable = [{v: emittable(graph, self.nodes[u], self.nodes[v]) for v in self.consumers[u]}
+                          for u in range(n)]  # fmt: skip
         self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
 
     def legality(self, u: int, v: int) -> Legality:
+        """The table's verdict on edge u -> v, NO where the code generator cannot emit it."""
+        if not self.emittable[u][v]:
+            return Legality.NO
         return LEGALITY[(self.kind[u], self.kind[v])]
 
     def read_ns(self, tensor: str) -> float:

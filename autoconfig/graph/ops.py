@@ -3,8 +3,9 @@
 Per operator: that the importer accepts it, its input-output mapping type (DNNFusion,
 PLDI'21, Table 3: the fusion legality reads it), TVM's registered pattern kind (the
 greedy baseline reads it), how many times it reads each input element (the fusion
-planner's recompute cost), and its numpy reference implementation (the interpreter
-and constant folding run it). Adding an operator is one row here.
+planner's recompute cost), its numpy reference implementation (the interpreter
+and constant folding run it), and the kind of kernel it becomes (`Kernel`: what the
+code generator can put in one kernel with it). Adding an operator is one row here.
 
 Mapping types: one-to-one for elementwise ops (an operand may be broadcast: each
 output element still depends on one element of the streamed input; Concat, Slice
@@ -44,6 +45,21 @@ class Pattern(IntEnum):
     OPAQUE = 8
 
 
+class Kernel(Enum):
+    """What kind of generated kernel an operator becomes, which decides what it may
+    share a kernel with: an anchor that applies an epilogue to its outputs in registers
+    (convolution, matmul), an anchor that does not (pooling, softmax, reductions), an
+    elementwise op (a chain of them is one kernel, or an anchor's epilogue), a view (a
+    new shape over the same buffer: no kernel at all), or data movement (its own kernel,
+    or none where producers write straight into place)."""
+
+    EPILOGUE_ANCHOR = "anchor with epilogue"
+    ANCHOR = "anchor"
+    ELEMENTWISE = "elementwise"
+    VIEW = "view"
+    MOVEMENT = "data movement"
+
+
 def reads_once(node: Node, graph: Graph) -> float:
     """Each input element is read once."""
     return 1.0
@@ -69,22 +85,24 @@ class OpInfo:
     pattern: Pattern  # elementwise ops with a broadcast operand become Broadcast (greedy.pattern)
     reference: Callable[..., np.ndarray | list[np.ndarray]]  # (attrs, *inputs) -> output(s)
     reads: Callable[[Node, Graph], float] = reads_once  # times each input element is read
+    kernel: Kernel = Kernel.ELEMENTWISE
 
 
 _1, _M, _MM = Mapping.ONE_TO_ONE, Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY
 _R, _S = Mapping.REORGANIZE, Mapping.SHUFFLE
 _EW, _BC, _INJ = Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE
 _RED, _OUT = Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE
+_EA, _A, _V, _MV = Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR, Kernel.VIEW, Kernel.MOVEMENT
 
 OPERATORS: dict[str, OpInfo] = {
-    "Conv": OpInfo(_MM, _OUT, ref.conv, window_reads),
-    "Gemm": OpInfo(_MM, _OUT, ref.gemm),
-    "MatMul": OpInfo(_MM, _OUT, ref.matmul),
-    "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads),
-    "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads),
-    "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool),
-    "Softmax": OpInfo(_MM, _OUT, ref.softmax),
-    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean),
+    "Conv": OpInfo(_MM, _OUT, ref.conv, window_reads, _EA),
+    "Gemm": OpInfo(_MM, _OUT, ref.gemm, kernel=_EA),
+    "MatMul": OpInfo(_MM, _OUT, ref.matmul, kernel=_EA),
+    "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads, _A),
+    "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads, _A),
+    "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool, kernel=_A),
+    "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_A),
+    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean, kernel=_A),
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
     "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),
@@ -98,19 +116,19 @@ OPERATORS: dict[str, OpInfo] = {
     "HardSigmoid": OpInfo(_1, _EW, ref.hard_sigmoid),
     "HardSwish": OpInfo(_1, _EW, ref.hard_swish),
     "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm),  # per-channel operands: Broadcast
-    "Concat": OpInfo(_1, _INJ, ref.concat),
-    "Split": OpInfo(_1, _INJ, ref.split),
-    "Slice": OpInfo(_1, _INJ, ref.slice_),
-    "Identity": OpInfo(_1, _INJ, ref.identity),
+    "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
+    "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV),
+    "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV),
+    "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Constant": OpInfo(_1, _EW, ref.constant),  # folded away at import, never planned
-    "Reshape": OpInfo(_R, _INJ, ref.reshape),
-    "Flatten": OpInfo(_R, _INJ, ref.flatten),
-    "Squeeze": OpInfo(_R, _INJ, ref.squeeze),
-    "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze),
-    "Pad": OpInfo(_R, _INJ, ref.pad),
-    "Transpose": OpInfo(_S, _INJ, ref.transpose),
-    "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads),
-    "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads),
+    "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V),
+    "Flatten": OpInfo(_R, _INJ, ref.flatten, kernel=_V),
+    "Squeeze": OpInfo(_R, _INJ, ref.squeeze, kernel=_V),
+    "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze, kernel=_V),
+    "Pad": OpInfo(_R, _INJ, ref.pad, kernel=_MV),
+    "Transpose": OpInfo(_S, _INJ, ref.transpose, kernel=_MV),
+    "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV),
+    "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV),
 }
 """Every operator the importer accepts, with all it needs (a test checks each row)."""
 

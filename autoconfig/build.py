@@ -1,0 +1,659 @@
+"""From a graph to the kernels of a model: every group of the fusion plan becomes one
+generated kernel (or none, for a view or a concatenation its producers write into),
+its configuration chosen by the operator's model, its calls described as a program
+over one arena.
+
+- An anchor group (Conv, Gemm/MatMul with a constant right operand, a pooling,
+  Softmax) is its anchor's kernel; the elementwise ops after it are its epilogue
+  (`match_epilogue`: unary ops, SiLU and Mish written out, bias/scale by constants
+  or per-channel tensors, residual Add and elementwise Mul by tensors of the
+  output's shape).
+- A group of elementwise ops alone is one `kernels.elementwise` kernel: the same
+  epilogue on a tensor streamed from memory.
+- Reshape, Flatten, Squeeze, Unsqueeze are views: the same buffer.
+- Concat along an axis with nothing in front of it (batch 1, channels): its inputs'
+  producers write straight into their slices; an input that cannot be placed so
+  (a graph input, a tensor placed already) is copied in by an elementwise kernel.
+- Anything else stops the build with one line naming the node and operator: nothing
+  falls back to numpy.
+
+Memory: every tensor between kernels, and every kernel's scratch, is a buffer with
+a lifetime (the first and last kernel touching it); buffers are placed in one
+arena, largest first, each at the lowest offset free for its whole lifetime.
+Graph outputs live to the end and are copied out; graph inputs are read in place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoconfig.conv import conv_shape, pool_config, pool_shape
+from autoconfig.errors import AutoconfigError
+from autoconfig.fusion import plan as fusion_plan
+from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ops import Kernel, info
+from autoconfig.lowering import conv_calls, matmul_call, pool_calls
+from autoconfig.machine import Machine
+from autoconfig.models import conv as conv_model
+from autoconfig.models import matmul as matmul_model
+from autoconfig.profile import HardwareProfile
+from autoconfig.runtime import Call, Part, Ref, split
+from kernels import conv as kc
+from kernels import elementwise as ew
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels import pool as pl
+from kernels import softmax as sm
+from kernels.emit import KernelModule
+from kernels.target import Target
+
+ARENA, WEIGHTS, FIRST_INPUT = 0, 1, 2
+"""The spaces of a built model's program: its arena, its weights, then its inputs."""
+
+ALIGN = 16
+"""Floats per cache line: every buffer and constant starts on one (vector loads that
+split lines halve L1 bandwidth)."""
+
+ELEMENTWISE_VECTORS = 2
+"""Vectors per step of an elementwise kernel: two independent chains hide a load's
+latency behind the previous vector's ops on every profiled machine."""
+
+_VIRTUAL = 1 << 20
+"""Spaces from here on name buffers not placed yet (space - _VIRTUAL = buffer id)."""
+
+
+@dataclass
+class Buffer:
+    """A tensor or scratch buffer: `size` floats used from kernel `first` to `last`;
+    an input buffer is the caller's; one placed inside another (a concatenation's
+    slice) lives at `inside` = (buffer, offset)."""
+
+    size: int
+    first: int
+    last: int
+    input_index: int | None = None
+    inside: tuple[int, int] | None = None
+    offset: int = 0  # in the arena, once placed
+
+
+@dataclass
+class KernelGroup:
+    """One kernel of the model: the ops it computes, its calls, its modules and why."""
+
+    name: str
+    ops: list[str]  # "name (Op)"
+    kind: str
+    calls: list[Call]
+    modules: list[KernelModule]
+    predicted_ns: float
+    explain: str
+    summary: str  # the algorithm and parameters in a few words
+
+
+@dataclass
+class BuiltModel:
+    """Everything a model's artifact is made of, before it is written."""
+
+    graph: Graph
+    profile: HardwareProfile
+    target: Target
+    fusion: str
+    threads: int
+    kernels: list[KernelGroup]
+    weights: np.ndarray
+    arena_floats: int
+    intermediate_floats: int
+    outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
+
+
+class NotGenerated(AutoconfigError):
+    """A node the code generator cannot emit (yet): the build stops, naming it."""
+
+
+def _fail(node: Node, why: str) -> NotGenerated:
+    return NotGenerated(f"node {node.name!r} ({node.op}): {why}")
+
+
+class _Builder:
+    def __init__(self, graph: Graph, profile: HardwareProfile, target: Target, threads: int):
+        self.graph, self.profile, self.target, self.threads = graph, profile, target, threads
+        self.machine = Machine.of(profile)
+        self.buffers: list[Buffer] = []
+        self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
+        self.weights: list[np.ndarray] = []
+        self.weight_floats = 0
+        self.step = 0  # the kernel being lowered
+        self.consumers = graph.consumers()
+        for i, name in enumerate(graph.inputs):
+            self.where[name] = (self._buffer(graph.types[name].elements, input_index=i), 0)
+
+    # ---------------------------------------------------------------- buffers
+
+    def _buffer(self, size: int, input_index: int | None = None) -> int:
+        self.buffers.append(Buffer(size, self.step, self.step, input_index))
+        return len(self.buffers) - 1
+
+    def constant(self, array: np.ndarray) -> Ref:
+        """`Buffers.constant`: appended to the weights, cache-line aligned."""
+        flat = np.ascontiguousarray(array, np.float32).ravel()
+        offset = self.weight_floats
+        self.weights.append(flat)
+        padding = -flat.size % ALIGN
+        if padding:
+            self.weights.append(np.zeros(padding, np.float32))
+        self.weight_floats += flat.size + padding
+        return Ref(WEIGHTS, offset)
+
+    def scratch(self, count: int) -> Ref:
+        """`Buffers.scratch`: a buffer for the current kernel only."""
+        return Ref(_VIRTUAL + self._buffer(max(count, 1)))
+
+    def read(self, value: str) -> Ref:
+        """Where the current kernel reads `value` (a constant is added to the weights)."""
+        if self.graph.is_constant(value):
+            return self.constant(self.graph.constants[value])
+        buffer, offset = self.where[value]
+        root = self._root(buffer)
+        self.buffers[root].last = max(self.buffers[root].last, self.step)
+        return Ref(_VIRTUAL + buffer, offset)
+
+    def write(self, value: str) -> Ref:
+        """A new buffer for `value`, written by the current kernel."""
+        self.where[value] = (self._buffer(self.graph.types[value].elements), 0)
+        return Ref(_VIRTUAL + self.where[value][0])
+
+    def alias(self, value: str, source: str) -> None:
+        """`value` is `source` seen in another shape."""
+        self.where[value] = self.where[source]
+        self.read(source)
+
+    def _root(self, buffer: int) -> int:
+        while self.buffers[buffer].inside is not None:
+            buffer = self.buffers[buffer].inside[0]
+        return buffer
+
+    def _absolute(self, buffer: int, offset: int) -> tuple[int, int]:
+        while self.buffers[buffer].inside is not None:
+            outer, at = self.buffers[buffer].inside
+            buffer, offset = outer, offset + at
+        return buffer, offset
+
+    # ---------------------------------------------------------------- placement
+
+    def place(self, outputs: list[str]) -> int:
+        """Give every arena buffer its offset; returns the arena's size in floats."""
+        for name in outputs:
+            root = self._root(self.where[name][0])
+            self.buffers[root].last = self.step  # copied out after the last kernel
+        roots = [i for i, b in enumerate(self.buffers) if b.inside is None and b.input_index is None]
+        placed: list[Buffer] = []
+        for i in sorted(roots, key=lambda i: -self.buffers[i].size):
+            b = self.buffers[i]
+            busy = sorted((p.offset, p.offset + _aligned(p.size)) for p in placed
+                          if p.first <= b.last and b.first <= p.last)  # fmt: skip
+            offset = 0
+            for start, end in busy:
+                if offset + _aligned(b.size) <= start:
+                    break
+                offset = max(offset, end)
+            b.offset = offset
+            placed.append(b)
+        return max((p.offset + _aligned(p.size) for p in placed), default=0)
+
+    def resolve(self, ref: Ref) -> Ref:
+        """A ref to a virtual buffer as a ref into the arena or an input."""
+        if ref.space < _VIRTUAL:
+            return ref
+        buffer, offset = self._absolute(ref.space - _VIRTUAL, ref.offset)
+        b = self.buffers[buffer]
+        if b.input_index is not None:
+            return Ref(FIRST_INPUT + b.input_index, offset)
+        return Ref(ARENA, b.offset + offset)
+
+
+def _aligned(size: int) -> int:
+    return size + -size % ALIGN
+
+
+# -------------------------------------------------------------------- epilogues
+
+
+@dataclass
+class Epilogue:
+    """A matched chain: its ops, each op's operand (a ref, in op order), the value it ends on."""
+
+    ops: list[ep.EpilogueOp]
+    operands: list[Ref]
+    end: str
+
+
+UNARY: dict[str, Callable[[Node, Graph], ep.EpilogueOp]] = {
+    "Relu": lambda n, g: ep.relu(),
+    "Sigmoid": lambda n, g: ep.sigmoid(),
+    "Tanh": lambda n, g: ep.tanh(),
+    "Softplus": lambda n, g: ep.softplus(),
+    "LeakyRelu": lambda n, g: ep.leaky_relu(n.attrs.get("alpha", 0.01)),
+    "HardSigmoid": lambda n, g: ep.hard_sigmoid(n.attrs.get("alpha", 0.2), n.attrs.get("beta", 0.5)),
+    "HardSwish": lambda n, g: ep.hard_swish(),
+    "Clip": lambda n, g: ep.clip(*_clip_bounds(n, g)),
+}
+"""Elementwise ops of one input, as epilogue ops."""
+
+
+def _clip_bounds(node: Node, graph: Graph) -> tuple[float, float]:
+    """Clip's bounds: inputs 2 and 3 (opset 11+), constant, else ±inf."""
+    bounds = []
+    for i, default in ((1, -math.inf), (2, math.inf)):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if name and not graph.is_constant(name):
+            raise _fail(node, "Clip bounds computed at run time are not generated")
+        bounds.append(float(graph.constants[name]) if name else default)
+    return bounds[0], bounds[1]
+
+
+def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int) -> Epilogue:
+    """`nodes` (a group's elementwise ops, in order) as an epilogue on `start`: each op
+    takes the chain's current value and at most one operand."""
+    out_shape = b.graph.types[start].shape
+    remaining = list(nodes)
+    ops: list[ep.EpilogueOp] = []
+    operands: list[Ref] = []
+    current = start
+    while remaining:
+        users = [n for n in remaining if current in n.inputs]
+        if not users:
+            raise _fail(remaining[0], f"not on the chain of elementwise ops after {current!r}")
+        gates = {u.op for u in users}
+        if len(users) == 2 and gates in ({"Sigmoid", "Mul"}, {"Softplus", "Mul"}):
+            used, kind = _gated(b.graph, current, users, remaining)
+            ops.append(ep.EpilogueOp(kind))
+        elif len(users) == 1 and users[0].op in UNARY:
+            used = [users[0]]
+            ops.append(UNARY[users[0].op](users[0], b.graph))
+        elif len(users) == 1 and users[0].op in ("Add", "Sub", "Mul", "Div"):
+            used = [users[0]]
+            op, operand = _binary(b, users[0], current, out_shape, channel_axis)
+            ops.append(op)
+            operands.append(operand)
+        else:
+            raise _fail(users[0], f"{' and '.join(sorted(gates))} on one value is not an epilogue the "
+                                  "code generator emits")  # fmt: skip
+        for n in used:
+            remaining.remove(n)
+        current = used[-1].outputs[0]
+        if b.graph.types[current].shape != out_shape:
+            raise _fail(used[-1], f"changes the shape {out_shape} of the chain")
+    return Epilogue(ops, operands, current)
+
+
+def _gated(graph: Graph, current: str, users: list[Node], remaining: list[Node]) -> tuple[list[Node], str]:
+    """x·Sigmoid(x) (SiLU) or x·Tanh(Softplus(x)) (Mish) as written by exporters."""
+    mul = next(u for u in users if u.op == "Mul")
+    gate = next(u for u in users if u.op != "Mul")
+    chain = [gate]
+    if gate.op == "Softplus":
+        tanh = [n for n in remaining if gate.outputs[0] in n.inputs]
+        if len(tanh) != 1 or tanh[0].op != "Tanh":
+            raise _fail(gate, "Softplus not followed by Tanh and Mul (Mish) is not a generated epilogue")
+        chain.append(tanh[0])
+    if sorted(mul.inputs) != sorted([current, chain[-1].outputs[0]]):
+        raise _fail(mul, "not x times its own gate")
+    return [*chain, mul], "silu" if gate.op == "Sigmoid" else "mish"
+
+
+def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],
+            channel_axis: int) -> tuple[ep.EpilogueOp, Ref]:  # fmt: skip
+    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op."""
+    others = [i for i in node.inputs if i != current]
+    if len(others) != 1 or node.inputs.index(current) != 0 and node.op in ("Sub", "Div"):
+        raise _fail(node, "only chain - operand and chain / operand are generated")
+    other = others[0]
+    shape = b.graph.types[other].shape
+    channels = out_shape[channel_axis] if out_shape else 1
+    if b.graph.is_constant(other):
+        values = _per_channel(np.asarray(b.graph.constants[other], np.float32), out_shape, channel_axis)
+        if values is None:
+            raise _fail(node, f"a constant of shape {shape} broadcast to {out_shape} is not per channel")
+        if node.op == "Sub":
+            values = -values
+        elif node.op == "Div":
+            values = 1 / values
+        kind = "bias" if node.op in ("Add", "Sub") else "scale"
+        return ep.EpilogueOp(kind), b.constant(np.broadcast_to(values, (channels,)))
+    if node.op in ("Sub", "Div"):
+        raise _fail(node, f"{node.op} by a tensor computed at run time is not generated")
+    if tuple(shape) == tuple(out_shape):
+        return ep.EpilogueOp("residual" if node.op == "Add" else "product"), b.read(other)
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    if len(padded) == len(out_shape) and all(d == 1 for i, d in enumerate(padded) if i != channel_axis % len(padded)):
+        if padded[channel_axis] == channels:
+            return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), b.read(other)
+    raise _fail(node, f"an operand of shape {shape} broadcast to {out_shape} is neither per channel nor "
+                      "of the output's shape")  # fmt: skip
+
+
+def _per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
+    """A constant's values per channel (along `axis` of the output), or None when it
+    varies along another axis."""
+    if array.size == 1:
+        return array.reshape(1)
+    padded = (1,) * (len(out_shape) - array.ndim) + array.shape
+    if len(padded) != len(out_shape):
+        return None
+    axis %= len(out_shape)
+    if any(d != 1 for i, d in enumerate(padded) if i != axis) or padded[axis] != out_shape[axis]:
+        return None
+    return array.reshape(-1)
+
+
+# -------------------------------------------------------------------- groups
+
+
+def _group_order(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
+    """The groups in an order where each runs after the groups it reads from."""
+    group_of = {v: g for g, members in enumerate(groups) for v in members}
+    producer = {out: i for i, n in enumerate(graph.nodes) for out in n.outputs}
+    needs = [{group_of[producer[i]] for v in members for i in graph.nodes[v].inputs if i in producer} - {g}
+             for g, members in enumerate(groups)]  # fmt: skip
+    done: list[int] = []
+    ready = [g for g in range(len(groups)) if not needs[g]]
+    while ready:
+        g = min(ready, key=lambda g: min(groups[g]))
+        ready.remove(g)
+        done.append(g)
+        for h in range(len(groups)):
+            if h not in done and h not in ready and needs[h] <= set(done):
+                ready.append(h)
+    return [sorted(groups[g]) for g in done]
+
+
+def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
+    """The kernel of one group (None: views and concatenations, which need none)."""
+    kinds = [info(n).kernel for n in members]
+    views = [n for n, k in zip(members, kinds) if k is Kernel.VIEW]
+    anchors = [n for n, k in zip(members, kinds) if k in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)]
+    movement = [n for n, k in zip(members, kinds) if k is Kernel.MOVEMENT]
+    if movement:
+        if len(members) > 1 or movement[0].op != "Concat":
+            raise _fail(movement[0], f"no generated kernel for {movement[0].op} yet")
+        return _concat(b, movement[0])
+    head = [n for n in views if anchors and members.index(n) < members.index(anchors[0])]
+    for v in head:  # the anchor reads its input in another shape
+        b.alias(v.outputs[0], v.inputs[0])
+    compute = [n for n in members if n not in views]
+    if not compute:
+        for v in views:
+            b.alias(v.outputs[0], v.inputs[0])
+        return None
+    group = _anchor(b, anchors[0], compute[1:]) if anchors else _elementwise(b, compute)
+    for v in views:
+        if v not in head:  # the kernel's output in another shape
+            b.alias(v.outputs[0], v.inputs[0])
+    _check_escapes(b, members, group)
+    return group
+
+
+def _check_escapes(b: _Builder, members: list[Node], group: KernelGroup) -> None:
+    """A value computed inside a kernel and read outside it would need a second output."""
+    inside = {n.name for n in members}
+    written = set(b.where)
+    for n in members:
+        for out in n.outputs:
+            readers = [c for c in b.consumers.get(out, []) if c.name not in inside]
+            if (readers or out in b.graph.outputs) and out not in written:
+                raise _fail(n, f"its output {out!r} is read outside kernel {group.name}, which does not write it")
+
+
+def _anchor(b: _Builder, anchor: Node, after: list[Node]) -> KernelGroup:
+    if after and info(anchor).kernel is not Kernel.EPILOGUE_ANCHOR:
+        raise _fail(after[0], f"{anchor.op} kernels have no epilogue")
+    lower = {"Conv": _conv, "Gemm": _gemm, "MatMul": _gemm, "MaxPool": _pool, "AveragePool": _pool,
+             "GlobalAveragePool": _pool, "Softmax": _softmax}.get(anchor.op)  # fmt: skip
+    if lower is None:
+        raise _fail(anchor, f"no generated kernel for {anchor.op} yet")
+    return lower(b, anchor, after)
+
+
+def _ops(nodes: list[Node]) -> list[str]:
+    return [f"{n.name} ({n.op})" for n in nodes]
+
+
+def _conv_pads(node: Node, graph: Graph, kernel: tuple[int, int], strides, dilations) -> tuple[int, ...]:
+    """ONNX's pads, or those auto_pad implies (SAME_UPPER puts the odd one at the end)."""
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return tuple(node.attrs.get("pads", (0, 0, 0, 0)))
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    size = graph.types[node.inputs[0]].shape[2:]
+    totals = []
+    for axis in range(2):
+        out = -(-size[axis] // strides[axis])
+        reach = (kernel[axis] - 1) * dilations[axis] + 1
+        totals.append(max(0, (out - 1) * strides[axis] + reach - size[axis]))
+    first = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
+    return (first[0], first[1], totals[0] - first[0], totals[1] - first[1])
+
+
+def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    g = b.graph
+    if len(g.types[node.inputs[0]].shape) != 4 or not g.is_constant(node.inputs[1]):
+        raise _fail(node, "only 2-D convolutions with constant weights are generated")
+    weight = np.asarray(g.constants[node.inputs[1]], np.float32)
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    if bias and not g.is_constant(bias):
+        raise _fail(node, "a bias computed at run time is not generated")
+    strides = tuple(node.attrs.get("strides", (1, 1)))
+    dilations = tuple(node.attrs.get("dilations", (1, 1)))
+    pads = _conv_pads(node, g, weight.shape[2:], strides, dilations)
+    shape = conv_shape(g.types[node.inputs[0]].shape, weight.shape, strides=strides, pads=pads,
+                       dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
+    x = b.read(node.inputs[0])
+    chain = match_epilogue(b, node.outputs[0], after, channel_axis=1)
+    ops, operands = list(chain.ops), list(chain.operands)
+    if bias:
+        ops.insert(0, ep.bias())
+        operands.insert(0, b.constant(g.constants[bias]))
+    choice = conv_model.choose(shape, b.profile, b.target, b.threads, tuple(ops))
+    plan = choice.best.plan
+    conv_model.validate_plan(plan, b.target)
+    y = b.write(chain.end)
+    calls = conv_calls(plan, x, y, weight, operands, b)
+    return KernelGroup(node.name, _ops([node, *after]), "conv", calls, kc.generate(plan.config, b.target),
+                       choice.best.total_ns, choice.explain(),
+                       f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
+
+
+def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    g = b.graph
+    a_shape = g.types[node.inputs[0]].shape
+    if len(a_shape) != 2 or not g.is_constant(node.inputs[1]) or node.attrs.get("transA", 0):
+        raise _fail(node, "only A[M,K]·B[K,N] with a constant B (transB allowed) is generated")
+    weight = np.asarray(g.constants[node.inputs[1]], np.float32)
+    if node.attrs.get("transB", 0):
+        weight = weight.T
+    weight = weight * np.float32(node.attrs.get("alpha", 1.0))
+    (m, k), n = a_shape, weight.shape[1]
+    a = b.read(node.inputs[0])
+    chain = match_epilogue(b, node.outputs[0], after, channel_axis=-1)
+    ops, operands = list(chain.ops), list(chain.operands)
+    bias = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
+    if bias:
+        values = _per_channel(np.asarray(g.constants.get(bias, np.zeros(0)), np.float32), (m, n), -1)
+        if not g.is_constant(bias) or values is None:
+            raise _fail(node, "a Gemm C operand that is not a constant per column is not generated")
+        ops.insert(0, ep.bias())
+        operands.insert(0, b.constant(np.broadcast_to(values * node.attrs.get("beta", 1.0), (n,))))
+    shape = mm.MatmulShape(m, n, k)
+    choice = matmul_model.choose(shape, b.profile, b.target, b.threads, tuple(ops))
+    plan = choice.best.plan
+    plan.config.validate(b.target)
+    w = b.constant(weight)
+    y = b.write(chain.end)
+    call = matmul_call(plan, y, a, w, operands, b)
+    return KernelGroup(node.name, _ops([node, *after]), "matmul", [call], [mm.generate(plan.config, b.target)],
+                       choice.best.total_ns, choice.explain(),
+                       f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
+
+
+POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
+
+
+def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    g, a = b.graph, node.attrs
+    if len(g.types[node.inputs[0]].shape) != 4 or len(node.outputs) > 1 and node.outputs[1]:
+        raise _fail(node, "only 2-D pooling without indices is generated")
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "") or a.get("storage_order", 0):
+        raise _fail(node, "auto_pad and storage_order are not generated for pooling")
+    shape = pool_shape(g.types[node.inputs[0]].shape, POOL_KINDS[node.op], a.get("kernel_shape"),
+                       strides=a.get("strides"), pads=a.get("pads"), dilations=a.get("dilations"),
+                       ceil_mode=a.get("ceil_mode", 0), count_include_pad=a.get("count_include_pad", 0))  # fmt: skip
+    config = pool_config(shape, b.target)
+    threads = min(b.threads, shape.planes)
+    x = b.read(node.inputs[0])
+    y = b.write(node.outputs[0])
+    calls = pool_calls(config, threads, x, y, b)
+    moved = 4 * (math.prod(shape.input_shape) * (2 if shape.windowed else 1) + math.prod(shape.output_shape))
+    return _streaming(b, node.name, _ops([node]), "pool", calls, pl.generate(config, b.target), moved,
+                      f"{shape.describe()}, {config.nv} vectors of {config.lanes}, {threads} thread(s)")
+
+
+def _softmax(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    shape = b.graph.types[node.inputs[0]].shape
+    if "legacy_axis" in node.attrs:
+        axis = node.attrs["legacy_axis"] % len(shape)
+        rows, length = math.prod(shape[:axis]), math.prod(shape[axis:])
+    else:
+        if node.attrs.get("axis", -1) % len(shape) != len(shape) - 1:
+            raise _fail(node, "softmax along an axis other than the last is not generated")
+        rows, length = math.prod(shape[:-1]), shape[-1]
+    config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes)
+    threads = min(b.threads, rows)
+    x = b.read(node.inputs[0])
+    y = b.write(node.outputs[0])
+    call = Call(config.symbol, tuple(Part((y, x), r) for r in split(rows, threads)))
+    return _streaming(b, node.name, _ops([node]), "softmax", [call], [sm.generate(config, b.target)],
+                      8 * rows * length, f"{rows} rows of {length}, {threads} thread(s)")
+
+
+def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
+    """A chain of elementwise ops alone: the epilogue on a tensor streamed from memory."""
+    first = nodes[0]
+    out_shape = b.graph.types[first.outputs[0]].shape
+    streamed = [i for i in first.inputs if i and not b.graph.is_constant(i) and b.graph.types[i].shape == out_shape]
+    if not streamed:
+        raise _fail(first, f"no input of the output's shape {out_shape} to stream")
+    start = streamed[0]
+    x = b.read(start)
+    chain = match_epilogue(b, start, nodes, channel_axis=_plane_axis(out_shape))
+    y = b.write(chain.end)
+    return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), chain.operands)
+
+
+def _plane_axis(shape: tuple[int, ...]) -> int:
+    """The axis an elementwise kernel's per-channel operand varies along: NCHW's
+    channels, else the first axis (its planes are then the first axis' slices)."""
+    return 1 if len(shape) == 4 else 0
+
+
+def _elementwise_kernel(b: _Builder, name: str, ops: list[str], x: Ref, y: Ref, shape: tuple[int, ...],
+                        epilogue: ep.Epilogue, operands: list[Ref]) -> KernelGroup:  # fmt: skip
+    """One `kernels.elementwise` kernel over planes (`_plane_axis`)."""
+    if len(shape) == 4:
+        planes, channels = shape[0] * shape[1], shape[1]
+    else:
+        planes = channels = shape[0] if shape else 1
+    plane_size = math.prod(shape) // planes
+    config = ew.ElementwiseConfig(planes, plane_size, channels, b.target.f32_lanes, ELEMENTWISE_VECTORS, epilogue)
+    threads = min(b.threads, planes)
+    call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
+    moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))
+    return _streaming(b, name, ops, "elementwise", [call], [ew.generate(config, b.target)], moved,
+                      f"{ep.describe(epilogue)} on {planes} planes of {plane_size}, {threads} thread(s)")
+
+
+def _streaming(b: _Builder, name: str, ops: list[str], kind: str, calls: list[Call], modules: list[KernelModule],
+               moved: int, summary: str) -> KernelGroup:  # fmt: skip
+    """A kernel the models do not plan (pooling, softmax, elementwise, copies): it
+    streams its bytes once, so its prediction is their traffic time at the bandwidth
+    of the level that holds them, plus the call."""
+    predicted = b.machine.traffic_ns(moved) + b.machine.call_ns
+    why = (f"{kind} {summary}: bandwidth-bound, predicted {predicted / 1e3:.1f} µs = {moved / 1e3:.1f} kB moved "
+           f"at the bandwidth of the level holding them + {b.machine.call_ns / 1e3:.1f} µs call")  # fmt: skip
+    return KernelGroup(name, ops, kind, calls, modules, predicted, why, summary)
+
+
+def _concat(b: _Builder, node: Node) -> KernelGroup | None:
+    """Concat: its inputs placed as slices of its output where they can be, others copied."""
+    shape = b.graph.types[node.outputs[0]].shape
+    axis = node.attrs.get("axis", 0) % len(shape)
+    if math.prod(shape[:axis]) != 1:
+        raise _fail(node, "Concat along an axis with more than one slice per input is not generated")
+    out = b.write(node.outputs[0])
+    out_buffer = out.space - _VIRTUAL
+    offset, copies = 0, []
+    for value in node.inputs:
+        size = b.graph.types[value].elements
+        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs
+                   and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
+                   and b.buffers[b.where[value][0]].input_index is None
+                   and b.buffers[b.where[value][0]].size == size
+                   and node.inputs.count(value) == 1)  # fmt: skip
+        if movable:
+            inner = b.where[value][0]
+            b.buffers[inner].inside = (out_buffer, offset)
+            outer = b.buffers[out_buffer]
+            outer.first = min(outer.first, b.buffers[inner].first)
+            outer.last = max(outer.last, b.buffers[inner].last)
+        else:
+            copies.append((value, offset, size))
+        offset += size
+    if not copies:
+        return None
+    calls, modules = [], []
+    for value, at, size in copies:
+        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value)), (0, 1)),)))
+        modules.append(ew.generate(config, b.target))
+    return _streaming(b, node.name, _ops([node]), "copy", calls, modules,
+                      8 * sum(size for _, _, size in copies), f"{len(copies)} input(s) copied into place")
+
+
+# -------------------------------------------------------------------- the model
+
+
+def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: str = "dp",
+                threads: int | None = None) -> BuiltModel:  # fmt: skip
+    """The kernels, program and memory plan of `graph` (see the module docstring)."""
+    for name in graph.inputs + graph.outputs:
+        if graph.types[name].dtype != "float32":
+            raise AutoconfigError(f"{graph.name}: {name!r} is {graph.types[name].dtype}; only float32 models are built")
+    for name in graph.outputs:
+        if graph.is_constant(name) or name in graph.inputs:
+            raise AutoconfigError(f"{graph.name}: output {name!r} is computed by no node")
+    threads = min(threads or int(profile.cores), int(profile.cores))
+    plan = fusion_plan(graph, profile, fusion)
+    b = _Builder(graph, profile, target, threads)
+    kernels = []
+    for members in _group_order(graph, plan.groups):
+        group = _lower_group(b, [graph.nodes[v] for v in members])
+        if group is not None:
+            kernels.append(group)
+            b.step += 1
+    arena = b.place(graph.outputs)
+    for k in kernels:
+        k.calls = [Call(c.symbol, tuple(Part(tuple(b.resolve(r) for r in p.buffers), p.sizes) for p in c.parts))
+                   for c in k.calls]  # fmt: skip
+    intermediate = sum(_aligned(buf.size) for buf in b.buffers if buf.inside is None and buf.input_index is None)
+    outputs = []
+    for name in graph.outputs:
+        ref = b.resolve(Ref(_VIRTUAL + b.where[name][0], b.where[name][1]))
+        if ref.space != ARENA:
+            raise AutoconfigError(f"{graph.name}: output {name!r} is an input seen in another shape; nothing to build")
+        outputs.append((name, ref.offset))
+    weights = np.concatenate(b.weights) if b.weights else np.zeros(0, np.float32)
+    return BuiltModel(graph, profile, target, fusion, threads, kernels, weights, arena, intermediate, outputs)

@@ -1,0 +1,97 @@
+"""Elementwise chains on their own: y = ops(x) over a tensor seen as planes, the ops
+an epilogue (`kernels.epilogue`), so a chain of elementwise ops with no anchor to
+ride on (a squeeze-excitation's scale, a residual Add whose operands are both
+computed elsewhere) is still one kernel and one pass over memory::
+
+    for plane in [begin, end):  for i in 0..P step nv·L:
+        v = X[plane, i + j·L]                                  # j < nv, the last masked
+        v = ops(v; per-channel operand[plane mod C], tensor operands[plane, i + j·L])
+        Y[plane, i + j·L] = v
+
+A per-channel operand holds one value per plane modulo `channels` (NCHW: one per
+channel, broadcast over the image), a tensor operand the output's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoconfig.errors import AutoconfigError
+from kernels import epilogue as ep
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_vector_type, index
+from kernels.emit import single_kernel, tail_mask
+from kernels.loops import for_range, for_tiles, load, offset, store
+from kernels.mlir import arith, ir, memref, vector
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class ElementwiseConfig:
+    """`planes` planes of `plane_size` floats, `nv` vectors of `lanes` per step; a
+    per-channel operand cycles through `channels` values, one per plane."""
+
+    planes: int
+    plane_size: int
+    channels: int
+    lanes: int
+    nv: int = 1
+    epilogue: ep.Epilogue = field(default=())
+
+    @property
+    def symbol(self) -> str:
+        return config_symbol(f"ac_elementwise_f32_{self.planes}x{self.plane_size}", self)
+
+    def validate(self, target: Target) -> None:
+        check_lanes(target, self.lanes)
+        if min(self.planes, self.plane_size, self.channels, self.nv) < 1:
+            raise AutoconfigError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
+        if self.planes % self.channels:
+            raise AutoconfigError(f"{self.planes} planes do not cycle through {self.channels} channels")
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(y, x[, epilogue operands], plane_begin, plane_end)``."""
+        size = self.planes * self.plane_size
+        params = [Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,))]
+        for _, name, operand in ep.operand_names(self.epilogue):
+            params.append(Param(name, Role.IN, extent=(self.channels if operand == "channel" else size,)))
+        params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
+        return KernelSignature(self.symbol, tuple(params),
+                               f"{ep.describe(self.epilogue)} on {self.planes} planes of {self.plane_size}, "
+                               "planes [plane_begin, plane_end).")  # fmt: skip
+
+
+def generate(config: ElementwiseConfig, target: Target) -> KernelModule:
+    """The kernel of `config` on `target`."""
+    config.validate(target)
+    return single_kernel(config.signature(), target, lambda args: _planes(config, target, args))
+
+
+def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
+    lanes, size = cfg.lanes, cfg.plane_size
+    vec = f32_vector_type(target, lanes)
+    x = f32_memref(args["x"], [cfg.planes, size])
+    y = f32_memref(args["y"], [cfg.planes, size])
+    operands = {i: f32_memref(args[name], [cfg.channels] if kind == "channel" else [cfg.planes, size])
+                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    step = cfg.nv * lanes
+
+    def plane(p: ir.Value) -> None:
+        channel = arith.remui(p, index(cfg.channels))
+        per_channel = {i: vector.broadcast(vec, memref.load(m, [channel]))
+                       for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}  # fmt: skip
+
+        def piece(i0: ir.Value, count: int) -> None:
+            for j in range(ceil_div(count, lanes)):
+                mask = tail_mask(target, lanes, count - j * lanes)
+                at = [p, offset(i0, j * lanes)]
+
+                def operand(i: int, at: list = at, mask=mask) -> ir.Value:
+                    return per_channel[i] if i in per_channel else load(vec, operands[i], at, mask)
+
+                store(ep.apply(cfg.epilogue, load(vec, x, at, mask), operand), y, at, mask)
+
+        for_tiles(index(0), index(ceil_div(size, step)), step, size, piece)
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.planes)), 1, plane)
