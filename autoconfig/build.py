@@ -26,6 +26,7 @@ Graph outputs live to the end and are copied out; graph inputs are read in place
 from __future__ import annotations
 
 import math
+from graphlib import TopologicalSorter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,10 +50,8 @@ from kernels import matmul as mm
 from kernels import pool as pl
 from kernels import softmax as sm
 from kernels.emit import KernelModule
+from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
 from kernels.target import Target
-
-ARENA, WEIGHTS, FIRST_INPUT = 0, 1, 2
-"""The spaces of a built model's program: its arena, its weights, then its inputs."""
 
 ALIGN = 16
 """Floats per cache line: every buffer and constant starts on one (vector loads that
@@ -110,12 +109,9 @@ class BuiltModel:
     outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
 
 
-class NotGenerated(AutoconfigError):
+def _fail(node: Node, why: str) -> AutoconfigError:
     """A node the code generator cannot emit (yet): the build stops, naming it."""
-
-
-def _fail(node: Node, why: str) -> NotGenerated:
-    return NotGenerated(f"node {node.name!r} ({node.op}): {why}")
+    return AutoconfigError(f"node {node.name!r} ({node.op}): {why}")
 
 
 class _Builder:
@@ -157,7 +153,7 @@ class _Builder:
         if self.graph.is_constant(value):
             return self.constant(self.graph.constants[value])
         buffer, offset = self.where[value]
-        root = self._root(buffer)
+        root = self._absolute(buffer, 0)[0]
         self.buffers[root].last = max(self.buffers[root].last, self.step)
         return Ref(_VIRTUAL + buffer, offset)
 
@@ -171,11 +167,6 @@ class _Builder:
         self.where[value] = self.where[source]
         self.read(source)
 
-    def _root(self, buffer: int) -> int:
-        while self.buffers[buffer].inside is not None:
-            buffer = self.buffers[buffer].inside[0]
-        return buffer
-
     def _absolute(self, buffer: int, offset: int) -> tuple[int, int]:
         while self.buffers[buffer].inside is not None:
             outer, at = self.buffers[buffer].inside
@@ -187,7 +178,7 @@ class _Builder:
     def place(self, outputs: list[str]) -> int:
         """Give every arena buffer its offset; returns the arena's size in floats."""
         for name in outputs:
-            root = self._root(self.where[name][0])
+            root = self._absolute(self.where[name][0], 0)[0]
             self.buffers[root].last = self.step  # copied out after the last kernel
         roots = [i for i, b in enumerate(self.buffers) if b.inside is None and b.input_index is None]
         placed: list[Buffer] = []
@@ -328,47 +319,43 @@ def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],
         raise _fail(node, f"{node.op} by a tensor computed at run time is not generated")
     if tuple(shape) == tuple(out_shape):
         return ep.EpilogueOp("residual" if node.op == "Add" else "product"), b.read(other)
-    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    if len(padded) == len(out_shape) and all(d == 1 for i, d in enumerate(padded) if i != channel_axis % len(padded)):
-        if padded[channel_axis] == channels:
-            return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), b.read(other)
+    if _along_channels(shape, out_shape, channel_axis):
+        return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), b.read(other)
     raise _fail(node, f"an operand of shape {shape} broadcast to {out_shape} is neither per channel nor "
                       "of the output's shape")  # fmt: skip
 
 
-def _per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
-    """A constant's values per channel (along `axis` of the output), or None when it
-    varies along another axis."""
-    if array.size == 1:
-        return array.reshape(1)
-    padded = (1,) * (len(out_shape) - array.ndim) + array.shape
+def _along_channels(shape: tuple[int, ...], out_shape: tuple[int, ...], axis: int) -> bool:
+    """Whether an operand of `shape` broadcast to `out_shape` holds one value per
+    channel (along `axis` of the output) and varies along no other axis."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
     if len(padded) != len(out_shape):
-        return None
+        return False
     axis %= len(out_shape)
-    if any(d != 1 for i, d in enumerate(padded) if i != axis) or padded[axis] != out_shape[axis]:
-        return None
-    return array.reshape(-1)
+    return padded[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(padded) if i != axis)
+
+
+def _per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
+    """A constant's values per channel (a scalar: one value), or None when it varies
+    along another axis."""
+    if array.size == 1 or _along_channels(array.shape, out_shape, axis):
+        return array.reshape(-1)
+    return None
 
 
 # -------------------------------------------------------------------- groups
 
 
 def _group_order(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
-    """The groups in an order where each runs after the groups it reads from."""
+    """The groups in an order where each runs after the groups it reads from (ties in
+    the order of their first node, so a build is reproducible)."""
     group_of = {v: g for g, members in enumerate(groups) for v in members}
     producer = {out: i for i, n in enumerate(graph.nodes) for out in n.outputs}
-    needs = [{group_of[producer[i]] for v in members for i in graph.nodes[v].inputs if i in producer} - {g}
-             for g, members in enumerate(groups)]  # fmt: skip
-    done: list[int] = []
-    ready = [g for g in range(len(groups)) if not needs[g]]
-    while ready:
-        g = min(ready, key=lambda g: min(groups[g]))
-        ready.remove(g)
-        done.append(g)
-        for h in range(len(groups)):
-            if h not in done and h not in ready and needs[h] <= set(done):
-                ready.append(h)
-    return [sorted(groups[g]) for g in done]
+    order = TopologicalSorter()
+    for g in sorted(range(len(groups)), key=lambda g: min(groups[g])):
+        order.add(g, *sorted({group_of[producer[i]] for v in groups[g] for i in graph.nodes[v].inputs
+                              if i in producer} - {g}))  # fmt: skip
+    return [sorted(groups[g]) for g in order.static_order()]
 
 
 def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
@@ -389,7 +376,7 @@ def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
         for v in views:
             b.alias(v.outputs[0], v.inputs[0])
         return None
-    group = _anchor(b, anchors[0], compute[1:]) if anchors else _elementwise(b, compute)
+    group = _anchor(b, anchors[0], [n for n in compute if n is not anchors[0]]) if anchors else _elementwise(b, compute)
     for v in views:
         if v not in head:  # the kernel's output in another shape
             b.alias(v.outputs[0], v.inputs[0])
@@ -483,8 +470,8 @@ def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     ops, operands = list(chain.ops), list(chain.operands)
     bias = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
     if bias:
-        values = _per_channel(np.asarray(g.constants.get(bias, np.zeros(0)), np.float32), (m, n), -1)
-        if not g.is_constant(bias) or values is None:
+        values = _per_channel(np.asarray(g.constants[bias], np.float32), (m, n), -1) if g.is_constant(bias) else None
+        if values is None:
             raise _fail(node, "a Gemm C operand that is not a constant per column is not generated")
         ops.insert(0, ep.bias())
         operands.insert(0, b.constant(np.broadcast_to(values * node.attrs.get("beta", 1.0), (n,))))

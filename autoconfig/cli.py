@@ -31,6 +31,12 @@ internal error instead."""
 DEBUG_ENV = "AUTOCONFIG_DEBUG"
 
 
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ONNX file and the profile, as every whole-model command takes them."""
+    parser.add_argument("model", type=Path, help="the .onnx file")
+    parser.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
+
+
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vlen", type=int, default=None, metavar="BITS",
@@ -224,10 +230,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import io
+
     import numpy as np
 
     from autoconfig.artifact import load
-    from autoconfig.fileio import check_output
+    from autoconfig.fileio import check_output, write_atomically
 
     model = load(args.dir)
     if args.output is not None:
@@ -247,9 +255,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             inputs[name] = rng.standard_normal(shape, dtype=np.float32)
     outputs, median_ns, steps = model.run(inputs, repeat=max(1, args.bench or 1))
     if args.output is not None:
-        from autoconfig.fileio import write_atomically
-        import io
-
         buffer = io.BytesIO()
         np.savez(buffer, **outputs)
         write_atomically(args.output, buffer.getvalue())
@@ -405,8 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the kernels, the fusion ratio (operators / kernels), predicted memory traffic and "
         "the plan's cost under the profile's cost model.",
     )  # fmt: skip
-    fuse.add_argument("model", type=Path, help="the .onnx file")
-    fuse.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
+    _add_model_arguments(fuse)
     fuse.add_argument("--strategy", choices=("dp", "greedy", "none"), default="dp")
     fuse.add_argument("--json", action="store_true", help="machine-readable output")
     fuse.set_defaults(run=_cmd_fuse)
@@ -419,9 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the weights, manifest.json, each kernel's MLIR, and report.md (the plan and the reason "
         "for every choice). A failed build leaves no DIR behind.",
     )  # fmt: skip
-    build.add_argument("model", type=Path, help="the .onnx file")
+    _add_model_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="DIR", help="the directory to write (replaced)")
-    build.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
     build.add_argument("--target", choices=TARGET_NAMES, default=None, help="default: the profile's widest ISA")
     build.add_argument("--fusion", choices=("dp", "greedy", "none"), default="dp",
                        help="dp: minimum-cost plan; greedy: TVM's rules; none: one kernel per operator")  # fmt: skip

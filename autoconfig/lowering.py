@@ -17,6 +17,7 @@ import numpy as np
 from autoconfig.models.conv import ConvPlan
 from autoconfig.models.matmul import MatmulPlan
 from autoconfig.runtime import Call, Part, Ref, aligned_array, split
+from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels.conv import DepthwiseConfig, DirectConfig, WinogradConfig
 
@@ -114,25 +115,23 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
     w = buffers.constant(weight)
     gemm = plan.gemm_plan()
     work = [buffers.scratch(gemm.config.workspace()) for _ in part_blocks(gemm)] if gemm.config.workspace() else None
-    columns = buffers.scratch(c.im2col().size) if c.algorithm == "im2col" else None
+    im2col = c.im2col() if c.algorithm == "im2col" else None
+    columns = buffers.scratch(im2col.size) if im2col else None
+    kinds = [kind for _, _, kind in ep.operand_names(c.epilogue)]
     cout, cin, pixels = s.out_per_group, s.in_per_group, s.out_height * s.out_width
     for n in range(s.batch):  # one product per image and group, on views of the tensors
         for g in range(s.group):
             out = (n * s.out_channels + g * cout) * pixels
-            views = [at(r, g * cout) if kind == "channel" else at(r, out) for r, kind in
-                     zip(operands, _operand_kinds(c.epilogue), strict=True)]  # fmt: skip
-            if columns is None:
+            views = [at(r, g * cout) if kind == "channel" else at(r, out)
+                     for r, kind in zip(operands, kinds, strict=True)]  # fmt: skip
+            if im2col is None:
                 image = at(x, (n * s.channels + g * cin) * s.height * s.width)
             else:
-                im2col, image = c.im2col(), columns
+                image = columns
                 rows = split(im2col.rows, threads)
                 calls.append(Call(im2col.symbol, tuple(Part((columns, xt), (n * s.group + g, *r)) for r in rows)))
             calls.append(matmul_call(gemm, at(y, out), at(w, g * cout * cin * s.taps), image, views, buffers, work))
     return calls
-
-
-def _operand_kinds(epilogue) -> list[str]:
-    return [op.operand for op in epilogue if op.operand]
 
 
 def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:

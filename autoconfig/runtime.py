@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.errors import AutoconfigError
-from kernels.library import Kernel, KernelLibrary, run_tool
+from kernels.library import KernelLibrary, run_tool
 
 POOL_SOURCE = Path(__file__).with_name("pool.c")
 
@@ -173,22 +173,6 @@ class Program:
                 for part in call.parts:
                     kernel.call_unchecked(*(spaces[r.space][r.offset :] for r in part.buffers), *part.sizes)
             return 0
-
-
-def split_program(kernel: Kernel, sizes: Sequence[Sequence[int]],
-                  private: Sequence[Sequence[np.ndarray]] | None = None) -> Program:  # fmt: skip
-    """One kernel called on several parts at once, part i with arguments
-    ``(*shared, *private[i], *sizes[i])``: the shared arrays are given at each call,
-    each part's private buffers (e.g. a packing workspace) are fixed."""
-    private = [list(p) for p in private] if private else [[] for _ in sizes]
-    shared = len(kernel.signature.buffers) - len(private[0])
-    fixed = [buffer for buffers in private for buffer in buffers]
-    parts, space = [], shared
-    for own, part_sizes in zip(private, sizes, strict=True):
-        refs = [Ref(i) for i in range(shared)] + [Ref(space + j) for j in range(len(own))]
-        space += len(own)
-        parts.append(Part(tuple(refs), tuple(part_sizes)))
-    return Program(kernel.library, [Call(kernel.signature.symbol, tuple(parts))], fixed, shared)
 
 
 CACHE_LINE_ALIGNMENT = 64

@@ -4,7 +4,6 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -170,4 +169,3 @@ def test_same_inputs_same_bytes(tmp_path):
     first = build_and_compare(mlp(), "avx2", tmp_path / "a")
     second = build_and_compare(mlp(), "avx2", tmp_path / "b")
     assert first["files"] == second["files"]
-    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["kernel_objects"]["compiled"] >= 0

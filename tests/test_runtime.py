@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -14,13 +15,29 @@ import pytest
 from autoconfig import compile_matmul
 from autoconfig.lowering import part_blocks
 from autoconfig.models.matmul import MatmulPlan
-from autoconfig.runtime import Program, split, split_program
+from autoconfig.runtime import Call, Part, Program, Ref, split
 from kernels import matmul as mm
-from kernels.library import build_library
+from kernels.library import Kernel, build_library
 from kernels.target import get_target
 from tests.test_matmul import HOST_PROFILE, reference
 
 SLEEP_AFTER_SECONDS = 0.1  # longer than the pool's spin (SPIN_NS = 20 ms): workers sleep
+
+
+def split_program(kernel: Kernel, sizes: Sequence[Sequence[int]],
+                  private: Sequence[Sequence[np.ndarray]] | None = None) -> Program:  # fmt: skip
+    """One kernel called on several parts at once, part i with arguments
+    ``(*shared, *private[i], *sizes[i])``: the shared arrays are given at each call,
+    each part's private buffers (e.g. a packing workspace) are fixed."""
+    private = [list(p) for p in private] if private else [[] for _ in sizes]
+    shared = len(kernel.signature.buffers) - len(private[0])
+    fixed = [buffer for buffers in private for buffer in buffers]
+    parts, space = [], shared
+    for own, part_sizes in zip(private, sizes, strict=True):
+        refs = [Ref(i) for i in range(shared)] + [Ref(space + j) for j in range(len(own))]
+        space += len(own)
+        parts.append(Part(tuple(refs), tuple(part_sizes)))
+    return Program(kernel.library, [Call(kernel.signature.symbol, tuple(parts))], fixed, shared)
 
 
 @pytest.fixture(scope="module")

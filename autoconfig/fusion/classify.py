@@ -54,8 +54,8 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
         return False
     if used is Kernel.VIEW:  # the group's output, seen in another shape
         return made in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR, Kernel.VIEW)
-    if made is Kernel.VIEW:  # the group's input, seen in another shape
-        return True
+    if made is Kernel.VIEW:  # an anchor's input, seen in another shape
+        return used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
     if used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR):
         return False  # a prologue
     if made is Kernel.ANCHOR:
