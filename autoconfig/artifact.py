@@ -176,6 +176,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, objects: int) -> d
         "predicted_ns": round(sum(k.predicted_ns for k in model.kernels), 1),
         "profile": model.profile.name,
         "target": model.target.name,
+        "vector_bits": model.target.vector_bits,
         "native": native,
         "library": LIBRARY if native else ARCHIVE,
         "fusion": model.fusion,
@@ -316,7 +317,8 @@ class LoadedModel:
                       repeat: int) -> tuple[dict[str, np.ndarray], float, list[float]]:  # fmt: skip
         from kernels.target import get_target
 
-        target = get_target(self.manifest["target"])
+        name = self.manifest["target"]
+        target = get_target(name, self.manifest["vector_bits"] if name == "rvv" else None)
         execution = target.execution()
         if execution.mode == "unavailable":
             raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")

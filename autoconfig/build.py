@@ -3,8 +3,8 @@ generated kernel (or none, for a view or a concatenation its producers write int
 its configuration chosen by the operator's model, its calls described as a program
 over one arena.
 
-- An anchor group (Conv, Gemm/MatMul with a constant right operand, a pooling,
-  Softmax) is its anchor's kernel; the elementwise ops after it are its epilogue
+- An anchor group (Conv, Gemm/MatMul with a constant right operand, a pooling, a
+  spatial ReduceMean, Softmax) is its anchor's kernel; the elementwise ops after it are its epilogue
   (`match_epilogue`: unary ops, SiLU and Mish written out, bias/scale by constants
   or per-channel tensors, residual Add and elementwise Mul by tensors of the
   output's shape).
@@ -14,6 +14,8 @@ over one arena.
 - Concat along an axis with nothing in front of it (batch 1, channels): its inputs'
   producers write straight into their slices; an input that cannot be placed so
   (a graph input, a tensor placed already) is copied in by an elementwise kernel.
+- Transpose, Slice, Split, Pad, nearest Resize, Upsample (`autoconfig.movement`): a
+  view at an offset where an output is one stretch of the input, else a gather.
 - Anything else stops the build with one line naming the node and operator: nothing
   falls back to numpy.
 
@@ -26,12 +28,13 @@ Graph outputs live to the end and are copied out; graph inputs are read in place
 from __future__ import annotations
 
 import math
-from graphlib import TopologicalSorter
 from collections.abc import Callable
 from dataclasses import dataclass
+from graphlib import TopologicalSorter
 
 import numpy as np
 
+from autoconfig import movement
 from autoconfig.conv import conv_shape, pool_config, pool_shape
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
@@ -47,6 +50,7 @@ from kernels import conv as kc
 from kernels import elementwise as ew
 from kernels import epilogue as ep
 from kernels import matmul as mm
+from kernels import movement as mv
 from kernels import pool as pl
 from kernels import softmax as sm
 from kernels.emit import KernelModule
@@ -363,11 +367,11 @@ def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
     kinds = [info(n).kernel for n in members]
     views = [n for n, k in zip(members, kinds) if k is Kernel.VIEW]
     anchors = [n for n, k in zip(members, kinds) if k in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)]
-    movement = [n for n, k in zip(members, kinds) if k is Kernel.MOVEMENT]
-    if movement:
-        if len(members) > 1 or movement[0].op != "Concat":
-            raise _fail(movement[0], f"no generated kernel for {movement[0].op} yet")
-        return _concat(b, movement[0])
+    moving = [n for n, k in zip(members, kinds) if k is Kernel.MOVEMENT]
+    if moving:
+        if len(members) > 1:
+            raise _fail(moving[0], f"{moving[0].op} shares its group with other ops; data movement is its own kernel")
+        return _concat(b, moving[0]) if moving[0].op == "Concat" else _movement(b, moving[0])
     head = [n for n in views if anchors and members.index(n) < members.index(anchors[0])]
     for v in head:  # the anchor reads its input in another shape
         b.alias(v.outputs[0], v.inputs[0])
@@ -399,7 +403,7 @@ def _anchor(b: _Builder, anchor: Node, after: list[Node]) -> KernelGroup:
     if after and info(anchor).kernel is not Kernel.EPILOGUE_ANCHOR:
         raise _fail(after[0], f"{anchor.op} kernels have no epilogue")
     lower = {"Conv": _conv, "Gemm": _gemm, "MatMul": _gemm, "MaxPool": _pool, "AveragePool": _pool,
-             "GlobalAveragePool": _pool, "Softmax": _softmax}.get(anchor.op)  # fmt: skip
+             "GlobalAveragePool": _pool, "ReduceMean": _pool, "Softmax": _softmax}.get(anchor.op)  # fmt: skip
     if lower is None:
         raise _fail(anchor, f"no generated kernel for {anchor.op} yet")
     return lower(b, anchor, after)
@@ -492,6 +496,10 @@ POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "
 
 def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     g, a = b.graph, node.attrs
+    if node.op == "ReduceMean":
+        if _reduced_axes(node, g) != (2, 3):
+            raise _fail(node, "only a mean over the spatial axes of NCHW (a global average pool) is generated")
+        node = Node(node.name, "GlobalAveragePool", node.inputs[:1], node.outputs, {})
     if len(g.types[node.inputs[0]].shape) != 4 or len(node.outputs) > 1 and node.outputs[1]:
         raise _fail(node, "only 2-D pooling without indices is generated")
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "") or a.get("storage_order", 0):
@@ -499,6 +507,10 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     shape = pool_shape(g.types[node.inputs[0]].shape, POOL_KINDS[node.op], a.get("kernel_shape"),
                        strides=a.get("strides"), pads=a.get("pads"), dilations=a.get("dilations"),
                        ceil_mode=a.get("ceil_mode", 0), count_include_pad=a.get("count_include_pad", 0))  # fmt: skip
+    declared = g.types[node.outputs[0]].shape
+    if math.prod(shape.output_shape) != math.prod(declared):  # ReduceMean may drop the 1×1
+        raise _fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
+                          f"window that starts in the padding: {tuple(shape.output_shape)}; not built")  # fmt: skip
     config = pool_config(shape, b.target)
     threads = min(b.threads, shape.planes)
     x = b.read(node.inputs[0])
@@ -507,6 +519,19 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     moved = 4 * (math.prod(shape.input_shape) * (2 if shape.windowed else 1) + math.prod(shape.output_shape))
     return _streaming(b, node.name, _ops([node]), "pool", calls, pl.generate(config, b.target), moved,
                       f"{shape.describe()}, {config.nv} vectors of {config.lanes}, {threads} thread(s)")
+
+
+def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
+    """The axes ReduceMean averages over (an attribute before opset 18, an input since)."""
+    rank = len(graph.types[node.inputs[0]].shape)
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        if not graph.is_constant(node.inputs[1]):
+            raise _fail(node, "axes computed at run time are not generated")
+        axes = graph.constants[node.inputs[1]].reshape(-1).tolist()
+    if axes is None or len(axes) == 0:
+        return tuple(range(rank)) if not node.attrs.get("noop_with_empty_axes", 0) else ()
+    return tuple(sorted(int(a) % rank for a in axes))
 
 
 def _softmax(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
@@ -608,6 +633,39 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
         modules.append(ew.generate(config, b.target))
     return _streaming(b, node.name, _ops([node]), "copy", calls, modules,
                       8 * sum(size for _, _, size in copies), f"{len(copies)} input(s) copied into place")
+
+
+def _movement(b: _Builder, node: Node) -> KernelGroup | None:
+    """Transpose, Slice, Split, Pad, Resize, Upsample: each output a view of the input
+    at an offset where it is one contiguous stretch of it, else a gather kernel."""
+    data = node.inputs[0]
+    if b.graph.is_constant(data):
+        raise _fail(node, "data movement of a constant is folded at import; this one was not")
+    try:
+        maps = movement.source_maps(node, b.graph)
+        fill = movement.fill_value(node, b.graph)
+        moves = [(out, movement.plan(source, b.graph.types[data].elements, fill, b.target))
+                 for out, source in zip(node.outputs, maps) if out]  # fmt: skip
+    except AutoconfigError as err:
+        raise _fail(node, str(err).removeprefix(f"node {node.name!r} ({node.op}): ")) from None
+    calls, modules, moved = [], [], 0
+    for out, move in moves:
+        if move.view_offset is not None:
+            buffer, at = b.where[data]
+            b.where[out] = (buffer, at + move.view_offset)
+            b.read(data)
+            continue
+        config = move.config
+        x, tables = b.read(data), b.constant(move.tables.view(np.float32))
+        y = b.write(out)
+        threads = min(b.threads, config.rows)
+        calls.append(Call(config.symbol, tuple(Part((y, x, tables), r) for r in split(config.rows, threads))))
+        modules.append(mv.generate(config, b.target))
+        moved += 8 * math.prod(config.shape)
+    if not calls:
+        return None
+    kinds = ", ".join(f"{'runs' if m.config.run else 'elements'} into {m.config.shape}" for _, m in moves if m.config)
+    return _streaming(b, node.name, _ops([node]), "gather", calls, modules, moved, kinds)
 
 
 # -------------------------------------------------------------------- the model

@@ -45,7 +45,15 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_targets(args: argparse.Namespace) -> int:
-    from kernels.target import all_targets, host_target
+    from kernels.target import all_targets, get_target, host_target
+
+    if args.check:
+        from autoconfig.demo import run_targets_check
+
+        if args.n < 0:
+            raise AutoconfigError(f"--n must be >= 0, got {args.n}")
+        names = args.target or [t.name for t in all_targets()]
+        return 0 if run_targets_check([get_target(n, args.vlen if n == "rvv" else None) for n in names], args.n) else 1
 
     rows = [("target", "triple", "cpu / features", "f32 lanes", "vregs", "runs here")]
     for t in all_targets(args.vlen):
@@ -67,16 +75,11 @@ def _cmd_targets(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from autoconfig.demo import run_demo
-    from kernels.target import all_targets, get_target
+    from autoconfig.demo import run_model_demo
 
-    if args.n < 0:
-        raise AutoconfigError(f"--n must be >= 0, got {args.n}")
-    if args.target:
-        targets = [get_target(name, args.vlen if name == "rvv" else None) for name in args.target]
-    else:
-        targets = all_targets(args.vlen)
-    return 0 if run_demo(targets, args.n) else 1
+    if args.bench < 1:
+        raise AutoconfigError(f"--bench must be >= 1, got {args.bench}")
+    return 0 if run_model_demo(args.model, args.threads, args.bench) else 1
 
 
 def _cmd_lower(args: argparse.Namespace) -> int:
@@ -217,9 +220,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
     from autoconfig.artifact import compile_model
+    from kernels.target import get_target
 
     start = time.perf_counter()
-    manifest = compile_model(args.model, args.out, profile=args.profile, target=args.target, fusion=args.fusion,
+    target = get_target(args.target, args.vlen) if args.vlen is not None else args.target
+    manifest = compile_model(args.model, args.out, profile=args.profile, target=target, fusion=args.fusion,
                      threads=args.threads, progress=not args.no_progress)  # fmt: skip
     objects = manifest["kernel_objects"]
     print(f"built {args.out}: {len(manifest['kernels'])} kernels for {manifest['target']} "
@@ -289,24 +294,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the targets and how this host runs each",
         description="List the code-generation targets: LLVM triple, CPU and features, "
         "f32 lanes per vector register, vector registers, and whether this host runs "
-        "the code natively, under qemu-user, or not at all (with the reason).",
+        "the code natively, under qemu-user, or not at all (with the reason). With --run, "
+        "generate, build and run the FMA kernel on each target and check it against numpy "
+        "(one line per target; exit status 1 if any result is wrong).",
     )
     _add_target_options(targets)
     targets.set_defaults(run=_cmd_targets)
 
+    targets.add_argument("--run", action="store_true", dest="check",
+                         help="also generate, build and run the FMA kernel on each target and check it against numpy")
+    targets.add_argument(
+        "--target", action="append", default=[], choices=TARGET_NAMES,
+        metavar="T", help=f"with --run: only this target (repeatable; one of {', '.join(TARGET_NAMES)})",
+    )  # fmt: skip
+    targets.add_argument("--n", type=int, default=4097, help="with --run: array length (default 4097)")
+
     demo = sub.add_parser(
         "demo",
-        help="build and run the demo kernel on every target this host can run",
-        description="Generate the vectorized f32 fused multiply-add kernel for each "
-        "target, build it, run it natively or under qemu-user, and check it against "
-        "numpy. One line per target; exit status 1 if any result is wrong.",
+        help="the main job: build a zoo model for this machine and run it next to onnxruntime",
+        description="Take this machine's profile (probed quickly and cached the first time), build the "
+        "zoo model (MobileNet-V1 by default) with it, run it, and print the build time, its latency next "
+        "to onnxruntime's on the same input and thread count (each in its own process), and the max "
+        "error against onnxruntime. Exit status 1 if the outputs disagree.",
     )
-    demo.add_argument(
-        "--target", action="append", default=[], choices=TARGET_NAMES, metavar="T",
-        help=f"only this target (repeatable; one of {', '.join(TARGET_NAMES)})",
-    )  # fmt: skip
-    demo.add_argument("--n", type=int, default=4097, help="array length (default 4097)")
-    _add_target_options(demo)
+    demo.add_argument("--model", choices=("vgg16", "mobilenet_v1", "efficientnet_b0", "yolov4"),
+                      default="mobilenet_v1", help="the zoo model (default mobilenet_v1)")
+    demo.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
+    demo.add_argument("--bench", type=int, default=20, metavar="N", help="runs per latency median (default 20)")
     demo.set_defaults(run=_cmd_demo)
 
     lower = sub.add_parser(
@@ -426,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="DIR", help="the directory to write (replaced)")
     build.add_argument("--target", choices=TARGET_NAMES, default=None, help="default: the profile's widest ISA")
+    _add_target_options(build)
     build.add_argument("--fusion", choices=("dp", "greedy", "none"), default="dp",
                        help="dp: minimum-cost plan; greedy: TVM's rules; none: one kernel per operator")  # fmt: skip
     build.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")

@@ -1,19 +1,102 @@
-"""The demo job: generate, build and run the FMA kernel on every target this
-machine can run (natively or under qemu-user) and check it against numpy."""
+"""The demo jobs.
+
+- `run_model_demo` (``autoconfig demo``, ``make demo``): this machine's profile (a
+  quick probe, cached), a zoo model built with it, run, and compared with onnxruntime
+  on the same input and thread count — build time, latency side by side, max error.
+- `run_targets_check` (``autoconfig targets --run``): the FMA kernel generated, built
+  and run on every target this machine can run (natively or under qemu-user),
+  checked against numpy.
+"""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
 
 import numpy as np
 
+from autoconfig.errors import AutoconfigError
 from kernels import fma
 from kernels.library import build_library
 from kernels.target import Target
 
+ERROR_BOUND = 1e-4
+"""Max error allowed against onnxruntime, relative to the output's range: float32
+sums in another order differ by a few ulps per term, far below this."""
 
-def run_demo(targets: list[Target], n: int, say: Callable[[str], None] = print) -> bool:
+
+def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repeat: int = 20,
+                   say: Callable[[str], None] = print) -> bool:  # fmt: skip
+    """Build zoo `model` for this machine, run it next to onnxruntime, print the build
+    time, both latencies (medians of `repeat` runs) and the max error; True when the
+    outputs agree within ERROR_BOUND of their range."""
+    from autoconfig.artifact import compile_model, load
+    from autoconfig.graph import zoo
+    from autoconfig.probe import host_profile
+
+    profile = host_profile()
+    say(f"profile: {profile.name} ({int(profile.cores)} cores)")
+    with tempfile.TemporaryDirectory(prefix="autoconfig-demo-") as tmp:
+        path = Path(tmp) / f"{model}.onnx"
+        zoo.write(model, path)
+        start = time.perf_counter()
+        manifest = compile_model(path, Path(tmp) / "built", profile=profile, threads=threads, progress=True)
+        built_s = time.perf_counter() - start
+        say(f"built {model}: {len(manifest['kernels'])} kernels for {manifest['target']} in {built_s:.1f} s "
+            f"({manifest['kernel_objects']['cached']} from the kernel cache)")  # fmt: skip
+        loaded = load(Path(tmp) / "built")
+        name, shape = loaded.inputs[0]
+        x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+        loaded.run({name: x})  # warm-up, as onnxruntime's first run below
+        ours, ours_ns, _ = loaded.run({name: x}, repeat)
+        threads = manifest["threads"]
+        try:
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as peer:
+                theirs, theirs_ns = peer.submit(onnxruntime_run, str(path), {name: x}, threads, repeat).result()
+        except ImportError:
+            say(f"autoconfig {ours_ns / 1e6:.2f} ms; onnxruntime is not installed (pip install onnxruntime)")
+            return True
+    say(f"latency at {threads} thread(s), median of {repeat}: autoconfig {ours_ns / 1e6:.2f} ms, "
+        f"onnxruntime {theirs_ns / 1e6:.2f} ms ({theirs_ns / ours_ns:.2f}x); predicted "
+        f"{manifest['predicted_ns'] / 1e6:.2f} ms")  # fmt: skip
+    ok = True
+    for (output, value), expected in zip(ours.items(), theirs, strict=True):
+        spread = float(expected.max() - expected.min()) or 1.0
+        error = float(np.abs(value - expected).max())
+        ok &= error <= ERROR_BOUND * spread
+        say(f"{output}: max |error| {error:.2g} over a range of {spread:.2g} "
+            f"({'ok' if error <= ERROR_BOUND * spread else 'WRONG'})")  # fmt: skip
+    return ok
+
+
+def onnxruntime_run(path: str, feeds: dict[str, np.ndarray], threads: int,
+                    repeat: int) -> tuple[list[np.ndarray], float]:  # fmt: skip
+    """onnxruntime's outputs and median latency (ns) on `feeds`, all graph
+    optimizations on, `threads` intra-op threads; meant for its own process (thread
+    pools sharing one process disturb each other's figures)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, feeds)
+    times = []
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter_ns()
+        session.run(None, feeds)
+        times.append(time.perf_counter_ns() - start)
+    if not outputs:
+        raise AutoconfigError(f"{path}: onnxruntime returned no outputs")
+    return outputs, float(np.median(times))
+
+
+def run_targets_check(targets: list[Target], n: int, say: Callable[[str], None] = print) -> bool:
     """Print one line per target; return True when every runnable target was correct."""
     rng = np.random.default_rng(0)
     a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))

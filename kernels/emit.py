@@ -92,7 +92,17 @@ def index(value: int | ir.Value) -> ir.Value:
 
 def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
     """A dense row-major ``memref<?x...xf32>`` over `pointer` with sizes `dims`
-    (i64 values or constants).
+    (i64 values or constants)."""
+    return typed_memref(pointer, dims, ir.F32Type.get())
+
+
+def i64_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
+    """`f32_memref` of int64 elements (index tables a kernel reads)."""
+    return typed_memref(pointer, dims, ir.IntegerType.get_signless(64))
+
+
+def typed_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], element: ir.Type) -> ir.Value:
+    """A dense row-major ``memref<?x...x element>`` over `pointer` with sizes `dims`.
 
     Builds the memref descriptor (allocated and aligned pointer, offset 0, sizes,
     row-major strides) in the LLVM dialect and casts it to the memref type; the
@@ -122,7 +132,7 @@ def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
     for axis, (dim, stride) in enumerate(zip(dims, strides, strict=True)):
         desc = llvm.insertvalue(desc, value(dim), [3, axis])
         desc = llvm.insertvalue(desc, value(stride), [4, axis])
-    memref_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] * rank, ir.F32Type.get())
+    memref_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] * rank, element)
     cast = ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[memref_type], operands=[desc]
     )

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -278,16 +277,12 @@ def main() -> int:
     args = parser.parse_args()
 
     from autoconfig.graph import zoo
-    from autoconfig.resolve import resolve_profile
 
-    profile = resolve_profile(args.profile)
-    profile_path = str(Path(args.profile).resolve()) if args.profile else None
+    profile, profile_path, report = harness.start(args, "bench_conv")
     layers = zoo_layers(args.models or list(zoo.MODELS))[:: 3 if args.quick else 1]
     tasks = [layer | {"profile": profile_path} for layer in layers]
     peers = available_peers()
     print(f"{len(tasks)} distinct layers", file=sys.stderr)
-    report = harness.Report("bench_conv", profile.name,
-                            settings={"rounds": args.rounds, "reps": args.reps, "pinned": not args.no_pin})  # fmt: skip
     by_threads: dict[int, list[dict]] = {}
     for threads in args.threads or sorted({1, int(profile.cores)}):
         timed = harness.measure("bench_conv", peers, tasks, threads, rounds=args.rounds, reps=args.reps,

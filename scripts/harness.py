@@ -180,6 +180,18 @@ def add_run_options(parser, name: str) -> None:
     parser.add_argument("--plot", default=f"{name}.png")
 
 
+def start(args, benchmark: str):
+    """After `add_run_options`: the profile (this machine's if none was given), its
+    path for the workers (None: theirs too), and the run's Report."""
+    from autoconfig.resolve import resolve_profile
+
+    profile = resolve_profile(args.profile)
+    path = str(Path(args.profile).resolve()) if args.profile else None
+    report = Report(benchmark, profile.name,
+                    settings={"rounds": args.rounds, "reps": args.reps, "pinned": not args.no_pin})  # fmt: skip
+    return profile, path, report
+
+
 def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: int, *,
             rounds: int, reps: int, pin: bool, progress: bool = True) -> dict[str, list[dict]]:  # fmt: skip
     """Per peer, per task: {'timing', 'info', 'versions'}; each peer timed in `rounds`

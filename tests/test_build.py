@@ -4,6 +4,7 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import autoconfig
 from autoconfig.build import build_model
 from autoconfig.cli import main
+from autoconfig.demo import run_model_demo
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan
 from autoconfig.graph import zoo
@@ -21,6 +23,7 @@ from autoconfig.graph.onnx_import import import_model
 from autoconfig.profile import load_profile
 from kernels.target import get_target
 from tests.conftest import require_runnable
+from tests.random_models import movement_net, random_cnn, random_mlp
 
 HWPROFILES = Path(__file__).parent.parent / "hwprofiles"
 PROFILES = {"avx2": HWPROFILES / "amd-epyc.yaml", "avx512": HWPROFILES / "intel-xeon-platinum-8380.yaml",
@@ -64,12 +67,14 @@ def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -
     return session.run(None, inputs)
 
 
-def build_and_compare(model: onnx.ModelProto, target: str, out: Path, fusion: str = "dp") -> dict:
-    """Build for `target` (its datasheet profile), run, and hold every output to
-    onnxruntime's within 1e-4 of its range."""
+def build_and_compare(model: onnx.ModelProto, target: str, out: Path, fusion: str = "dp",
+                      vlen: int | None = None) -> dict:  # fmt: skip
+    """Build for `target` (its datasheet profile; RVV at `vlen`), run, and hold every
+    output to onnxruntime's within 1e-4 of its range."""
     path = out.parent / f"{model.graph.name}.onnx"
     onnx.save(model, path)
-    manifest = autoconfig.compile_model(path, out, profile=PROFILES[target], target=target, fusion=fusion)
+    manifest = autoconfig.compile_model(path, out, profile=PROFILES[target], target=get_target(target, vlen),
+                                        fusion=fusion)  # fmt: skip
     loaded = autoconfig.load(out)
     name, shape = loaded.inputs[0]
     x = np.random.default_rng(3).standard_normal(shape, dtype=np.float32)
@@ -100,18 +105,30 @@ def test_mlp_matches_onnxruntime_natively(tmp_path, target):
     assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "matmul", "matmul", "softmax"]
 
 
-@pytest.mark.parametrize("target", ["neon", "rvv"])
-def test_cross_targets_build_a_static_library_run_under_qemu(tmp_path, target):
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_models_match_onnxruntime_natively(tmp_path, target, seed):
     require_runnable(get_target(target))
-    manifest = build_and_compare(small_cnn(), target, tmp_path / "cnn")
-    assert manifest["library"].endswith(".a") and (tmp_path / "cnn" / "libautoconfig_model.a").is_file()
-    build_and_compare(mlp(), target, tmp_path / "mlp")
+    build_and_compare(random_cnn(seed), target, tmp_path / "cnn")
+    build_and_compare(random_mlp(seed), target, tmp_path / "mlp")
 
 
-def test_mobilenet_v1_matches_onnxruntime(tmp_path):
-    require_runnable(get_target("avx2"))
-    manifest = build_and_compare(zoo.mobilenet_v1(), "avx2", tmp_path / "mobilenet")
-    assert manifest["arena_bytes"] < manifest["intermediate_bytes"]  # buffers are reused
+@pytest.mark.parametrize("target", ["avx2", "avx512", "neon", "rvv"])
+def test_data_movement_matches_onnxruntime(tmp_path, target):
+    require_runnable(get_target(target))
+    manifest = build_and_compare(movement_net(), target, tmp_path / "movement")
+    gathers = [k for k in manifest["kernels"] if k["kind"] == "gather"]
+    assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
+
+
+@pytest.mark.parametrize(("target", "vlen"), [("neon", None), ("rvv", 128), ("rvv", 256)])
+def test_cross_targets_build_a_static_library_run_under_qemu(tmp_path, target, vlen):
+    require_runnable(get_target(target, vlen))
+    manifest = build_and_compare(zoo.mobilenet_v1(), target, tmp_path / "mobilenet", vlen=vlen)
+    assert manifest["library"].endswith(".a") and (tmp_path / "mobilenet" / "libautoconfig_model.a").is_file()
+    assert manifest["vector_bits"] == (vlen or 128)
+    build_and_compare(mlp(), target, tmp_path / "mlp", vlen=vlen)
+    build_and_compare(small_cnn(), target, tmp_path / "cnn", vlen=vlen)
 
 
 @pytest.mark.parametrize("name", ["vgg16", "mobilenet_v1", "efficientnet_b0", "yolov4"])
@@ -121,23 +138,21 @@ def test_every_group_the_planner_proposes_is_one_generated_kernel_or_none(name, 
     graph = import_model(zoo.build(name))
     profile = load_profile(PROFILES["avx512"])
     groups = plan(graph, profile, strategy).groups
-    if name == "yolov4":  # nearest-neighbour Resize has no kernel yet: the build says so
-        with pytest.raises(AutoconfigError, match=r"node 'resize_\d+' \(Resize\): no generated kernel"):
-            build_model(graph, profile, get_target("avx512"), strategy)
-        return
     built = build_model(graph, profile, get_target("avx512"), strategy)
     assert len(built.kernels) <= len(groups)
     assert all(k.modules for k in built.kernels)
 
 
 def test_unsupported_operator_is_one_line_and_leaves_no_directory(tmp_path, capsys):
-    path = tmp_path / "yolo.onnx"
-    onnx.save(zoo.yolov4(), path)
-    out = tmp_path / "yolo"
+    b = zoo.Builder("channel_mean", 0)
+    y = b.op("ReduceMean", [b.conv("input", 3, 8, 3)], axes=[1], keepdims=1)
+    path = tmp_path / "channel_mean.onnx"
+    onnx.save(b.model("input", [1, 3, 8, 8], [(y, [1, 1, 8, 8])]), path)
+    out = tmp_path / "built"
     assert main(["build", str(path), "--out", str(out), "--profile", str(PROFILES["avx512"]), "--target", "avx512"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "(Resize)" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["yolo.onnx"]
+    assert err.count("\n") == 0 and "node 'reducemean_3' (ReduceMean): only a mean over the spatial axes" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["channel_mean.onnx"]
 
 
 def test_run_checks_inputs_and_files(tmp_path, capsys):
@@ -169,3 +184,41 @@ def test_same_inputs_same_bytes(tmp_path):
     first = build_and_compare(mlp(), "avx2", tmp_path / "a")
     second = build_and_compare(mlp(), "avx2", tmp_path / "b")
     assert first["files"] == second["files"]
+
+
+def test_the_readme_c_program_runs_a_built_model(tmp_path):
+    require_runnable(get_target("avx2"))
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    program = readme.split("## Whole models", 1)[1].split("```c\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "app.c").write_text(program)
+    out = tmp_path / "mlp"
+    build_and_compare(mlp(), "avx2", out)
+    app = tmp_path / "app"
+    subprocess.run(["cc", str(tmp_path / "app.c"), f"-I{out}", str(out / "libautoconfig_model.so"),
+                    f"-Wl,-rpath,{out}", "-o", str(app)], check=True)  # fmt: skip
+    x = np.random.default_rng(5).standard_normal((5, 37), dtype=np.float32)
+    x.tofile(tmp_path / "x.bin")
+    subprocess.run([str(app), str(out / "weights.bin"), str(tmp_path / "x.bin"), str(tmp_path / "y.bin"),
+                    str(x.size), "50"], check=True)  # fmt: skip
+    y = np.fromfile(tmp_path / "y.bin", np.float32).reshape(5, 10)
+    np.testing.assert_allclose(y, onnxruntime_outputs(mlp(), {"input": x})[0], atol=1e-6)
+
+
+def test_demo_builds_mobilenet_and_compares_with_onnxruntime(monkeypatch):
+    require_runnable(get_target("avx2"))
+    monkeypatch.setattr("autoconfig.probe.host_profile", lambda: load_profile(PROFILES["avx2"]))
+    lines: list[str] = []
+    assert run_model_demo("mobilenet_v1", threads=1, repeat=2, say=lines.append)
+    assert lines[1].startswith("built mobilenet_v1: ") and " kernels for avx2 in " in lines[1]
+    assert lines[2].startswith("latency at 1 thread(s), median of 2: autoconfig ") and "onnxruntime" in lines[2]
+    assert lines[3].endswith("(ok)")
+
+
+def test_a_pool_window_onnx_and_onnxruntime_size_differently_is_refused(tmp_path):
+    b = zoo.Builder("ceil_pool", 0)
+    y = b.op("AveragePool", ["input"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    path = tmp_path / "ceil_pool.onnx"
+    onnx.save(b.model("input", [1, 3, 9, 9], [(y, None)]), path)
+    with pytest.raises(AutoconfigError, match=r"onnx's shape inference gives \(1, 3, 6, 6\), but onnxruntime"):
+        autoconfig.compile_model(path, tmp_path / "out", profile=PROFILES["avx2"], target="avx2")
+    assert not (tmp_path / "out").exists()

@@ -94,15 +94,15 @@ def test_lower_prints_assembly(tmp_path, capsys):
     assert "zmm" in capsys.readouterr().out
 
 
-def test_demo_runs_on_the_host_target():
+def test_targets_run_checks_the_host_target():
     host = get_target("host")
-    done = autoconfig("demo", "--target", host.name, "--n", "100")
+    done = autoconfig("targets", "--run", "--target", host.name, "--n", "100")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(host.name) and done.stdout.rstrip().endswith(")")
     assert " ok " in done.stdout
 
 
-@pytest.mark.parametrize("args", [["demo", "--n", "-1"], ["targets", "--vlen", "96"]])
+@pytest.mark.parametrize("args", [["targets", "--run", "--n", "-1"], ["targets", "--vlen", "96"], ["demo", "--bench", "0"]])
 def test_bad_numbers_are_one_line_exit_2(args):
     done = autoconfig(*args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1

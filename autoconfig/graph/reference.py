@@ -119,30 +119,77 @@ def reshape(a: dict, x, shape):
 
 
 def resize(a: dict, x, roi=None, scales=None, sizes=None):
-    """Nearest-neighbour resize (asymmetric coordinates, floor), as YOLO exports use."""
+    """Nearest-neighbour Resize with ONNX's coordinate transformations and rounding
+    (opsets 11-21); each axis resized on its own (nearest is separable)."""
     if a.get("mode", "nearest") != "nearest":
         raise AutoconfigError(f"Resize mode {a.get('mode')!r} is not supported (nearest only)")
     if sizes is not None and len(sizes):
+        if a.get("keep_aspect_ratio_policy", "stretch") != "stretch" or a.get("axes"):
+            raise AutoconfigError("Resize with axes or a keep_aspect_ratio_policy is not supported")
         out_shape = [int(s) for s in sizes]
+        scales = [o / d for o, d in zip(out_shape, x.shape)]
     else:
+        scales = [float(s) for s in scales]
         out_shape = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
     y = x
-    for axis, (d_in, d_out) in enumerate(zip(x.shape, out_shape)):
-        if d_in != d_out:
-            index = np.floor(np.arange(d_out) * d_in / d_out).astype(np.int64)
-            y = np.take(y, np.minimum(index, d_in - 1), axis=axis)
+    for axis, (d_in, d_out, scale) in enumerate(zip(x.shape, out_shape, scales)):
+        if d_in != d_out or scale != 1:
+            y = np.take(y, nearest_source(a, d_in, d_out, scale), axis=axis)
     return y
+
+
+def nearest_source(a: dict, d_in: int, d_out: int, scale: float) -> np.ndarray:
+    """The input index each of `d_out` outputs takes along one axis of a nearest Resize."""
+    i = np.arange(d_out, dtype=np.float64)
+    mode = a.get("coordinate_transformation_mode", "half_pixel")
+    if mode == "asymmetric":
+        x = i / scale
+    elif mode == "half_pixel":
+        x = (i + 0.5) / scale - 0.5
+    elif mode == "pytorch_half_pixel":
+        x = (i + 0.5) / scale - 0.5 if d_out > 1 else np.zeros_like(i)
+    elif mode == "tf_half_pixel_for_nearest":
+        x = (i + 0.5) / scale
+    elif mode == "align_corners":
+        x = i * (d_in - 1) / (d_out - 1) if d_out > 1 else np.zeros_like(i)
+    elif mode == "half_pixel_symmetric":
+        adjustment = d_out / (scale * d_in)
+        x = d_in / 2 * (1 - adjustment) + (i + 0.5) / scale - 0.5
+    else:
+        raise AutoconfigError(f"Resize coordinate_transformation_mode {mode!r} is not supported")
+    rounding = a.get("nearest_mode", "round_prefer_floor")
+    if rounding == "floor":
+        source = np.floor(x)
+    elif rounding == "ceil":
+        source = np.ceil(x)
+    elif rounding == "round_prefer_floor":
+        source = np.where(x == np.floor(x) + 0.5, np.floor(x), np.round(x))
+    elif rounding == "round_prefer_ceil":
+        source = np.where(x == np.floor(x) + 0.5, np.ceil(x), np.round(x))
+    else:
+        raise AutoconfigError(f"Resize nearest_mode {rounding!r} is not supported")
+    return np.clip(source, 0, d_in - 1).astype(np.int64)
+
+
+PAD_MODES = {"constant": "constant", "edge": "edge", "reflect": "reflect", "wrap": "wrap"}
+"""ONNX Pad modes by numpy.pad's names for them."""
 
 
 def pad(a: dict, x, pads=None, value=None, axes=None):
     pads = list(a.get("pads", [])) if pads is None else [int(p) for p in pads]
-    if a.get("mode", "constant") != "constant":
-        raise AutoconfigError(f"Pad mode {a.get('mode')!r} is not supported (constant only)")
+    mode = a.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise AutoconfigError(f"Pad mode {mode!r} is not supported")
     axes = list(range(x.ndim)) if axes is None else [int(v) % x.ndim for v in axes]
     width = [(0, 0)] * x.ndim
     for i, ax in enumerate(axes):
         width[ax] = (pads[i], pads[i + len(axes)])
-    fill = 0.0 if value is None or value.size == 0 else float(value)
+    if min(min(w) for w in width) < 0:
+        return pad(a, x[tuple(slice(-lo if lo < 0 else None, hi if hi < 0 else None) for lo, hi in width)],
+                   [max(lo, 0) for lo, _ in width] + [max(hi, 0) for _, hi in width], value)  # fmt: skip
+    if mode != "constant":
+        return np.pad(x, width, mode=PAD_MODES[mode])
+    fill = 0.0 if value is None or value.size == 0 else value.item()
     return np.pad(x, width, constant_values=fill)
 
 
@@ -250,8 +297,10 @@ def transpose(a: dict, x):
     return np.transpose(x, a.get("perm"))
 
 
-def upsample(a: dict, x, scales):
-    return resize({"mode": a.get("mode", "nearest")}, x, None, scales)
+def upsample(a: dict, x, scales=None):
+    """Upsample (opsets 7-9): a Resize whose source index is floor(output index / scale)."""
+    return resize({"mode": a.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric",
+                   "nearest_mode": "floor"}, x, None, a.get("scales") if scales is None else scales)
 
 
 def constant(a: dict):

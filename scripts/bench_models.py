@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Whole models: autoconfig (dp, greedy and no fusion) vs onnxruntime, side by side.
+
+For each zoo model (VGG-16, MobileNet-V1, EfficientNet-B0, YOLO-V4 at batch 1) and
+each thread count, the script first builds the model with `autoconfig build` once per
+fusion strategy (the build time is measured here, outside any timing; with --cold the
+first build of each model starts from an empty kernel cache), computes
+onnxruntime's outputs on a fixed random input as the reference, then times every peer
+with the harness (scripts/harness.py): each peer in its own fresh process per round,
+its thread count through its own control (our build's thread budget; onnxruntime's
+intra-op threads, all graph optimizations on), pinned alike. Each peer's outputs are
+checked against the reference before timing (max error <= 1e-4 of the range).
+
+Per model and thread count: latency (median ± half the IQR), each peer's peak RSS (the
+worker process' maximum resident set after its first run: Python, the library, the
+weights, the arena), our build times, kernels per inference, predicted latency; the
+ratios onnxruntime/ours and none/greedy/dp. JSON and a plot of the latencies.
+
+Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
+       [--models mobilenet_v1 ...] [--cold] [--json F] [--plot F] [--no-pin]
+Needs: pip install -e '.[test,bench]' (onnxruntime, matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import harness
+import numpy as np
+
+FUSIONS = ("dp", "greedy", "none")
+PEERS = [f"autoconfig-{f}" for f in FUSIONS] + ["onnxruntime"]
+ERROR_BOUND = 1e-4
+"""Max error against onnxruntime relative to the output's range (float32 sums in
+another order differ by a few ulps per term)."""
+
+
+# ---------------------------------------------------------------- the worker's side
+
+
+def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
+    """Load the peer's model, check one run against the reference outputs, and return
+    the call to time with the process' peak RSS so far."""
+    reference = np.load(task["reference"])
+    x = np.load(task["input"])
+    feeds = {task["input_name"]: x}
+    if peer == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(task["onnx"], options, providers=["CPUExecutionProvider"])
+        outputs = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
+
+        def call() -> object:
+            return session.run(None, feeds)
+    else:
+        import autoconfig
+
+        model = autoconfig.load(task["dirs"][peer][str(threads)])
+        outputs = model(feeds)
+
+        def call() -> object:
+            return model(feeds)
+
+    for name, expected in reference.items():
+        spread = float(expected.max() - expected.min()) or 1.0
+        error = float(np.abs(outputs[name] - expected).max())
+        if error > ERROR_BOUND * spread:
+            raise SystemExit(f"{peer} {task['model']} {name}: max error {error:.3g} over range {spread:.3g}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return harness.Prepared(call, {"peak_rss_mb": round(peak, 1)})
+
+
+def versions(peer: str) -> dict:
+    if peer == "onnxruntime":
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}
+    import autoconfig
+
+    return {"autoconfig": autoconfig.__version__}
+
+
+# ---------------------------------------------------------------- the main side
+
+
+def build_all(models: list[str], thread_counts: list[int], profile: str | None, work: Path,
+              cold: bool) -> list[dict]:  # fmt: skip
+    """Per model: the ONNX file, input, reference outputs and one build per (fusion,
+    threads) with its time; `cold` empties the kernel cache before each model's first."""
+    import onnx
+    import onnxruntime as ort
+
+    import autoconfig
+    from autoconfig.graph import zoo
+    from kernels.cache import CACHE_ENV
+
+    tasks = []
+    for name in models:
+        path = work / f"{name}.onnx"
+        zoo.write(name, path)
+        model = onnx.load(path)
+        input_name = model.graph.input[0].name
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+        np.save(work / f"{name}-input.npy", x)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
+        np.savez(work / f"{name}-reference.npz", **reference)
+        del session
+        if cold:
+            os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="autoconfig-cold-cache-", dir=work)
+        dirs: dict[str, dict[str, str]] = {peer: {} for peer in PEERS[:-1]}
+        builds = {}
+        for threads in thread_counts:
+            for fusion in FUSIONS:
+                out = work / f"{name}-{fusion}-{threads}"
+                start = time.perf_counter()
+                manifest = autoconfig.compile_model(path, out, profile=profile, fusion=fusion, threads=threads)
+                seconds = time.perf_counter() - start
+                peer = f"autoconfig-{fusion}"
+                dirs[peer][str(threads)] = str(out)
+                builds[f"{fusion}/{threads}"] = {"seconds": round(seconds, 2), "kernels": len(manifest["kernels"]),
+                                                 "compiled": manifest["kernel_objects"]["compiled"],
+                                                 "predicted_ms": manifest["predicted_ns"] / 1e6}  # fmt: skip
+                print(f"  built {name} {fusion} {threads}T: {seconds:.1f} s, {len(manifest['kernels'])} kernels, "
+                      f"{manifest['kernel_objects']['compiled']} compiled", file=sys.stderr, flush=True)  # fmt: skip
+        tasks.append({"model": name, "onnx": str(path), "input": str(work / f"{name}-input.npy"),
+                      "input_name": input_name, "reference": str(work / f"{name}-reference.npz"),
+                      "dirs": dirs, "builds": builds})  # fmt: skip
+    return tasks
+
+
+def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> list[dict]:
+    """One row per model: each peer's latency (ms), spread, peak RSS; builds; ratios."""
+    rows = []
+    for i, task in enumerate(tasks):
+        ms = {p: timed[p][i]["timing"]["median"] * 1e3 for p in PEERS}
+        dp = task["builds"][f"dp/{threads}"]
+        rows.append({
+            "model": task["model"], "ms": ms,
+            "spread": {p: timed[p][i]["timing"]["q3"] / timed[p][i]["timing"]["median"] - 1 for p in PEERS},
+            "rss_mb": {p: timed[p][i]["info"]["peak_rss_mb"] for p in PEERS},
+            "kernels": {f: task["builds"][f"{f}/{threads}"]["kernels"] for f in FUSIONS},
+            "build_s": {f: task["builds"][f"{f}/{threads}"]["seconds"] for f in FUSIONS},
+            "predicted_ms": dp["predicted_ms"],
+        })  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The printed table: latencies, ratios, memory, builds."""
+    head = (f"{'model':<16}{'dp ms':>9}{'greedy':>9}{'none':>9}{'ORT ms':>9}{'ORT/dp':>8}{'greedy/dp':>10}"
+            f"{'none/dp':>8}{'pred/dp':>8}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ms = r["ms"]
+        dp = ms["autoconfig-dp"]
+        lines.append(
+            f"{r['model']:<16}{dp:>9.2f}{ms['autoconfig-greedy']:>9.2f}{ms['autoconfig-none']:>9.2f}"
+            f"{ms['onnxruntime']:>9.2f}{ms['onnxruntime'] / dp:>8.2f}{ms['autoconfig-greedy'] / dp:>10.2f}"
+            f"{ms['autoconfig-none'] / dp:>8.2f}{r['predicted_ms'] / dp:>8.2f}{r['rss_mb']['autoconfig-dp']:>8.0f}"
+            f"{r['rss_mb']['onnxruntime']:>8.0f}{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
+            f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
+        )  # fmt: skip
+    return lines
+
+
+def plot(by_threads: dict[int, list[dict]], path: str) -> None:
+    """Latency per model and peer, one panel per thread count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(by_threads), figsize=(7 * len(by_threads), 4.5), squeeze=False)
+    for ax, (threads, rows) in zip(axes[0], by_threads.items()):
+        x = np.arange(len(rows))
+        width = 0.8 / len(PEERS)
+        for i, p in enumerate(PEERS):
+            ax.bar(x + i * width, [r["ms"][p] for r in rows], width, label=p)
+        ax.set_yscale("log")  # VGG-16 takes ~20x MobileNet-V1's time
+        ax.set_xticks(x + width * (len(PEERS) - 1) / 2, [r["model"] for r in rows])
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"{threads} thread(s)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    harness.add_run_options(parser, "bench-models")
+    parser.add_argument("--models", nargs="+", default=None, help="zoo models (default: all four)")
+    parser.add_argument("--cold", action="store_true", help="each model's first build from an empty kernel cache")
+    args = parser.parse_args()
+
+    from autoconfig.graph import zoo
+
+    profile, profile_arg, report = harness.start(args, "bench_models")
+    thread_counts = args.threads or sorted({1, int(profile.cores)})
+    by_threads: dict[int, list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="autoconfig-bench-models-") as tmp:
+        tasks = build_all(args.models or list(zoo.MODELS), thread_counts, profile_arg, Path(tmp), args.cold)
+        for threads in thread_counts:
+            timed = harness.measure("bench_models", PEERS, tasks, threads, rounds=args.rounds, reps=args.reps,
+                                    pin=not args.no_pin)  # fmt: skip
+            rows = by_threads[threads] = results(tasks, timed, threads)
+            print("\n" + report.heading(threads, {p: timed[p][0]["versions"] for p in PEERS}))
+            print(f"latency: median of {args.rounds} processes x {args.reps} samples per peer; RSS: peak resident "
+                  "MB of the peer's process; build s: this run's builds (the first of a model "
+                  f"{'from an empty kernel cache' if args.cold else 'with the kernel cache as found'})")  # fmt: skip
+            print("\n".join(table(rows)), flush=True)
+            report.tables.append({"threads": threads, "rows": rows})
+            for r in rows:
+                report.summary.append(f"{threads}T {r['model']}: onnxruntime/dp "
+                                      f"{r['ms']['onnxruntime'] / r['ms']['autoconfig-dp']:.2f}")  # fmt: skip
+    report.save(args.json)
+    plot(by_threads, args.plot)
+    print(f"\nwrote {args.json} and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
