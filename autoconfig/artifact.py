@@ -347,6 +347,21 @@ class LoadedModel:
         """Each kernel's time: the sum of its program steps' times."""
         return [sum(steps_ns[a:b]) for a, b in (k["steps"] for k in self.manifest["kernels"])]
 
+    def kernel_medians(self, inputs: dict[str, np.ndarray], runs: int) -> list[float]:
+        """Each kernel's median time (ns) over `runs` runs: one run's figures move by
+        tens of percent for the shortest kernels."""
+        return np.median([self.kernel_times(self.run(inputs)[2]) for _ in range(max(1, runs))], axis=0).tolist()
+
+    def prediction_accuracy(self, kernel_ns: list[float], total_ns: float) -> str:
+        """The models' accuracy on this model in one line: Spearman's rank correlation
+        of predicted and measured kernel times, and the predicted total over the measured."""
+        from autoconfig.accuracy import spearman
+
+        predicted = [k["predicted_ns"] for k in self.manifest["kernels"]]
+        return (f"prediction: Spearman {spearman(predicted, kernel_ns):.2f} over {len(predicted)} kernels; "
+                f"predicted total {self.manifest['predicted_ns'] / 1e6:.3f} ms = "
+                f"{self.manifest['predicted_ns'] / total_ns:.2f}x the measured {total_ns / 1e6:.3f} ms")  # fmt: skip
+
 
 def load(directory: Path | str) -> LoadedModel:
     """A built model directory, checked against its manifest, ready to call."""

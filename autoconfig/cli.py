@@ -258,7 +258,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for name, shape in model.inputs:  # the inputs not given: random, to time the model
         if name not in inputs and (args.bench or not args.input):
             inputs[name] = rng.standard_normal(shape, dtype=np.float32)
-    outputs, median_ns, steps = model.run(inputs, repeat=max(1, args.bench or 1))
+    outputs, median_ns, _ = model.run(inputs, repeat=max(1, args.bench or 1))
     if args.output is not None:
         buffer = io.BytesIO()
         np.savez(buffer, **outputs)
@@ -270,9 +270,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"median of {args.bench} runs: {median_ns / 1e6:.3f} ms "
               f"(predicted {model.manifest['predicted_ns'] / 1e6:.3f} ms)")  # fmt: skip
     if args.per_kernel:
-        print(f"{'kernel':<28} {'choice':<44} {'measured µs':>12} {'predicted µs':>13}")
-        for k, measured in zip(model.manifest["kernels"], model.kernel_times(steps)):
+        runs = max(1, args.bench)
+        kernel_ns = model.kernel_medians(inputs, runs)
+        print(f"{'kernel':<28} {'choice':<44} {'measured µs':>12} {'predicted µs':>13}   (median of {runs} run(s))")
+        for k, measured in zip(model.manifest["kernels"], kernel_ns):
             print(f"{k['name'][:28]:<28} {k['choice'][:44]:<44} {measured / 1e3:>12.1f} {k['predicted_ns'] / 1e3:>13.1f}")
+        print(model.prediction_accuracy(kernel_ns, median_ns))
     return 0
 
 

@@ -12,9 +12,11 @@ intra-op threads, all graph optimizations on), pinned alike. Each peer's outputs
 checked against the reference before timing (max error <= 1e-4 of the range).
 
 Per model and thread count: latency (median ± half the IQR), each peer's peak RSS (the
-worker process' maximum resident set after its first run: Python, the library, the
-weights, the arena), our build times, kernels per inference, predicted latency; the
-ratios onnxruntime/ours and none/greedy/dp. JSON and a plot of the latencies.
+process' maximum resident set after its first run, one model per process: Python,
+the library, the weights, the arena), our build times, kernels per inference, predicted latency over
+measured (pred/dp) and Spearman's rank correlation of each kernel's predicted and
+measured time (rho: medians of 10 runs, dp); the ratios onnxruntime/ours and
+none/greedy/dp. JSON and a plot of the latencies.
 
 Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
        [--models mobilenet_v1 ...] [--cold] [--json F] [--plot F] [--no-pin]
@@ -25,17 +27,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import harness
 import numpy as np
+
+import harness
+from autoconfig.accuracy import spearman
 
 FUSIONS = ("dp", "greedy", "none")
 PEERS = [f"autoconfig-{f}" for f in FUSIONS] + ["onnxruntime"]
+KERNEL_RUNS = 10
+"""Runs whose per-kernel times' medians are held against the predictions."""
 ERROR_BOUND = 1e-4
 """Max error against onnxruntime relative to the output's range (float32 sums in
 another order differ by a few ulps per term)."""
@@ -67,6 +72,8 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
 
         model = autoconfig.load(task["dirs"][peer][str(threads)])
         outputs = model(feeds)
+        kernel_ns = model.kernel_medians(feeds, KERNEL_RUNS)
+        accuracy = {"spearman": spearman([k["predicted_ns"] for k in model.manifest["kernels"]], kernel_ns)}
 
         def call() -> object:
             return model(feeds)
@@ -76,8 +83,17 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
         error = float(np.abs(outputs[name] - expected).max())
         if error > ERROR_BOUND * spread:
             raise SystemExit(f"{peer} {task['model']} {name}: max error {error:.3g} over range {spread:.3g}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return harness.Prepared(call, {"peak_rss_mb": round(peak, 1)})
+    info = {"peak_rss_mb": round(peak_rss_mb(), 1)}
+    return harness.Prepared(call, info if peer == "onnxruntime" else info | accuracy)
+
+
+def peak_rss_mb() -> float:
+    """This process' peak resident set (VmHWM: reset by exec, unlike getrusage's
+    ru_maxrss, which keeps the parent's peak across exec and showed the builder's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit("no VmHWM in /proc/self/status: peak RSS needs Linux")
 
 
 def versions(peer: str) -> dict:
@@ -153,6 +169,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
             "kernels": {f: task["builds"][f"{f}/{threads}"]["kernels"] for f in FUSIONS},
             "build_s": {f: task["builds"][f"{f}/{threads}"]["seconds"] for f in FUSIONS},
             "predicted_ms": dp["predicted_ms"],
+            "spearman": timed["autoconfig-dp"][i]["info"]["spearman"],
         })  # fmt: skip
     return rows
 
@@ -160,7 +177,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
 def table(rows: list[dict]) -> list[str]:
     """The printed table: latencies, ratios, memory, builds."""
     head = (f"{'model':<16}{'dp ms':>9}{'greedy':>9}{'none':>9}{'ORT ms':>9}{'ORT/dp':>8}{'greedy/dp':>10}"
-            f"{'none/dp':>8}{'pred/dp':>8}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
+            f"{'none/dp':>8}{'pred/dp':>8}{'rho':>6}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         ms = r["ms"]
@@ -168,7 +185,8 @@ def table(rows: list[dict]) -> list[str]:
         lines.append(
             f"{r['model']:<16}{dp:>9.2f}{ms['autoconfig-greedy']:>9.2f}{ms['autoconfig-none']:>9.2f}"
             f"{ms['onnxruntime']:>9.2f}{ms['onnxruntime'] / dp:>8.2f}{ms['autoconfig-greedy'] / dp:>10.2f}"
-            f"{ms['autoconfig-none'] / dp:>8.2f}{r['predicted_ms'] / dp:>8.2f}{r['rss_mb']['autoconfig-dp']:>8.0f}"
+            f"{ms['autoconfig-none'] / dp:>8.2f}{r['predicted_ms'] / dp:>8.2f}{r['spearman']:>6.2f}"
+            f"{r['rss_mb']['autoconfig-dp']:>8.0f}"
             f"{r['rss_mb']['onnxruntime']:>8.0f}{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
         )  # fmt: skip
@@ -212,8 +230,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="autoconfig-bench-models-") as tmp:
         tasks = build_all(args.models or list(zoo.MODELS), thread_counts, profile_arg, Path(tmp), args.cold)
         for threads in thread_counts:
-            timed = harness.measure("bench_models", PEERS, tasks, threads, rounds=args.rounds, reps=args.reps,
-                                    pin=not args.no_pin)  # fmt: skip
+            timed = {p: [] for p in PEERS}
+            for task in tasks:  # a process per model too: a peak RSS is one model's
+                one = harness.measure("bench_models", PEERS, [task], threads, rounds=args.rounds, reps=args.reps,
+                                      pin=not args.no_pin)  # fmt: skip
+                for p in PEERS:
+                    timed[p] += one[p]
             rows = by_threads[threads] = results(tasks, timed, threads)
             print("\n" + report.heading(threads, {p: timed[p][0]["versions"] for p in PEERS}))
             print(f"latency: median of {args.rounds} processes x {args.reps} samples per peer; RSS: peak resident "

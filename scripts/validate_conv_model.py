@@ -28,7 +28,8 @@ from collections import Counter
 import numpy as np
 
 import harness
-from validate_matmul_model import measure_round_robin, spearman
+from autoconfig.accuracy import spearman
+from validate_matmul_model import measure_round_robin
 
 LAYERS = {  # name: (input NCHW, weight shape, strides, pads (top, left, bottom, right), dilations, group)
     "vgg conv1_1 3->64 224": ((1, 3, 224, 224), (64, 3, 3, 3), 1, 1, 1, 1),

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 import harness
+from autoconfig.accuracy import spearman
 from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
@@ -133,23 +134,6 @@ def measure_round_robin(calls: dict, rounds: int) -> dict:
             sample = harness.time_call(call, 1, warmup=0, min_sample=SAMPLE_SECONDS)[0]
             best[key] = min(best[key], sample)
     return best
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-
-    def ranks(v: list[float]) -> np.ndarray:
-        order = np.argsort(v, kind="stable")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v))
-        values = np.asarray(v)
-        for value in np.unique(values):
-            same = values == value
-            r[same] = r[same].mean()
-        return r
-
-    rx, ry = ranks(x), ranks(y)
-    return float(np.corrcoef(rx, ry)[0, 1]) if len(x) > 2 else float("nan")
 
 
 Measurements = dict[str, tuple[mm.MatmulShape, dict[mm.MatmulConfig, float]]]

@@ -35,6 +35,7 @@ overlapping form predicted 88 GFLOP/s; the kernel measured 46-50).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -356,6 +357,7 @@ def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[st
     return ("conflicts" if lines <= m.l1_sets * (m.l1_ways - 1) else "overflows"), why
 
 
+@functools.cache  # a pure function of four ints, asked for the same panels by every candidate
 def _panel_lines(stride: int, width: int, rows: int, line: int) -> int:
     """Distinct cache lines of a micro-panel: `rows` rows of `width` bytes, `stride`
     bytes apart, the first starting a line (rows closer than a line share lines)."""
