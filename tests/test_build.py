@@ -131,6 +131,14 @@ def test_cross_targets_build_a_static_library_run_under_qemu(tmp_path, target, v
     build_and_compare(small_cnn(), target, tmp_path / "cnn", vlen=vlen)
 
 
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize("name", ["vgg16", "mobilenet_v1", "efficientnet_b0", "yolov4"])
+def test_zoo_models_match_onnxruntime(tmp_path, name, target):
+    require_runnable(get_target(target))
+    manifest = build_and_compare(zoo.build(name), target, tmp_path / name)
+    assert manifest["arena_bytes"] < manifest["intermediate_bytes"]  # buffers are reused
+
+
 @pytest.mark.parametrize("name", ["vgg16", "mobilenet_v1", "efficientnet_b0", "yolov4"])
 @pytest.mark.parametrize("strategy", ["dp", "greedy"])
 def test_every_group_the_planner_proposes_is_one_generated_kernel_or_none(name, strategy):
