@@ -1,11 +1,23 @@
-"""How well predictions rank what was measured: the figure the models are held to
-(per layer against the configurations timed, per model against its kernels' times)."""
+"""How close figures are: predictions ranked against measurements (the figure the
+models are held to, per layer against the configurations timed, per model against its
+kernels' times), and our outputs against a reference runtime's."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+
+ERROR_BOUND = 1e-4
+"""Max output error allowed against a reference runtime, relative to the output's
+range: float32 sums in another order differ by a few ulps per term, far below this."""
+
+
+def output_error(value: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
+    """(max |value - expected|, expected's range (1 if constant)): within bounds when
+    the first is at most ERROR_BOUND times the second."""
+    spread = float(expected.max() - expected.min()) or 1.0
+    return float(np.abs(value - expected).max()), spread
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

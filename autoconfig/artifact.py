@@ -45,11 +45,12 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.runtime import POOL_SOURCE, encode, widest
 from kernels.abi import c_header, c_tasks
 from kernels.cache import KernelCache, compile_modules, default_cache
-from kernels.library import _unique_signatures, run_tool
+from kernels.library import unique_signatures, run_tool
 from kernels.runner import HEADER, MODEL_HEADER, RunnerConfig, driver_source, model_source
 
 FORMAT = 1
 LIBRARY, ARCHIVE, DRIVER = "libautoconfig_model.so", "libautoconfig_model.a", "model_driver"
+
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -102,7 +103,7 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
     objects_dir = work / "objects"
     objects_dir.mkdir()
     objects, compiled = compile_modules(modules, objects_dir, cache, progress)
-    signatures = _unique_signatures(modules)
+    signatures = unique_signatures(modules)
     runner = runner_config(model)
     sources = work / "src"
     sources.mkdir()

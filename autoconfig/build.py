@@ -176,9 +176,10 @@ class _Builder:
         self.where[value] = (self._buffer(self.graph.types[value].elements), 0)
         return Ref(_VIRTUAL + self.where[value][0])
 
-    def alias(self, value: str, source: str) -> None:
-        """`value` is `source` seen in another shape."""
-        self.where[value] = self.where[source]
+    def alias(self, value: str, source: str, offset: int = 0) -> None:
+        """`value` is `source` seen in another shape, from element `offset` on."""
+        buffer, at = self.where[source]
+        self.where[value] = (buffer, at + offset)
         self.read(source)
 
     def _absolute(self, buffer: int, offset: int) -> tuple[int, int]:
@@ -661,9 +662,7 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
     calls, modules, moved = [], [], 0
     for out, move in moves:
         if move.view_offset is not None:
-            buffer, at = b.where[data]
-            b.where[out] = (buffer, at + move.view_offset)
-            b.read(data)
+            b.alias(out, data, move.view_offset)
             continue
         config = move.config
         x, tables = b.read(data), b.constant(move.tables.view(np.float32))

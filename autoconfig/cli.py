@@ -461,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", type=Path, default=None, metavar="FILE.npz", help="write the outputs here")
     run.add_argument("--bench", type=int, default=0, metavar="N", help="run N times and print the median time")
     run.add_argument("--per-kernel", action="store_true",
-                     help="each kernel's measured time (last run) next to its predicted time")  # fmt: skip
+                     help="each kernel's measured time (median of the runs) next to its predicted time, "
+                     "their rank correlation and the totals' ratio")  # fmt: skip
     run.set_defaults(run=_cmd_run)
     return parser
 

@@ -19,15 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from autoconfig.accuracy import ERROR_BOUND, output_error
 from kernels import fma
 from kernels.library import build_library
 from kernels.target import Target
-
-ERROR_BOUND = 1e-4
-"""Max error allowed against onnxruntime, relative to the output's range: float32
-sums in another order differ by a few ulps per term, far below this."""
-
 
 def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repeat: int = 20,
                    say: Callable[[str], None] = print) -> bool:  # fmt: skip
@@ -65,8 +60,7 @@ def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repe
         f"{manifest['predicted_ns'] / 1e6:.2f} ms")  # fmt: skip
     ok = True
     for (output, value), expected in zip(ours.items(), theirs, strict=True):
-        spread = float(expected.max() - expected.min()) or 1.0
-        error = float(np.abs(value - expected).max())
+        error, spread = output_error(value, expected)
         ok &= error <= ERROR_BOUND * spread
         say(f"{output}: max |error| {error:.2g} over a range of {spread:.2g} "
             f"({'ok' if error <= ERROR_BOUND * spread else 'WRONG'})")  # fmt: skip
@@ -78,22 +72,26 @@ def onnxruntime_run(path: str, feeds: dict[str, np.ndarray], threads: int,
     """onnxruntime's outputs and median latency (ns) on `feeds`, all graph
     optimizations on, `threads` intra-op threads; meant for its own process (thread
     pools sharing one process disturb each other's figures)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(path, threads)
     outputs = session.run(None, feeds)
     times = []
     for _ in range(max(1, repeat)):
         start = time.perf_counter_ns()
         session.run(None, feeds)
         times.append(time.perf_counter_ns() - start)
-    if not outputs:
-        raise AutoconfigError(f"{path}: onnxruntime returned no outputs")
     return outputs, float(np.median(times))
+
+
+def onnxruntime_session(path: str, threads: int):
+    """onnxruntime as a peer is run: CPU, all graph optimizations, `threads` intra-op
+    threads and one inter-op thread."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def run_targets_check(targets: list[Target], n: int, say: Callable[[str], None] = print) -> bool:

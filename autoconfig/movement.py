@@ -52,10 +52,12 @@ def source_maps(node: Node, graph: Graph) -> list[np.ndarray]:
 
 
 def fill_value(node: Node, graph: Graph) -> float:
-    """The value Pad writes outside its input (0 unless given)."""
-    if node.op == "Pad" and len(node.inputs) > 2 and node.inputs[2]:
+    """The value Pad writes outside its input (0 unless given; no other op fills)."""
+    if node.op != "Pad":
+        return 0.0
+    if len(node.inputs) > 2 and node.inputs[2]:
         return float(np.asarray(graph.constants[node.inputs[2]]).reshape(-1)[0])
-    return float(node.attrs.get("value", 0.0))
+    return float(node.attrs.get("value", 0.0))  # an attribute before opset 11
 
 
 def plan(source: np.ndarray, source_size: int, fill: float, target: Target) -> Movement:

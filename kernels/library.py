@@ -82,7 +82,7 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = default_cache() if cache is None else cache
     objects, compiled = compile_modules(modules, out_dir, cache)
-    signatures = _unique_signatures(modules)
+    signatures = unique_signatures(modules)
     header = out_dir / "kernels.h"
     header.write_text(c_header(signatures))
     paths = [str(o.path) for o in objects]
@@ -107,7 +107,7 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
                          archive, compiled, len(objects) - compiled, workdir, cdll)  # fmt: skip
 
 
-def _unique_signatures(modules: Sequence[KernelModule]) -> list[KernelSignature]:
+def unique_signatures(modules: Sequence[KernelModule]) -> list[KernelSignature]:
     """Every module's signatures once; two different kernels with one symbol are an error."""
     seen: dict[str, KernelSignature] = {}
     for module in modules:

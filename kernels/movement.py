@@ -148,10 +148,11 @@ def _copy_run(cfg: GatherConfig, target: Target, x: ir.Value, y: ir.Value, r: ir
 
 
 def _fill(cfg: GatherConfig, target: Target, y: ir.Value, r: ir.Value, begin: int, end: int) -> None:
-    """Y[r, begin:end] = the fill value (nothing when the stretch is empty)."""
+    """Y[r, begin:end] = the fill value (nothing when the stretch is empty; a config
+    without a fill has a run over the whole axis, so it fills nothing)."""
     if end <= begin:
         return
-    value = f32_splat(target, cfg.lanes, cfg.fill if cfg.fill is not None else 0.0)
+    value = f32_splat(target, cfg.lanes, cfg.fill)
 
     def piece(i0: ir.Value, count: int) -> None:
         store(value, y, [r, arith.addi(i0, index(begin))], tail_mask(target, cfg.lanes, count))

@@ -35,15 +35,13 @@ from pathlib import Path
 import numpy as np
 
 import harness
-from autoconfig.accuracy import spearman
+from autoconfig.accuracy import ERROR_BOUND, output_error, spearman
+from autoconfig.demo import onnxruntime_session
 
 FUSIONS = ("dp", "greedy", "none")
 PEERS = [f"autoconfig-{f}" for f in FUSIONS] + ["onnxruntime"]
 KERNEL_RUNS = 10
 """Runs whose per-kernel times' medians are held against the predictions."""
-ERROR_BOUND = 1e-4
-"""Max error against onnxruntime relative to the output's range (float32 sums in
-another order differ by a few ulps per term)."""
 
 
 # ---------------------------------------------------------------- the worker's side
@@ -56,13 +54,7 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     x = np.load(task["input"])
     feeds = {task["input_name"]: x}
     if peer == "onnxruntime":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(task["onnx"], options, providers=["CPUExecutionProvider"])
+        session = onnxruntime_session(task["onnx"], threads)
         outputs = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
 
         def call() -> object:
@@ -79,8 +71,7 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
             return model(feeds)
 
     for name, expected in reference.items():
-        spread = float(expected.max() - expected.min()) or 1.0
-        error = float(np.abs(outputs[name] - expected).max())
+        error, spread = output_error(outputs[name], expected)
         if error > ERROR_BOUND * spread:
             raise SystemExit(f"{peer} {task['model']} {name}: max error {error:.3g} over range {spread:.3g}")
     info = {"peak_rss_mb": round(peak_rss_mb(), 1)}
