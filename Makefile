@@ -6,7 +6,7 @@ CROSS_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu libc6-dev-arm64-cr
                   libc6-dev-riscv64-cross qemu-user
 CROSS_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64
 
-.PHONY: demo test cross-tools clean
+.PHONY: demo test cross-tools peers clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,5 +32,20 @@ demo: $(BIN)/.installed cross-tools
 test: $(BIN)/.installed cross-tools
 	$(BIN)/python -m pytest -q
 
+# The peers' environment for scripts/compare_tvm.py and compare_fusion.py's TVM column:
+# TVM 0.27 (Relax, MetaSchedule) apart from the project, which never depends on it.
+# apache-tvm-ffi 0.1.15 segfaults when tuning starts; xgboost-cpu is MetaSchedule's
+# cost model without the GPU library the plain xgboost wheel pulls.
+PEERS := .peers
+PEERS_PACKAGES := apache-tvm==0.27.0 apache-tvm-ffi==0.1.14.post0 xgboost-cpu psutil cloudpickle onnx numpy
+
+$(PEERS)/.installed: Makefile
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet $(PEERS_PACKAGES)
+	touch $@
+
+peers: $(PEERS)/.installed
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PEERS) build *.egg-info

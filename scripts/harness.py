@@ -15,7 +15,8 @@ each peer (the order rotating from round to round), ``python harness.py --worker
 with the peer's thread count set through the peer's own controls (OMP, OpenBLAS and
 MKL environment variables before import, torch.set_num_threads, our thread budget),
 pinned to the first `threads` CPUs when pinning is asked for, the same CPUs for every
-peer. The worker times each task: warm-up by time, then repetitions; the harness
+peer; ``interpreter(peer) -> str`` may name another Python for a peer whose library
+lives in an environment of its own (TVM: scripts/tvm_peer.py). The worker times each task: warm-up by time, then repetitions; the harness
 reports per (peer, task) the median over all rounds' repetitions with the
 interquartile spread, prints a table naming the host, profile, thread count and
 versions, and writes everything as JSON for comparison across hosts.
@@ -224,7 +225,8 @@ def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), env.get("PYTHONPATH", "")]))
     job = {"module": module, "peer": peer, "tasks": list(tasks), "threads": threads, "reps": reps,
            "cpus": worker_cpus(threads, pin)}  # fmt: skip
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker"], input=json.dumps(job),
+    python = getattr(importlib.import_module(module), "interpreter", lambda _: sys.executable)(peer)
+    done = subprocess.run([python, str(Path(__file__).resolve()), "--worker"], input=json.dumps(job),
                           capture_output=True, text=True, env=env, check=False)  # fmt: skip
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

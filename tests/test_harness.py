@@ -59,6 +59,17 @@ def test_pinning_gives_every_peer_the_same_first_cpus(fixture_module: str) -> No
     assert harness.worker_cpus(1, pin=False) is None
 
 
+def test_a_peer_can_run_under_its_own_interpreter(fixture_module: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    other = tmp_path / "other-python"
+    other.symlink_to(sys.executable)
+    monkeypatch.setenv("PEER_PYTHON", str(other))
+    timed = harness.measure(fixture_module, ["first", "second"], [{"name": "a"}], 1, rounds=1, reps=1, pin=False,
+                            progress=False)  # fmt: skip
+    assert timed["second"][0]["info"]["python"] == str(other)
+    assert timed["first"][0]["info"]["python"] != str(other)
+
+
 def test_summary_statistics() -> None:
     timing = harness.summarize([4.0, 1.0, 3.0, 2.0, 5.0])
     assert (timing.median, timing.q1, timing.q3, timing.samples) == (3.0, 2.0, 4.0, 5)

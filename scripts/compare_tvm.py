@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""Side by side with TVM: its real fusion, MetaSchedule-tuned operators, a whole model.
+
+Needs the peers' environment (`make peers`: apache-tvm 0.27, MetaSchedule, xgboost-cpu
+in .peers/, apart from the project's); TVM's side runs there (scripts/tvm_peer.py),
+ours in this one. Three parts, each run once per invocation:
+
+1. fusion: kernels per inference on the zoo models (and any ONNX file given with
+   --onnx): TVM's Relax pipelines — ``default`` (what ``tvm.compile`` does on a CPU:
+   batch normalization stays an op of its own) and ``tuning`` (DecomposeOpsForInference
+   first, as its MetaSchedule pipeline does) — against our build with greedy and with
+   DP fusion (the kernels the built library calls). Fusion ratio = the ONNX file's
+   node count / kernels, one denominator for every column. Where our greedy rules
+   and TVM's tuning pipeline differ on the zoo, the reasons (checked by listing both
+   sides' groups): EfficientNet-B0's squeeze-excitation gate (x · sigmoid(conv(s)))
+   is fused by TVM into the gate convolution's epilogue, a 1×1 result broadcast over
+   the whole tensor, which our code generator does not emit (16 kernels more); in
+   YOLO-V4 TVM fuses each Resize into the Concat after it, while our build removes
+   the Concats themselves: their producers write into their slice of the output.
+2. operators: matmuls (squares and zoo shapes) and about eight zoo convolutions,
+   depthwise included: TVM's TE/TOPI operator tuned by MetaSchedule at each trial
+   budget on all cores, against our generated kernel; latency of each (harness: each
+   peer in its own process, pinned alike), TVM's tuning time against our build time
+   from an empty kernel cache and our decision time (the analytic model alone).
+3. model: MobileNet-V1 end to end — TVM untuned, TVM tuned by MetaSchedule (trials per
+   task as given), onnxruntime, ours (DP fusion); latency and build/tuning times.
+
+Every output is checked against a reference (numpy in float64 for matmuls,
+onnxruntime otherwise) before it is timed. Prints tables with the host, profile,
+thread count and trial budgets; writes JSON and a plot.
+
+Usage: python scripts/compare_tvm.py [--quick] [--parts fusion operators model]
+       [--trials 64 256] [--model-trials 64] [--models ...] [--onnx F ...]
+       [--peers .peers/bin/python] [--profile P] [--threads N] [--rounds 3] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import harness
+
+ROOT = harness.SCRIPTS.parent
+PEERS_PYTHON = ROOT / ".peers" / "bin" / "python"
+PEERS_ENV = "COMPARE_TVM_PYTHON"
+"""Where the workers of TVM's peers find the peers' Python (set by main)."""
+
+MATMULS = ["256", "512", "1024", "vgg16 fc7", "mobilenet pw13 7²", "effnet expand 14²", "yolov4 csp 52²",
+           "yolov4 head 52²"]  # fmt: skip
+CONVS = ["conv 3x3/2 3->32 224²", "conv 3x3/1 128->128 52²", "conv 3x3/1 512->512 14²", "conv 3x3/2 256->512 26²",
+         "conv 1x1/1 128->128 56²", "dw 3x3/1 32 112²", "dw 3x3/2 64 112²", "dw 5x5/1 672 14²"]  # fmt: skip
+QUICK = {"matmuls": ["256"], "convs": ["dw 3x3/1 32 112²"], "trials": [8, 16], "model_trials": 2,
+         "models": ["mobilenet_v1"]}  # fmt: skip
+"""--quick: one of each kind at tiny budgets, to see that every part runs (its figures mean little)."""
+WHOLE_MODEL = "mobilenet_v1"
+
+
+# ---------------------------------------------------------------- the workers' side
+
+
+def interpreter(peer: str) -> str:
+    """TVM's peers run under the peers' Python; ours and onnxruntime under this one."""
+    return os.environ[PEERS_ENV] if peer.startswith("tvm") else sys.executable
+
+
+def environment(peer: str, threads: int) -> dict:
+    """TVM's thread pool size; the project on the path for the shared error measure."""
+    return {"TVM_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)} if peer.startswith("tvm") else {}
+
+
+def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
+    """The peer's call on the task's inputs, its output checked against the reference."""
+    from autoconfig.accuracy import ERROR_BOUND, output_error
+
+    if task["kind"] == "model" and not peer.startswith("tvm"):
+        import bench_models
+
+        return bench_models.prepare("onnxruntime" if peer == "onnxruntime" else "autoconfig-dp", task, threads)
+    data = dict(np.load(task["data"]))
+    expected = data.pop("expected")
+    if peer.startswith("tvm"):
+        call = _tvm_call(task, task["libs"][peer], data)
+    elif task["kind"] == "matmul":
+        from autoconfig import compile_matmul
+
+        kernel = compile_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
+
+        def call() -> np.ndarray:
+            return kernel(data["a"], data["b"])
+    else:
+        import bench_conv
+
+        call, _ = bench_conv.ours_call(task, data, threads)
+    result = call()
+    error, spread = output_error(result.numpy() if hasattr(result, "numpy") else np.asarray(result), expected)
+    if error > ERROR_BOUND * spread:
+        raise SystemExit(f"{task['name']}: {peer}'s output is wrong (max error {error:.3g} over range {spread:.3g})")
+    return harness.Prepared(call)
+
+
+def _tvm_call(task: dict, library: str, data: dict[str, np.ndarray]):
+    """A call of TVM's exported operator (inputs and output tensors made once) or of the
+    whole model through Relax's virtual machine; returns TVM's output tensor."""
+    import tvm
+
+    module = tvm.runtime.load_module(library)
+    device = tvm.cpu()
+    if task["kind"] == "model":
+        from tvm import relax
+
+        vm = relax.VirtualMachine(module, device)
+        x = tvm.runtime.tensor(data["x"], device)
+        return lambda: vm["main"](x)
+    inputs = [tvm.runtime.tensor(data[name], device) for name in task["inputs"]]
+    out = tvm.runtime.tensor(np.zeros(task["output"], np.float32), device)
+    function = module["main"]
+
+    def call() -> object:
+        function(*inputs, out)
+        return out
+
+    return call
+
+
+def versions(peer: str) -> dict:
+    if peer.startswith("tvm"):
+        import tvm
+
+        return {"tvm": tvm.__version__}
+    if peer == "onnxruntime":
+        import onnxruntime
+
+        return {"onnxruntime": onnxruntime.__version__}
+    import autoconfig
+
+    return {"autoconfig": autoconfig.__version__}
+
+
+# ---------------------------------------------------------------- TVM's process
+
+
+def run_tvm(job: dict, log: Path) -> dict:
+    """One job of scripts/tvm_peer.py under the peers' Python; its output goes to `log`
+    (MetaSchedule logs every trial), its answer is the last line."""
+    with open(log, "a") as out:
+        done = subprocess.run([os.environ[PEERS_ENV], str(harness.SCRIPTS / "tvm_peer.py")],
+                              input=json.dumps(job), stdout=subprocess.PIPE, stderr=out, text=True, check=False)  # fmt: skip
+        out.write(done.stdout)
+    if done.returncode != 0:
+        last = (log.read_text().strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"TVM's {job['job']} job failed (exit {done.returncode}; log {log}): {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def tvm_fusion(onnx_path: Path, log: Path) -> dict:
+    """TVM's kernels per inference under its default and tuning pipelines."""
+    return run_tvm({"job": "fusion", "onnx": str(onnx_path)}, log)
+
+
+def peers_python(path: str | None) -> str | None:
+    """The peers' Python (set for the workers too), or None when `make peers` was not run."""
+    python = Path(path) if path else PEERS_PYTHON
+    if not python.exists():
+        return None
+    os.environ[PEERS_ENV] = str(python)
+    return str(python)
+
+
+# ---------------------------------------------------------------- part 1: fusion
+
+
+def fusion_part(models: list[Path], profile_arg: str | None, log: Path) -> list[dict]:
+    """Per model: ONNX nodes, TVM's kernels (both pipelines), ours (greedy, dp)."""
+    import onnx
+
+    from autoconfig.build import build_model
+    from autoconfig.graph.onnx_import import load_onnx
+    from autoconfig.resolve import resolve_profile, resolve_target
+
+    profile = resolve_profile(profile_arg)
+    target = resolve_target(None, profile)
+    rows = []
+    for path in models:
+        print(f"  fusion: {path.stem}", file=sys.stderr, flush=True)
+        nodes = len(onnx.load(path, load_external_data=False).graph.node)
+        tvm = tvm_fusion(path, log)
+        graph = load_onnx(path)
+        ours = {f: len(build_model(graph, profile, target, f).kernels) for f in ("greedy", "dp")}
+        kernels = {"tvm default": tvm["default"]["kernels"], "tvm tuning": tvm["tuning"]["kernels"],
+                   "ours greedy": ours["greedy"], "ours dp": ours["dp"]}  # fmt: skip
+        rows.append({"model": path.stem, "nodes": nodes, "kernels": kernels,
+                     "tvm_functions": tvm["tuning"]["functions"]})  # fmt: skip
+    return rows
+
+
+def fusion_table(rows: list[dict]) -> list[str]:
+    columns = list(rows[0]["kernels"])
+    lines = [f"{'model':<18}{'nodes':>6}" + "".join(f"{c:>14}" for c in columns) + f"{'dp/tvm tuning':>15}"]
+    for r in rows:
+        k = r["kernels"]
+        lines.append(f"{r['model']:<18}{r['nodes']:>6}"
+                     + "".join(f"{k[c]:>6} ({r['nodes'] / k[c]:4.2f})" for c in columns)
+                     + f"{k['tvm tuning'] / k['ours dp']:>14.2f}x")  # fmt: skip
+    for c in columns:
+        mean = sum(r["nodes"] / r["kernels"][c] for r in rows) / len(rows)
+        lines.append(f"  mean fusion ratio {c}: {mean:.2f}")
+    return lines
+
+
+# ---------------------------------------------------------------- part 2: operators
+
+
+def operator_tasks(names: list[str], conv_labels: list[str], profile_arg: str | None, work: Path) -> list[dict]:
+    """The matmul and convolution tasks with their inputs and reference outputs on disk."""
+    import bench_conv
+    import bench_matmul
+
+    tasks = []
+    for name in names:
+        m, n, k = (int(name),) * 3 if name.isdigit() else bench_matmul.ZOO[name]
+        a, b, expected = bench_matmul.operands(m, n, k)
+        tasks.append({"kind": "matmul", "name": f"matmul {name}" if not name.isdigit() else f"matmul {m}³",
+                      "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k, "inputs": ["a", "b"], "output": [m, n],
+                      "arrays": {"a": a, "b": b, "expected": expected.astype(np.float32)}})  # fmt: skip
+    layers = {bench_conv.label(t): t for t in bench_conv.zoo_layers(["vgg16", "mobilenet_v1", "efficientnet_b0",
+                                                                       "yolov4"])}  # fmt: skip
+    for name in conv_labels:
+        if name not in layers:
+            sys.exit(f"no zoo layer {name!r}; known: {', '.join(sorted(layers))}")
+        task = dict(layers[name], kind="conv", name=name, profile=profile_arg)
+        data = bench_conv.layer_data(task)
+        expected = bench_conv.onnx_session(task, data, 1)()
+        task |= {"flops": bench_conv.work(task), "inputs": list(data), "output": list(expected.shape),
+                 "arrays": dict(data, expected=expected)}  # fmt: skip
+        tasks.append(task)
+    for i, task in enumerate(tasks):
+        task["profile"] = profile_arg
+        task["data"] = str(work / f"operator-{i}.npz")
+        np.savez(task["data"], **task.pop("arrays"))
+    return tasks
+
+
+def our_build_times(task: dict, threads: int) -> dict:
+    """Our decision time (the analytic model alone) and build time (decision, code
+    generation, compilation) for the task, with the kernel cache as the caller set it."""
+    import autoconfig
+
+    autoconfig.plan_matmul(8, 8, 8, profile=task["profile"], threads=threads)  # imports and the profile, untimed
+    autoconfig.plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), profile=task["profile"], threads=threads)
+    start = time.perf_counter()
+    if task["kind"] == "matmul":
+        choice = autoconfig.plan_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
+    else:
+        choice = autoconfig.plan_conv2d(task["input"], task["weight"], strides=task["strides"], pads=task["pads"],
+                                      dilations=task["dilations"], group=task["group"], profile=task["profile"],
+                                      threads=threads)  # fmt: skip
+    decision, plan = time.perf_counter() - start, choice.best.plan
+    start = time.perf_counter()
+    if task["kind"] == "matmul":
+        autoconfig.compile_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
+    else:
+        import bench_conv
+
+        bench_conv.ours_call(task, dict(np.load(task["data"])), threads)
+    return {"decision_s": decision, "build_s": time.perf_counter() - start,
+            "config": f"{plan.config.algorithm} {plan.config.tile}/{plan.config.lanes} t{plan.parts()}"}  # fmt: skip
+
+
+def operators_part(tasks: list[dict], trials: list[int], threads: int, work: Path, log: Path, args) -> list[dict]:
+    """Tune each task at each budget, build ours from an empty cache, time every peer."""
+    from kernels.cache import CACHE_ENV
+
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="cold-cache-", dir=work)  # ours from an empty cache
+    peers = ["ours"] + [f"tvm-{n}" for n in trials]
+    for i, task in enumerate(tasks):
+        task["libs"], task["tuning_s"] = {}, {}
+        for n in trials:
+            print(f"  tuning {task['name']} ({i + 1}/{len(tasks)}): {n} trials, {threads} threads",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            library = work / f"operator-{i}-{threads}-{n}.so"
+            spec = {key: task[key] for key in ("kind", "name", "m", "n", "k", "input", "weight", "strides", "pads",
+                                               "dilations", "group", "bias") if key in task}  # fmt: skip
+            answer = run_tvm({"job": "tune", "task": spec, "trials": n, "threads": threads, "out": str(library)}, log)
+            task["libs"][f"tvm-{n}"], task["tuning_s"][f"tvm-{n}"] = str(library), answer["tuning_s"]
+        task["ours"] = our_build_times(task, threads)
+    timed = harness.measure("compare_tvm", peers, tasks, threads, rounds=args.rounds, reps=args.reps,
+                            pin=not args.no_pin)  # fmt: skip
+    rows = []
+    for i, task in enumerate(tasks):
+        us = {p: timed[p][i]["timing"]["median"] * 1e6 for p in peers}
+        rows.append({"name": task["name"], "gflops": {p: task["flops"] / us[p] / 1e3 for p in peers}, "us": us,
+                     "tuning_s": task["tuning_s"], "ours": task["ours"],
+                     "versions": {p: timed[p][i]["versions"] for p in peers}})  # fmt: skip
+    return rows
+
+
+def operators_table(rows: list[dict], trials: list[int]) -> list[str]:
+    tvm = [f"tvm-{n}" for n in trials]
+    lines = [f"{'kernel':<26}{'ours µs':>9}" + "".join(f"{p + ' µs':>12}{'ratio':>7}" for p in tvm)
+             + f"{'our build s':>12}{'decide ms':>10}" + "".join(f"{'tune s ' + p[4:]:>10}{'tune/build':>11}" for p in tvm)
+             + "  our config"]  # fmt: skip
+    for r in rows:
+        o = r["ours"]
+        lines.append(f"{r['name']:<26}{r['us']['ours']:>9.1f}"
+                     + "".join(f"{r['us'][p]:>12.1f}{r['us'][p] / r['us']['ours']:>7.2f}" for p in tvm)
+                     + f"{o['build_s']:>12.2f}{o['decision_s'] * 1e3:>10.1f}"
+                     + "".join(f"{r['tuning_s'][p]:>10.0f}{r['tuning_s'][p] / o['build_s']:>11.0f}" for p in tvm)
+                     + f"  {o['config']}")  # fmt: skip
+    lines.append("ratio = TVM's latency / ours (> 1: ours faster)")
+    for p in tvm:
+        ratios = [r["us"][p] / r["us"]["ours"] for r in rows]
+        lines.append(f"  vs {p}: ours at least as fast on {sum(x >= 1 for x in ratios)}/{len(ratios)} kernels, "
+                     f"geomean {harness.geomean(ratios):.2f}x; tuning/our build geomean "
+                     f"{harness.geomean([r['tuning_s'][p] / r['ours']['build_s'] for r in rows]):.0f}x, "
+                     f"tuning/our decision geomean "
+                     f"{harness.geomean([r['tuning_s'][p] / r['ours']['decision_s'] for r in rows]):.0f}x")  # fmt: skip
+    return lines
+
+
+# ---------------------------------------------------------------- part 3: a whole model
+
+
+def model_part(name: str, trials: int, threads: int, profile_arg: str | None, work: Path, log: Path,
+               args) -> dict:  # fmt: skip
+    """Build ours (empty cache), compile TVM untuned and tuned, time all four peers."""
+    import onnx
+    import onnxruntime as ort
+
+    import autoconfig
+    from autoconfig.graph import zoo
+    from kernels.cache import CACHE_ENV
+
+    path = work / f"{name}.onnx"
+    zoo.write(name, path)
+    model = onnx.load(path, load_external_data=False)
+    input_name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    np.save(work / "model-input.npy", x)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
+    np.savez(work / "model-reference.npz", **reference)
+    np.savez(work / "model-data.npz", x=x, expected=next(iter(reference.values())))
+    del session
+    times, libs = {}, {}
+    for peer, n in (("tvm-untuned", 0), ("tvm-tuned", trials)):
+        print(f"  {name}: TVM {'untuned' if not n else f'tuned, {n} trials per task'}", file=sys.stderr, flush=True)
+        libs[peer] = str(work / f"{name}-{peer}-{threads}.so")
+        answer = run_tvm({"job": "model", "onnx": str(path), "trials": n, "threads": threads, "out": libs[peer]}, log)
+        times[peer] = answer["build_s"]
+        tuned_tasks = answer["tasks"]
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="cold-cache-", dir=work)
+    out = work / f"{name}-ours-{threads}"
+    start = time.perf_counter()
+    autoconfig.compile_model(path, out, profile=profile_arg, fusion="dp", threads=threads)
+    times["ours"] = time.perf_counter() - start
+    task = {"kind": "model", "name": name, "model": name, "onnx": str(path), "input": str(work / "model-input.npy"),
+            "input_name": input_name, "reference": str(work / "model-reference.npz"),
+            "data": str(work / "model-data.npz"), "dirs": {"autoconfig-dp": {str(threads): str(out)}},
+            "libs": libs}  # fmt: skip
+    peers = ["ours", "onnxruntime", "tvm-untuned", "tvm-tuned"]
+    timed = harness.measure("compare_tvm", peers, [task], threads, rounds=args.rounds, reps=args.reps,
+                            pin=not args.no_pin)  # fmt: skip
+    return {"model": name, "trials_per_task": trials, "tuned_tasks": tuned_tasks,
+            "ms": {p: timed[p][0]["timing"]["median"] * 1e3 for p in peers},
+            "build_s": times, "versions": {p: timed[p][0]["versions"] for p in peers}}  # fmt: skip
+
+
+def model_table(row: dict) -> list[str]:
+    lines = [f"{'peer':<14}{'latency ms':>11}{'vs ours':>9}{'build/tune s':>14}"]
+    for peer, ms in row["ms"].items():
+        build = row["build_s"].get(peer)
+        lines.append(f"{peer:<14}{ms:>11.2f}{ms / row['ms']['ours']:>9.2f}"
+                     + (f"{build:>14.1f}" if build is not None else f"{'-':>14}"))  # fmt: skip
+    lines.append(f"TVM tuned: {row['trials_per_task']} trials per task, {row['tuned_tasks']} tasks; ours: DP fusion, "
+                 "built from an empty kernel cache; vs ours > 1: ours faster")  # fmt: skip
+    return lines
+
+
+# ---------------------------------------------------------------- main
+
+
+def plot(operators: list[dict], trials: list[int], whole: dict | None, path: str) -> None:
+    """TVM's latency over ours per kernel and budget; the whole model's latencies."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [3, 1]})
+    if operators:
+        x = np.arange(len(operators))
+        for j, n in enumerate(trials):
+            axes[0].bar(x + j * 0.8 / len(trials), [r["us"][f"tvm-{n}"] / r["us"]["ours"] for r in operators],
+                        0.8 / len(trials), label=f"MetaSchedule, {n} trials")  # fmt: skip
+        axes[0].axhline(1.0, color="black", linewidth=0.8)
+        axes[0].set_xticks(x + 0.4 - 0.4 / len(trials), [r["name"] for r in operators], rotation=60, ha="right")
+        axes[0].set_ylabel("TVM latency / ours (> 1: ours faster)")
+        axes[0].legend()
+    if whole:
+        axes[1].bar(list(whole["ms"]), list(whole["ms"].values()))
+        axes[1].set_ylabel(f"{whole['model']} latency (ms)")
+        axes[1].tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    harness.add_run_options(parser, "compare-tvm")
+    parser.add_argument("--parts", nargs="+", default=["fusion", "operators", "model"],
+                        choices=["fusion", "operators", "model"])  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="one kernel of each kind, tiny budgets: a smoke run")
+    parser.add_argument("--trials", type=int, nargs="+", default=[64, 256], help="MetaSchedule budgets per kernel")
+    parser.add_argument("--model-trials", type=int, default=64, help="trials per task for the whole model")
+    parser.add_argument("--models", nargs="+", default=None, help="zoo models for the fusion table (default: all)")
+    parser.add_argument("--onnx", nargs="+", default=[], help="more ONNX files for the fusion table")
+    parser.add_argument("--peers", default=None, help=f"the peers' Python (default {PEERS_PYTHON})")
+    args = parser.parse_args()
+    if peers_python(args.peers) is None:
+        sys.exit(f"no peers' environment at {args.peers or PEERS_PYTHON}: run `make peers` first")
+    if args.quick:
+        args.trials, args.model_trials = QUICK["trials"], QUICK["model_trials"]
+
+    from autoconfig.graph import zoo
+
+    profile, profile_arg, report = harness.start(args, "compare_tvm")
+    threads_list = args.threads or [int(profile.cores)]
+    report.settings |= {"trials": args.trials, "model_trials": args.model_trials}
+    operators: list[dict] = []
+    whole = None
+    log = Path(args.json).with_suffix(".log")
+    log.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="autoconfig-compare-tvm-") as tmp:
+        work = Path(tmp)
+        print(f"host {report.host['model_name']!r}, profile {profile.name}; TVM's log: {log}")
+        if "fusion" in args.parts:
+            models = args.models or (QUICK["models"] if args.quick else list(zoo.MODELS))
+            paths = []
+            for name in models:
+                paths.append(work / f"{name}.onnx")
+                zoo.write(name, paths[-1])
+            rows = fusion_part(paths + [Path(f) for f in args.onnx], profile_arg, log)
+            print("\nkernels per inference (fusion ratio = ONNX nodes / kernels)")
+            print("\n".join(fusion_table(rows)), flush=True)
+            report.tables.append({"title": "fusion", "rows": rows})
+        for threads in threads_list:
+            if "operators" in args.parts:
+                tasks = operator_tasks(QUICK["matmuls"] if args.quick else MATMULS,
+                                       QUICK["convs"] if args.quick else CONVS, profile_arg, work)  # fmt: skip
+                operators = operators_part(tasks, args.trials, threads, work, log, args)
+                print("\n" + report.heading(threads, operators[0]["versions"]))
+                print("\n".join(operators_table(operators, args.trials)), flush=True)
+                report.tables.append({"title": "operators", "threads": threads, "rows": operators})
+            if "model" in args.parts:
+                whole = model_part(WHOLE_MODEL, args.model_trials, threads, profile_arg, work, log, args)
+                print("\n" + report.heading(threads, whole["versions"]))
+                print("\n".join(model_table(whole)), flush=True)
+                report.tables.append({"title": "model", "threads": threads, "rows": [whole]})
+    report.save(args.json)
+    plot(operators, args.trials, whole, args.plot)
+    print(f"\nwrote {args.json} and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
