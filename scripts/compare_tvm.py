@@ -256,7 +256,7 @@ def our_build_times(task: dict, threads: int) -> dict:
 
     autoconfig.plan_matmul(8, 8, 8, profile=task["profile"], threads=threads)  # imports and the profile, untimed
     autoconfig.plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), profile=task["profile"], threads=threads)
-    start = time.perf_counter()
+    start = time.perf_counter()  # the host's profile is then known: decision and build start from it
     if task["kind"] == "matmul":
         choice = autoconfig.plan_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
     else:
@@ -435,7 +435,10 @@ def main() -> int:
 
     profile, profile_arg, report = harness.start(args, "compare_tvm")
     threads_list = args.threads or [int(profile.cores)]
-    report.settings |= {"trials": args.trials, "model_trials": args.model_trials}
+    if "operators" in args.parts:
+        report.settings["trials"] = args.trials
+    if "model" in args.parts:
+        report.settings["model_trials"] = args.model_trials
     operators: list[dict] = []
     whole = None
     log = Path(args.json).with_suffix(".log")

@@ -13,6 +13,7 @@ spoil every repetition of one point, never the same point in every sweep.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -95,8 +96,10 @@ def disagreement(profile: HardwareProfile, static: StaticInfo) -> str:
     return ""
 
 
+@functools.cache
 def read_host_static() -> StaticInfo:
-    """Static information of this machine (py-cpuinfo plus procfs and sysfs)."""
+    """Static information of this machine (py-cpuinfo plus procfs and sysfs); read once
+    per process: py-cpuinfo takes ~1.2 s, which every compile_matmul(profile=None) paid."""
     import cpuinfo  # py-cpuinfo
 
     return read_static(Path("/"), cpuinfo.get_cpu_info())
