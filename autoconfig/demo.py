@@ -24,6 +24,7 @@ from kernels import fma
 from kernels.library import build_library
 from kernels.target import Target
 
+
 def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repeat: int = 20,
                    say: Callable[[str], None] = print) -> bool:  # fmt: skip
     """Build zoo `model` for this machine, run it next to onnxruntime, print the build

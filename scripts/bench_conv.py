@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 import harness
+from bench_matmul import describe
 
 CONV_OPS = ("Conv",)
 POOL_OPS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
@@ -173,9 +174,7 @@ def ours_call(task: dict, data: dict[str, np.ndarray], threads: int):
         f = autoconfig.compile_conv2d(task["input"], data["w"], data.get("b"), strides=task["strides"],
                                       pads=task["pads"], dilations=task["dilations"], group=task["group"],
                                       profile=profile, threads=threads)  # fmt: skip
-        p = f.plan
-        info = {"config": f"{p.config.algorithm} {p.config.tile}/{p.config.lanes} t{p.parts()}",
-                "predicted_s": f.prediction.total_ns / 1e9}  # fmt: skip
+        info = {"config": describe(f.plan), "predicted_s": f.prediction.total_ns / 1e9}
     else:
         kind = POOL_OPS[task["op"]]
         f = autoconfig.compile_pool2d(task["input"], kind, task.get("kernel"), strides=task["strides"],

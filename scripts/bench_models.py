@@ -100,30 +100,39 @@ def versions(peer: str) -> dict:
 # ---------------------------------------------------------------- the main side
 
 
+def model_files(name: str, work: Path) -> dict:
+    """Zoo model `name` written to `work` with a fixed random input and onnxruntime's
+    outputs on it (the reference): the task fields every whole-model peer reads."""
+    import onnx
+    import onnxruntime as ort
+
+    from autoconfig.graph import zoo
+
+    path = work / f"{name}.onnx"
+    zoo.write(name, path)
+    model = onnx.load(path)
+    input_name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    np.save(work / f"{name}-input.npy", x)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
+    np.savez(work / f"{name}-reference.npz", **reference)
+    return {"model": name, "onnx": str(path), "input": str(work / f"{name}-input.npy"), "input_name": input_name,
+            "reference": str(work / f"{name}-reference.npz")}  # fmt: skip
+
+
 def build_all(models: list[str], thread_counts: list[int], profile: str | None, work: Path,
               cold: bool) -> list[dict]:  # fmt: skip
     """Per model: the ONNX file, input, reference outputs and one build per (fusion,
     threads) with its time; `cold` empties the kernel cache before each model's first."""
-    import onnx
-    import onnxruntime as ort
-
     import autoconfig
-    from autoconfig.graph import zoo
     from kernels.cache import CACHE_ENV
 
     tasks = []
     for name in models:
-        path = work / f"{name}.onnx"
-        zoo.write(name, path)
-        model = onnx.load(path)
-        input_name = model.graph.input[0].name
-        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-        x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-        np.save(work / f"{name}-input.npy", x)
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
-        np.savez(work / f"{name}-reference.npz", **reference)
-        del session
+        files = model_files(name, work)
+        path = Path(files["onnx"])
         if cold:
             os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="autoconfig-cold-cache-", dir=work)
         dirs: dict[str, dict[str, str]] = {peer: {} for peer in PEERS[:-1]}
@@ -141,9 +150,7 @@ def build_all(models: list[str], thread_counts: list[int], profile: str | None, 
                                                  "predicted_ms": manifest["predicted_ns"] / 1e6}  # fmt: skip
                 print(f"  built {name} {fusion} {threads}T: {seconds:.1f} s, {len(manifest['kernels'])} kernels, "
                       f"{manifest['kernel_objects']['compiled']} compiled", file=sys.stderr, flush=True)  # fmt: skip
-        tasks.append({"model": name, "onnx": str(path), "input": str(work / f"{name}-input.npy"),
-                      "input_name": input_name, "reference": str(work / f"{name}-reference.npz"),
-                      "dirs": dirs, "builds": builds})  # fmt: skip
+        tasks.append(files | {"dirs": dirs, "builds": builds})
     return tasks
 
 

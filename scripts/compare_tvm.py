@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 import harness
+from bench_matmul import describe
 
 ROOT = harness.SCRIPTS.parent
 PEERS_PYTHON = ROOT / ".peers" / "bin" / "python"
@@ -85,8 +86,12 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
         import bench_models
 
         return bench_models.prepare("onnxruntime" if peer == "onnxruntime" else "autoconfig-dp", task, threads)
-    data = dict(np.load(task["data"]))
-    expected = data.pop("expected")
+    if task["kind"] == "model":  # its first output against onnxruntime's
+        data = {"x": np.load(task["input"])}
+        expected = next(iter(np.load(task["reference"]).values()))
+    else:
+        data = dict(np.load(task["data"]))
+        expected = data.pop("expected")
     if peer.startswith("tvm"):
         call = _tvm_call(task, task["libs"][peer], data)
     elif task["kind"] == "matmul":
@@ -236,7 +241,7 @@ def operator_tasks(names: list[str], conv_labels: list[str], profile_arg: str | 
     for name in conv_labels:
         if name not in layers:
             sys.exit(f"no zoo layer {name!r}; known: {', '.join(sorted(layers))}")
-        task = dict(layers[name], kind="conv", name=name, profile=profile_arg)
+        task = dict(layers[name], kind="conv", name=name)
         data = bench_conv.layer_data(task)
         expected = bench_conv.onnx_session(task, data, 1)()
         task |= {"flops": bench_conv.work(task), "inputs": list(data), "output": list(expected.shape),
@@ -271,8 +276,7 @@ def our_build_times(task: dict, threads: int) -> dict:
         import bench_conv
 
         bench_conv.ours_call(task, dict(np.load(task["data"])), threads)
-    return {"decision_s": decision, "build_s": time.perf_counter() - start,
-            "config": f"{plan.config.algorithm} {plan.config.tile}/{plan.config.lanes} t{plan.parts()}"}  # fmt: skip
+    return {"decision_s": decision, "build_s": time.perf_counter() - start, "config": describe(plan)}
 
 
 def operators_part(tasks: list[dict], trials: list[int], threads: int, work: Path, log: Path, args) -> list[dict]:
@@ -332,25 +336,12 @@ def operators_table(rows: list[dict], trials: list[int]) -> list[str]:
 def model_part(name: str, trials: int, threads: int, profile_arg: str | None, work: Path, log: Path,
                args) -> dict:  # fmt: skip
     """Build ours (empty cache), compile TVM untuned and tuned, time all four peers."""
-    import onnx
-    import onnxruntime as ort
-
     import autoconfig
-    from autoconfig.graph import zoo
+    import bench_models
     from kernels.cache import CACHE_ENV
 
-    path = work / f"{name}.onnx"
-    zoo.write(name, path)
-    model = onnx.load(path, load_external_data=False)
-    input_name = model.graph.input[0].name
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    np.save(work / "model-input.npy", x)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
-    np.savez(work / "model-reference.npz", **reference)
-    np.savez(work / "model-data.npz", x=x, expected=next(iter(reference.values())))
-    del session
+    files = bench_models.model_files(name, work)
+    path = Path(files["onnx"])
     times, libs = {}, {}
     for peer, n in (("tvm-untuned", 0), ("tvm-tuned", trials)):
         print(f"  {name}: TVM {'untuned' if not n else f'tuned, {n} trials per task'}", file=sys.stderr, flush=True)
@@ -363,10 +354,7 @@ def model_part(name: str, trials: int, threads: int, profile_arg: str | None, wo
     start = time.perf_counter()
     autoconfig.compile_model(path, out, profile=profile_arg, fusion="dp", threads=threads)
     times["ours"] = time.perf_counter() - start
-    task = {"kind": "model", "name": name, "model": name, "onnx": str(path), "input": str(work / "model-input.npy"),
-            "input_name": input_name, "reference": str(work / "model-reference.npz"),
-            "data": str(work / "model-data.npz"), "dirs": {"autoconfig-dp": {str(threads): str(out)}},
-            "libs": libs}  # fmt: skip
+    task = files | {"kind": "model", "name": name, "dirs": {"autoconfig-dp": {str(threads): str(out)}}, "libs": libs}
     peers = ["ours", "onnxruntime", "tvm-untuned", "tvm-tuned"]
     timed = harness.measure("compare_tvm", peers, [task], threads, rounds=args.rounds, reps=args.reps,
                             pin=not args.no_pin)  # fmt: skip
