@@ -52,6 +52,18 @@ FORMAT = 1
 LIBRARY, ARCHIVE, DRIVER = "libautoconfig_model.so", "libautoconfig_model.a", "model_driver"
 
 
+def _write_weights(pieces: tuple[np.ndarray, ...], path: Path) -> str:
+    """Write the float32 pieces one after another (little-endian) and return the file's
+    SHA-256, computed on the way rather than by reading the file back."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for piece in pieces:
+            data = memoryview(np.ascontiguousarray(piece, "<f4")).cast("B")
+            digest.update(data)
+            f.write(data)
+    return digest.hexdigest()
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -129,18 +141,19 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
         (sources / "model_driver.c").write_text(driver_source(runner))
         run_tool([target.cross_cc, "-static", "-O2", "-pthread", f"-I{sources}", "-o", str(work / DRIVER),
                   str(sources / "model_driver.c"), str(work / ARCHIVE), "-lm"], "linking the model driver")  # fmt: skip
-    model.weights.astype("<f4").tofile(work / "weights.bin")
+    weights_digest = _write_weights(model.weights, work / "weights.bin")
     mlir = work / "mlir"
     mlir.mkdir()
     for k in model.kernels:
         for module in k.modules:
             for sig in module.signatures:
-                (mlir / f"{sig.symbol}.mlir").write_text(str(module.module))
+                (mlir / f"{sig.symbol}.mlir").write_text(module.text)
     shutil.rmtree(objects_dir)
     shutil.rmtree(sources)
     manifest = _manifest(model, native, compiled, len(objects))
     (work / "report.md").write_text(report(model, manifest))
-    manifest["files"] = {str(p.relative_to(work)): _sha256(p) for p in sorted(work.rglob("*")) if p.is_file()}
+    manifest["files"] = {name: weights_digest if name == "weights.bin" else _sha256(work / name)
+                         for name in sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())}
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -154,7 +167,7 @@ def runner_config(model: BuiltModel) -> RunnerConfig:
                         symbols, tuple(g.types[n].bytes for n in g.inputs),
                         tuple(g.types[n].bytes for n, _ in model.outputs),
                         tuple(4 * offset for _, offset in model.outputs), 4 * model.arena_floats,
-                        4 * int(model.weights.size), widest(calls))  # fmt: skip
+                        model.weights_bytes, widest(calls))  # fmt: skip
 
 
 def _manifest(model: BuiltModel, native: bool, compiled: int, objects: int) -> dict:
@@ -173,7 +186,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, objects: int) -> d
         "steps": step,
         "arena_bytes": 4 * model.arena_floats,
         "intermediate_bytes": 4 * model.intermediate_floats,
-        "weights_bytes": 4 * int(model.weights.size),
+        "weights_bytes": model.weights_bytes,
         "predicted_ns": round(sum(k.predicted_ns for k in model.kernels), 1),
         "profile": model.profile.name,
         "target": model.target.name,
@@ -226,13 +239,14 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     prof = resolve_profile(profile)
     tgt = checks.target_for(resolve_target(target, prof), prof)
     graph = load_onnx(model)
-    built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof))
+    cache = default_cache()
+    built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache)
     with tqdm(desc="compiling kernels", unit="kernel", disable=not progress, leave=False) as bar:
         def tick(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
 
-        return write_artifact(built, out, progress=tick)
+        return write_artifact(built, out, cache, progress=tick)
 
 
 # -------------------------------------------------------------------- loading and running

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from graphlib import TopologicalSorter
 
 import numpy as np
 
 from autoconfig import movement
 from autoconfig.conv import conv_shape, pool_config, pool_shape
+from autoconfig.decisions import DecisionCache
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.graph.ir import Graph, Node
@@ -53,6 +54,7 @@ from kernels import matmul as mm
 from kernels import movement as mv
 from kernels import pool as pl
 from kernels import softmax as sm
+from kernels.cache import KernelCache
 from kernels.emit import KernelModule
 from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
 from kernels.target import Target
@@ -107,10 +109,14 @@ class BuiltModel:
     fusion: str
     threads: int
     kernels: list[KernelGroup]
-    weights: np.ndarray
+    weights: tuple[np.ndarray, ...]  # float32 pieces in file order (kept apart: VGG-16's are 553 MB)
     arena_floats: int
     intermediate_floats: int
     outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
+
+    @property
+    def weights_bytes(self) -> int:
+        return 4 * sum(int(w.size) for w in self.weights)
 
 
 def _fail(node: Node, why: str) -> AutoconfigError:
@@ -119,8 +125,11 @@ def _fail(node: Node, why: str) -> AutoconfigError:
 
 
 class _Builder:
-    def __init__(self, graph: Graph, profile: HardwareProfile, target: Target, threads: int):
+    def __init__(self, graph: Graph, profile: HardwareProfile, target: Target, threads: int,
+                 cache: KernelCache | None):  # fmt: skip
         self.graph, self.profile, self.target, self.threads = graph, profile, target, threads
+        self.cache = cache
+        self.decisions = DecisionCache(cache.root / "decisions") if cache else None
         self.machine = Machine.of(profile)
         self.buffers: list[Buffer] = []
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
@@ -135,11 +144,20 @@ class _Builder:
     def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue):
         """`model.choose` for this build's profile, target and threads, once per distinct
         (shape, epilogue): a model's layers repeat (EfficientNet-B0's 82 convolutions
-        and matmuls are 47 distinct ones), and its choice depends on nothing else."""
+        and matmuls are 47 distinct ones), and its choice depends on nothing else; with a
+        decision cache, once across builds."""
         key = (model, shape, epilogue)
         if key not in self.choices:
-            self.choices[key] = model(shape, self.profile, self.target, self.threads, epilogue)
+            question = (model, shape, self.profile, self.target, self.threads, epilogue)
+            self.choices[key] = self.decisions.choose(*question) if self.decisions else model(*question[1:])
         return self.choices[key]
+
+    def modules(self, generate: Callable, config: object) -> list[KernelModule]:
+        """`generate(config, target)` as a list, from the kernel cache when it has it."""
+        if self.cache:
+            return self.cache.modules(generate, config, self.target)
+        made = generate(config, self.target)
+        return made if isinstance(made, list) else [made]
 
     # ---------------------------------------------------------------- buffers
 
@@ -465,7 +483,7 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     conv_model.validate_plan(plan, b.target)
     y = b.write(chain.end)
     calls = conv_calls(plan, x, y, weight, operands, b)
-    return KernelGroup(node.name, _ops([node, *after]), "conv", calls, kc.generate(plan.config, b.target),
+    return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(kc.generate, plan.config),
                        choice.best.total_ns, choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
 
@@ -476,10 +494,16 @@ def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     if len(a_shape) != 2 or not g.is_constant(node.inputs[1]) or node.attrs.get("transA", 0):
         raise _fail(node, "only A[M,K]·B[K,N] with a constant B (transB allowed) is generated")
     weight = np.asarray(g.constants[node.inputs[1]], np.float32)
-    if node.attrs.get("transB", 0):
+    if node.attrs.get("alpha", 1.0) != 1.0:  # (a copy of VGG-16's 411 MB fc6 weights otherwise)
+        weight = weight * np.float32(node.attrs["alpha"])
+    trans_b = bool(node.attrs.get("transB", 0))
+    (m, k), n = a_shape, weight.shape[0 if trans_b else 1]
+    # One row times a transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own layout
+    # (transposing VGG-16's 411 MB fc6 took 2 s of its build); the output, a row, is the
+    # same memory as the column W·aᵀ, whose channels run along its rows.
+    as_column = trans_b and m == 1
+    if trans_b and not as_column:
         weight = weight.T
-    weight = weight * np.float32(node.attrs.get("alpha", 1.0))
-    (m, k), n = a_shape, weight.shape[1]
     a = b.read(node.inputs[0])
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=-1)
     ops, operands = list(chain.ops), list(chain.operands)
@@ -490,14 +514,16 @@ def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
             raise _fail(node, "a Gemm C operand that is not a constant per column is not generated")
         ops.insert(0, ep.bias())
         operands.insert(0, b.constant(np.broadcast_to(values * node.attrs.get("beta", 1.0), (n,))))
-    shape = mm.MatmulShape(m, n, k)
+    shape = mm.MatmulShape(n, 1, k) if as_column else mm.MatmulShape(m, n, k)
     choice = b.choose(matmul_model.choose, shape, tuple(ops))
     plan = choice.best.plan
+    if as_column:
+        plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
     plan.config.validate(b.target)
     w = b.constant(weight)
     y = b.write(chain.end)
-    call = matmul_call(plan, y, a, w, operands, b)
-    return KernelGroup(node.name, _ops([node, *after]), "matmul", [call], [mm.generate(plan.config, b.target)],
+    call = matmul_call(plan, y, w, a, operands, b) if as_column else matmul_call(plan, y, a, w, operands, b)
+    return KernelGroup(node.name, _ops([node, *after]), "matmul", [call], b.modules(mm.generate, plan.config),
                        choice.best.total_ns, choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
 
@@ -528,7 +554,7 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     y = b.write(node.outputs[0])
     calls = pool_calls(config, threads, x, y, b)
     moved = 4 * (math.prod(shape.input_shape) * (2 if shape.windowed else 1) + math.prod(shape.output_shape))
-    return _streaming(b, node.name, _ops([node]), "pool", calls, pl.generate(config, b.target), moved,
+    return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
                       f"{shape.describe()}, {config.nv} vectors of {config.lanes}, {threads} thread(s)")
 
 
@@ -559,7 +585,7 @@ def _softmax(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     x = b.read(node.inputs[0])
     y = b.write(node.outputs[0])
     call = Call(config.symbol, tuple(Part((y, x), r) for r in split(rows, threads)))
-    return _streaming(b, node.name, _ops([node]), "softmax", [call], [sm.generate(config, b.target)],
+    return _streaming(b, node.name, _ops([node]), "softmax", [call], b.modules(sm.generate, config),
                       8 * rows * length, f"{rows} rows of {length}, {threads} thread(s)")
 
 
@@ -595,7 +621,7 @@ def _elementwise_kernel(b: _Builder, name: str, ops: list[str], x: Ref, y: Ref, 
     threads = min(b.threads, planes)
     call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
     moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))
-    return _streaming(b, name, ops, "elementwise", [call], [ew.generate(config, b.target)], moved,
+    return _streaming(b, name, ops, "elementwise", [call], b.modules(ew.generate, config), moved,
                       f"{ep.describe(epilogue)} on {planes} planes of {plane_size}, {threads} thread(s)")
 
 
@@ -641,7 +667,7 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     for value, at, size in copies:
         config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
         calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value)), (0, 1)),)))
-        modules.append(ew.generate(config, b.target))
+        modules += b.modules(ew.generate, config)
     return _streaming(b, node.name, _ops([node]), "copy", calls, modules,
                       8 * sum(size for _, _, size in copies), f"{len(copies)} input(s) copied into place")
 
@@ -669,7 +695,7 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
         y = b.write(out)
         threads = min(b.threads, config.rows)
         calls.append(Call(config.symbol, tuple(Part((y, x, tables), r) for r in split(config.rows, threads))))
-        modules.append(mv.generate(config, b.target))
+        modules += b.modules(mv.generate, config)
         moved += 8 * math.prod(config.shape)
     if not calls:
         return None
@@ -681,8 +707,9 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
 
 
 def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: str = "dp",
-                threads: int | None = None) -> BuiltModel:  # fmt: skip
-    """The kernels, program and memory plan of `graph` (see the module docstring)."""
+                threads: int | None = None, cache: KernelCache | None = None) -> BuiltModel:  # fmt: skip
+    """The kernels, program and memory plan of `graph` (see the module docstring); with
+    a kernel cache, the models' choices and generated modules it holds are reused."""
     for name in graph.inputs + graph.outputs:
         if graph.types[name].dtype != "float32":
             raise AutoconfigError(f"{graph.name}: {name!r} is {graph.types[name].dtype}; only float32 models are built")
@@ -690,8 +717,8 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if graph.is_constant(name) or name in graph.inputs:
             raise AutoconfigError(f"{graph.name}: output {name!r} is computed by no node")
     threads = min(threads or int(profile.cores), int(profile.cores))
-    plan = fusion_plan(graph, profile, fusion)
-    b = _Builder(graph, profile, target, threads)
+    b = _Builder(graph, profile, target, threads, cache)
+    plan = fusion_plan(graph, profile, fusion, b.decisions)
     kernels = []
     for members in _group_order(graph, plan.groups):
         group = _lower_group(b, [graph.nodes[v] for v in members])
@@ -709,5 +736,4 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if ref.space != ARENA:
             raise AutoconfigError(f"{graph.name}: output {name!r} is an input seen in another shape; nothing to build")
         outputs.append((name, ref.offset))
-    weights = np.concatenate(b.weights) if b.weights else np.zeros(0, np.float32)
-    return BuiltModel(graph, profile, target, fusion, threads, kernels, weights, arena, intermediate, outputs)
+    return BuiltModel(graph, profile, target, fusion, threads, kernels, tuple(b.weights), arena, intermediate, outputs)

@@ -9,12 +9,19 @@ generator: new code, new text, new key.
 
 MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), then
 LLVM compiles the modules in child processes, as many at once as there are cores.
+
+Generating a module costs time too (YOLO-V4's 115 kernels: ~9 s of building and
+printing MLIR), so the same cache also keeps each config's generated text and
+signatures, keyed by the config, the target and the generators' source: a rebuild of
+an unchanged model generates nothing, and parses a module back only to compile it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -24,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
-from kernels.lower import PIPELINE, ObjectFile, compile_object, to_llvm_ir
+from kernels.lower import PIPELINE, ObjectFile, compile_object, parse_mlir, to_llvm_ir
 from kernels.target import Target
 
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
@@ -43,15 +50,50 @@ def toolchain_version() -> str:
     return ";".join(versions) + f";{PIPELINE};{hashlib.sha256(backend).hexdigest()[:16]}"
 
 
+@functools.cache
+def generators_version() -> str:
+    """What besides a config and a target decides the generated MLIR: the generators'
+    source (every module of this package) and the toolchain."""
+    digest = hashlib.sha256(toolchain_version().encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def target_settings(target: Target) -> str:
+    """What of a target decides its code (LLVM's settings and the vector length)."""
+    return f"{target.triple}|{target.cpu}|{target.features}|{target.abi}|{target.vector_bits}"
+
+
 @dataclass
 class KernelCache:
-    """Compiled objects (and their assembly) on disk, by key."""
+    """Compiled objects (and their assembly) on disk, by key; generated modules by config."""
 
     root: Path
 
     def key(self, module_text: str, target: Target) -> str:
-        settings = f"{target.triple}|{target.cpu}|{target.features}|{target.abi}|{target.vector_bits}"
-        return hashlib.sha256(f"{toolchain_version()}\n{settings}\n{module_text}".encode()).hexdigest()
+        return hashlib.sha256(f"{toolchain_version()}\n{target_settings(target)}\n{module_text}".encode()).hexdigest()
+
+    def modules(self, generate: Callable[[object, Target], KernelModule | list[KernelModule]], config: object,
+                target: Target) -> list[KernelModule]:  # fmt: skip
+        """`generate(config, target)` as a list of modules, read back from the cache when
+        this config was generated before by the same generators. (A config is keyed by
+        its pickle: equal configs pickled alike share an entry; any other difference only
+        costs a miss.)"""
+        generator = f"{generate.__module__}.{generate.__qualname__}"
+        question = f"{generators_version()}\n{target_settings(target)}\n{generator}\n".encode()
+        question += pickle.dumps(config, protocol=4)
+        path = self.root / "modules" / f"{hashlib.sha256(question).hexdigest()}.pickle"
+        try:
+            with open(path, "rb") as saved:
+                stored = pickle.load(saved)
+            return [KernelModule(None, signatures, target, stored_text=text) for text, signatures in stored]
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            pass  # not generated before (or by other code): generate
+        made = generate(config, target)
+        made = made if isinstance(made, list) else [made]
+        write_atomically(path, pickle.dumps([(m.text, m.signatures) for m in made], protocol=4))
+        return made
 
     def get(self, key: str, out_dir: Path, target: Target) -> ObjectFile | None:
         """The cached object copied into `out_dir`, or None."""
@@ -63,14 +105,19 @@ class KernelCache:
         return ObjectFile(path=path, assembly=asm.read_text(), target=target)
 
     def put(self, key: str, obj: ObjectFile) -> None:
-        """Store an object; written to a temporary name and renamed, so a concurrent
-        reader never sees half a file."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Store an object and its assembly."""
         for suffix, data in ((".s", obj.assembly.encode()), (".o", obj.path.read_bytes())):
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:16]}.")
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, self.root / f"{key}{suffix}")
+            write_atomically(self.root / f"{key}{suffix}", data)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary name beside `path` and rename it into place, so a
+    concurrent reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:16]}.")
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(tmp, path)
 
 
 def default_cache() -> KernelCache:
@@ -87,7 +134,7 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     target = modules[0].target
     keyed: dict[str, KernelModule] = {}
     for module in modules:
-        keyed.setdefault(cache.key(str(module.module), target), module)
+        keyed.setdefault(cache.key(module.text, target), module)
     objects: dict[str, ObjectFile] = {}
     pending: dict[str, str] = {}  # key -> LLVM IR
     for key, module in keyed.items():
@@ -95,7 +142,7 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
         if hit is not None:
             objects[key] = hit
         else:
-            pending[key] = to_llvm_ir(module.module)
+            pending[key] = to_llvm_ir(module.module if module.module is not None else parse_mlir(module.text, "the kernel cache"))
     with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as pool:
         done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
                         pending.items())  # fmt: skip

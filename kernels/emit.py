@@ -8,6 +8,7 @@ target's vector shape (fixed-length ``vector<8xf32>`` on x86 and NEON, scalable
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -22,11 +23,20 @@ from kernels.target import Target
 
 @dataclass
 class KernelModule:
-    """A verified MLIR module holding kernels with the C ABI, for one target."""
+    """A verified MLIR module holding kernels with the C ABI, for one target: generated
+    (`module`), or read back from the kernel cache as its text (`stored_text`, parsed
+    only if it has to be compiled)."""
 
-    module: ir.Module
+    module: ir.Module | None
     signatures: tuple[KernelSignature, ...]
     target: Target
+    stored_text: str | None = None
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The module printed, once: the kernel cache's key and the artifact's .mlir file
+        both need it, and printing a large module takes milliseconds."""
+        return self.stored_text if self.module is None else str(self.module)
 
 
 @contextmanager

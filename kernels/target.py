@@ -9,9 +9,13 @@ features, under qemu-user when a cross compiler and emulator are installed.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import platform
 import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from autoconfig.errors import AutoconfigError
@@ -183,12 +187,43 @@ class _HostCpu:
     flags: frozenset[str]
 
 
-@functools.lru_cache(maxsize=1)
-def _host_cpu() -> _HostCpu:
-    """The host's ISA and feature flags, from py-cpuinfo (cached: it takes ~1 s)."""
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+"""Linux's identifier of the running boot: a machine's CPU does not change within one."""
+
+
+@functools.cache
+def host_cpu_info() -> dict:
+    """py-cpuinfo's description of this machine: target checks and the profile's static
+    part share it. py-cpuinfo takes ~1.2 s (it spawns helper processes), a quarter of a
+    warm model build, so on Linux the answer is kept in the user cache for the boot."""
     import cpuinfo  # py-cpuinfo; imported lazily because it spawns helper processes
 
+    boot = BOOT_ID.read_text().strip() if BOOT_ID.is_file() else None
+    kept = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autoconfig" / "host-cpu.json"
+    if boot is not None:
+        try:
+            saved = json.loads(kept.read_text())
+            if saved.get("boot_id") == boot:
+                return saved["info"]
+        except (OSError, ValueError, KeyError, AttributeError):
+            pass
     info = cpuinfo.get_cpu_info()
+    if boot is not None:
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=kept.parent, prefix=".host-cpu.")
+            with os.fdopen(fd, "w") as out:
+                json.dump({"boot_id": boot, "info": info}, out)
+            os.replace(tmp, kept)
+        except OSError:  # a read-only home only costs the next process the 1.2 s again
+            pass
+    return info
+
+
+@functools.cache
+def _host_cpu() -> _HostCpu:
+    """The host's ISA and feature flags."""
+    info = host_cpu_info()
     arch = platform.machine().lower()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     return _HostCpu(arch=arch, flags=frozenset(info.get("flags", [])))

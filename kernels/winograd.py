@@ -62,6 +62,10 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {  # m: (Bᵀ, G, Aᵀ)
 }  # fmt: skip
 """The interpolation points 0, ±1 (F(2,3)) and 0, ±1, ±2 (F(4,3)), as in Lavin & Gray."""
 
+FILTER_BLOCK = 4096
+"""Filters transformed per matrix product at build time: 300 KB of float64 in, 1.2 MB
+out, within an L2."""
+
 
 def applies(shape: ConvShape, target: Target) -> bool:
     """Whether Winograd can compute `shape` on `target`: a 3x3, stride-1, undilated,
@@ -149,10 +153,16 @@ class WinogradConfig:
 
     def filter_transform(self, weight: np.ndarray) -> np.ndarray:
         """U[ξν][k][c] = G g Gᵀ (in float64, once, at build time), stacked as the
-        product's A matrices."""
-        g = np.asarray(TRANSFORMS[self.m][1], np.float64)
-        u = np.einsum("xi,kcij,yj->xykc", g, weight.astype(np.float64), g)
-        return u.reshape(self.t**2, self.shape.out_channels, self.shape.channels).astype(np.float32)
+        product's A matrices. Computed as matrix products, (G⊗G)·vec(g) for a block of
+        filters at a time (an einsum over the filters took 0.1-0.2 s per 512x512 layer;
+        blocks keep the float64 intermediates in cache)."""
+        gg = np.kron(*[np.asarray(TRANSFORMS[self.m][1], np.float64)] * 2)  # [t·ξ + ν][3·i + j]
+        filters = weight.reshape(-1, 9)  # [k·c][3·i + j]
+        u = np.empty((self.t**2, len(filters)), np.float32)
+        for start in range(0, len(filters), FILTER_BLOCK):
+            block = filters[start:start + FILTER_BLOCK].astype(np.float64)
+            u[:, start:start + FILTER_BLOCK] = gg @ block.T
+        return u.reshape(self.t**2, self.shape.out_channels, self.shape.channels)
 
     def input_signature(self) -> KernelSignature:
         s = self.shape

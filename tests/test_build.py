@@ -21,6 +21,7 @@ from autoconfig.fusion import plan
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
 from autoconfig.profile import load_profile
+from kernels.cache import default_cache
 from kernels.target import get_target
 from tests.conftest import require_runnable
 from tests.random_models import movement_net, random_cnn, random_mlp
@@ -60,6 +61,17 @@ def mlp(seed: int = 1) -> onnx.ModelProto:
     y = b.op("Tanh", [b.gemm(y, 64, 48)])
     y = b.op("Softmax", [b.gemm(y, 48, 10)], axis=1)
     return b.model("input", [5, 37], [(y, [5, 10])])
+
+
+def one_row_mlp(seed: int = 2) -> onnx.ModelProto:
+    """A batch of one through Gemms with transposed weights (built as W·aᵀ, the weights
+    read as stored): bias + Relu, then alpha/beta + a residual Add + Sigmoid, Softmax."""
+    b = zoo.Builder("one_row_mlp", seed)
+    y = b.op("Relu", [b.gemm("input", 45, 70)])
+    w = b.const("w", b.rng.standard_normal((70, 70), dtype=np.float32) / 8)
+    z = b.op("Gemm", [y, w, b.const("c", b.rng.standard_normal(70))], transB=1, alpha=0.5, beta=2.0)
+    y = b.op("Softmax", [b.gemm(b.op("Sigmoid", [b.op("Add", [z, y])]), 70, 9)], axis=1)
+    return b.model("input", [1, 45], [(y, [1, 9])])
 
 
 def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -102,6 +114,13 @@ def test_small_cnn_matches_onnxruntime_natively(tmp_path, target, fusion):
 def test_mlp_matches_onnxruntime_natively(tmp_path, target):
     require_runnable(get_target(target))
     manifest = build_and_compare(mlp(), target, tmp_path / "mlp")
+    assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "matmul", "matmul", "softmax"]
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_one_row_times_transposed_weights_matches_onnxruntime(tmp_path, target):
+    require_runnable(get_target(target))
+    manifest = build_and_compare(one_row_mlp(), target, tmp_path / "mlp")
     assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "matmul", "matmul", "softmax"]
 
 
@@ -191,6 +210,24 @@ def test_same_inputs_same_bytes(tmp_path):
     require_runnable(get_target("avx2"))
     first = build_and_compare(mlp(), "avx2", tmp_path / "a")
     second = build_and_compare(mlp(), "avx2", tmp_path / "b")
+    assert first["files"] == second["files"]
+
+
+def test_a_warm_rebuild_asks_no_model_generates_nothing_and_gives_the_same_bytes(tmp_path, monkeypatch):
+    require_runnable(get_target("avx2"))
+    monkeypatch.setenv("AUTOCONFIG_CACHE_DIR", str(tmp_path / "cache"))
+    first = build_and_compare(small_cnn(), "avx2", tmp_path / "a")
+
+    def asked(*args, **kwargs):
+        raise AssertionError("a model was asked again")
+
+    monkeypatch.setattr("autoconfig.models.matmul.predict", asked)
+    monkeypatch.setattr("autoconfig.models.conv.predict", asked)
+    graph = import_model(small_cnn())
+    built = build_model(graph, load_profile(PROFILES["avx2"]), get_target("avx2"), cache=default_cache())
+    assert all(m.module is None for k in built.kernels for m in k.modules)  # all read back as text
+    second = build_and_compare(small_cnn(), "avx2", tmp_path / "b")
+    assert first["kernel_objects"]["compiled"] > 0 and second["kernel_objects"]["compiled"] == 0
     assert first["files"] == second["files"]
 
 

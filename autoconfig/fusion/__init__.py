@@ -3,6 +3,7 @@ and TVM's greedy rules as the baseline."""
 
 from __future__ import annotations
 
+from autoconfig.decisions import DecisionCache
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion.greedy import plan_greedy
 from autoconfig.fusion.planning import FusionCost, Plan, plan_cost, plan_dp
@@ -12,9 +13,10 @@ from autoconfig.profile import HardwareProfile
 STRATEGIES = ("dp", "greedy", "none")
 
 
-def plan(graph: Graph, profile: HardwareProfile, strategy: str = "dp") -> Plan:
-    """The fusion plan of `graph` by `strategy`: dp, greedy (TVM rules) or none."""
-    cost = FusionCost.of(profile)
+def plan(graph: Graph, profile: HardwareProfile, strategy: str = "dp", decisions: DecisionCache | None = None) -> Plan:
+    """The fusion plan of `graph` by `strategy`: dp, greedy (TVM rules) or none; the
+    operator models' answers its costs need are kept in `decisions` when given."""
+    cost = FusionCost.of(profile, decisions)
     if strategy == "dp":
         return plan_dp(graph, cost)
     if strategy == "greedy":

@@ -44,12 +44,13 @@ import itertools
 import time
 from dataclasses import dataclass
 
+from autoconfig.decisions import DecisionCache
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import info
 from autoconfig.machine import Machine
-from autoconfig.models.matmul import choose
+from autoconfig.models.matmul import Prediction, choose
 from autoconfig.profile import HardwareProfile
 from autoconfig.resolve import target_for_profile
 from kernels.matmul import MatmulShape
@@ -71,12 +72,18 @@ class FusionCost:
 
     profile: HardwareProfile
     machine: Machine
+    decisions: DecisionCache | None = None  # where the matmul model's answers are kept between builds
 
     @classmethod
-    def of(cls, profile: HardwareProfile) -> FusionCost:
+    def of(cls, profile: HardwareProfile, decisions: DecisionCache | None = None) -> FusionCost:
         if profile.bandwidth is None or "DRAM" not in profile.bandwidth.single_thread.levels:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
-        return cls(profile, Machine.of(profile))
+        return cls(profile, Machine.of(profile), decisions)
+
+    def matmul(self, shape: MatmulShape) -> Prediction:
+        """The matmul model's best plan for `shape` on one core."""
+        question = (shape, self.profile, target_for_profile(self.profile), 1, ())
+        return (self.decisions.choose(choose, *question) if self.decisions else choose(*question)).best
 
 
 
@@ -188,7 +195,7 @@ def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
     if node.op in ("MatMul", "Gemm") and len(out.shape) == 2:
         a_shape = graph.types[node.inputs[0]].shape
         k = a_shape[0] if node.attrs.get("transA", 0) else a_shape[-1]
-        best = choose(MatmulShape(out.shape[0], out.shape[1], k), cost.profile, target_for_profile(cost.profile), 1).best
+        best = cost.matmul(MatmulShape(out.shape[0], out.shape[1], k))
         return best.total_ns - best.term("call")  # the launch is charged per group
     if node.op == "Conv":
         weight = graph.types[node.inputs[1]].shape

@@ -35,7 +35,7 @@ from autoconfig.profile import (
     VectorUnit,
 )
 from autoconfig.profile import Figure as F
-from kernels.target import Target, host_target
+from kernels.target import Target, host_cpu_info, host_target
 
 SMALLEST_WORKING_SET = 4 << 10
 """4 KiB: one page, well inside every L1."""
@@ -100,9 +100,7 @@ def disagreement(profile: HardwareProfile, static: StaticInfo) -> str:
 def read_host_static() -> StaticInfo:
     """Static information of this machine (py-cpuinfo plus procfs and sysfs); read once
     per process: py-cpuinfo takes ~1.2 s, which every compile_matmul(profile=None) paid."""
-    import cpuinfo  # py-cpuinfo
-
-    return read_static(Path("/"), cpuinfo.get_cpu_info())
+    return read_static(Path("/"), host_cpu_info())
 
 
 def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
