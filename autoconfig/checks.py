@@ -57,6 +57,16 @@ def no_overlap(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarra
                 raise AutoconfigError(f"{name} overlaps {other} in memory; pass a separate array")
 
 
+def output_array(name: str, out: object, shape: tuple[int, ...], inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """`out`, a caller's array a kernel writes into: a writeable C-contiguous float32
+    array of `shape` sharing no memory with the inputs; else one error line."""
+    if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == shape
+            and out.flags.c_contiguous and out.flags.writeable):  # fmt: skip
+        raise AutoconfigError(f"{name} must be a writeable C-contiguous float32 array of shape {shape}")
+    no_overlap({name: out}, inputs)
+    return out
+
+
 def float32_array(name: str, x: object, shape: tuple[int, ...]) -> np.ndarray:
     """`x` as a C-contiguous float32 array of `shape`, or one error line naming `name`."""
     if not isinstance(x, np.ndarray):

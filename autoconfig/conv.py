@@ -53,8 +53,9 @@ def _input_shape(value: object) -> tuple[int, int, int, int]:
 
 
 class CompiledConv:
-    """``f(x[, residual]) -> y`` for one convolution layer: x of the compiled input shape
-    (NCHW float32), a residual of the output's shape when the epilogue adds one."""
+    """``f(x[, residual][, out=y]) -> y`` for one convolution layer: x of the compiled
+    input shape (NCHW float32), a residual of the output's shape when the epilogue adds
+    one, `out` a y to write instead of a new one."""
 
     def __init__(self, plan: ConvPlan, target: Target, prediction: Prediction | None, choice: ConvChoice | None,
                  weight: np.ndarray, channel_operands: dict[int, np.ndarray]):  # fmt: skip
@@ -71,14 +72,15 @@ class CompiledConv:
         calls = conv_calls(plan, Ref(0), Ref(1), weight, refs, buffers)
         self._program = Program(self.library, calls, buffers.arrays, call_spaces)
 
-    def __call__(self, x: np.ndarray, *residuals: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, *residuals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The layer on x (then its residual tensors), into `out` when given."""
         s = self.shape
         x = checks.float32_array("x", x, s.input_shape)
         if len(residuals) != len(self._residuals):
             raise AutoconfigError(f"this convolution takes {len(self._residuals)} residual tensor(s) of shape "
                                   f"{s.output_shape} after x, got {len(residuals)}")  # fmt: skip
         residuals = [checks.float32_array("residual", r, s.output_shape) for r in residuals]
-        y = np.empty(s.output_shape, np.float32)
+        y = _output(out, s.output_shape, {"x": x, **{f"residual {i}": r for i, r in enumerate(residuals)}})
         self._program(x, y, *residuals)
         return y
 
@@ -169,7 +171,8 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
 
 
 class CompiledPool:
-    """``f(x) -> y`` for one pooling layer on NCHW float32 arrays."""
+    """``f(x[, out=y]) -> y`` for one pooling layer on NCHW float32 arrays (into `out`
+    when given)."""
 
     def __init__(self, config: pl.PoolConfig, target: Target, threads: int):
         self.config, self.shape, self.target = config, config.shape, target
@@ -178,12 +181,18 @@ class CompiledPool:
         calls = pool_calls(config, threads, Ref(0), Ref(1), buffers)
         self._program = Program(self.library, calls, buffers.arrays, 2)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The pooling of x, into `out` when given."""
         s = self.shape
         x = checks.float32_array("x", x, s.input_shape)
-        y = np.empty(s.output_shape, np.float32)
+        y = _output(out, s.output_shape, {"x": x})
         self._program(x, y)
         return y
+
+
+def _output(out: np.ndarray | None, shape: tuple[int, ...], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The caller's output array, checked, or a new one."""
+    return np.empty(shape, np.float32) if out is None else checks.output_array("out", out, shape, inputs)
 
 
 POOL_VECTORS = 4

@@ -24,9 +24,9 @@ from kernels.target import Target
 
 
 class CompiledMatmul:
-    """``f(A, B[, operands]) -> C`` (or ``f(A, B, C[, operands])`` accumulating) for one
-    shape, with its plan. `operands` are the epilogue's tensors in its order: a bias
-    of N values, a residual of C's shape."""
+    """``f(A, B[, operands][, out=C]) -> C`` (or ``f(A, B, C[, operands])`` accumulating)
+    for one shape, with its plan. `operands` are the epilogue's tensors in its order: a
+    bias of N values, a residual of C's shape; `out` a C to write instead of a new one."""
 
     def __init__(self, plan: MatmulPlan, target: Target, prediction: Prediction,
                  choice: Choice | None, library: KernelLibrary):  # fmt: skip
@@ -34,7 +34,9 @@ class CompiledMatmul:
         self.prediction, self.choice, self.library = prediction, choice, library
         self._run = matmul_program(plan, library)
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+    def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """C = A·B (C += A·B, C passed after B, when the config accumulates), then the
+        epilogue with its operands after that; into `out` when given (no allocation)."""
         s, cfg = self.shape, self.config
         a = checks.float32_array("A", a, (s.m, s.k))
         b = checks.float32_array("B", b, (s.k, s.n))
@@ -42,10 +44,12 @@ class CompiledMatmul:
         if cfg.accumulate:
             if not rest:
                 raise AutoconfigError("this matmul accumulates (C += A·B): pass C")
+            if out is not None:
+                raise AutoconfigError("this matmul accumulates into the C passed after B: no out=")
             out, rest = rest[0], rest[1:]
-            if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (s.m, s.n)
-                    and out.flags.c_contiguous and out.flags.writeable):  # fmt: skip
-                raise AutoconfigError(f"C must be a writeable C-contiguous float32 array of shape {(s.m, s.n)}")
+        given = out is not None
+        if given:
+            out = checks.output_array("C" if cfg.accumulate else "out", out, (s.m, s.n), {})
         else:
             out = np.empty((s.m, s.n), np.float32)
         if len(rest) != len(operands):
@@ -55,7 +59,7 @@ class CompiledMatmul:
                                   f"({names}), got {len(rest)}")  # fmt: skip
         tensors = [checks.float32_array(name, x, (cfg.channel_count(),) if kind == "channel" else (s.m, s.n))
                    for (_, name, kind), x in zip(operands, rest, strict=True)]  # fmt: skip
-        if cfg.accumulate:
+        if given:
             checks.no_overlap({"C": out}, {"A": a, "B": b, **{name: x for (_, name, _), x in zip(operands, tensors)}})
         self._run(out, a, b, *tensors)  # checked above
         return out

@@ -166,7 +166,9 @@ def torch_call(task: dict, data: dict[str, np.ndarray], threads: int):
                                 bool(task["count_include_pad"])).numpy()  # fmt: skip
 
 
-def ours_call(task: dict, data: dict[str, np.ndarray], threads: int):
+def ours_call(task: dict, data: dict[str, np.ndarray], threads: int, out: np.ndarray | None = None):
+    """Our compiled layer as a call on the task's input (writing into `out` when given,
+    as a peer that preallocates its output does), and what to print about it."""
     import autoconfig
 
     profile = task["profile"]
@@ -182,7 +184,7 @@ def ours_call(task: dict, data: dict[str, np.ndarray], threads: int):
                                       count_include_pad=bool(task.get("count_include_pad", 0)),
                                       profile=profile, threads=threads)  # fmt: skip
         info = {"config": f"{kind} pool/{f.config.lanes}"}
-    return (lambda: f(data["x"])), info
+    return (lambda: f(data["x"], out=out)), info
 
 
 def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:

@@ -326,3 +326,20 @@ def test_bad_input_is_one_error_line(capsys):
         compile_layer(s, w, None, profile=AVX2, target="avx2", config=not_pointwise)
     assert cli(["explain", "conv", "1x64x56", "64x64x3x3", "--profile", str(AVX2)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_layer_writes_into_out_when_given():
+    x = np.random.default_rng(0).standard_normal((1, 4, 9, 9), dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal((6, 4, 3, 3), dtype=np.float32)
+    conv = autoconfig.compile_conv2d(x.shape, w, pads=(1, 1, 1, 1), profile=AVX2)
+    y = np.empty((1, 6, 9, 9), np.float32)
+    assert conv(x, out=y) is y
+    np.testing.assert_array_equal(y, conv(x))
+    pool = autoconfig.compile_pool2d(x.shape, "max", (2, 2), strides=(2, 2), profile=AVX2)
+    p = np.empty((1, 4, 4, 4), np.float32)
+    assert pool(x, out=p) is p
+    np.testing.assert_array_equal(p, pool(x))
+    with pytest.raises(AutoconfigError, match=r"out must be a writeable C-contiguous float32 array of shape \(1, 4, 4, 4\)"):
+        pool(x, out=np.empty((1, 4, 4, 5), np.float32))
+    with pytest.raises(AutoconfigError, match="out overlaps x"):
+        pool(x, out=x.reshape(-1)[:64].reshape(1, 4, 4, 4))

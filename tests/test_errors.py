@@ -190,6 +190,22 @@ def test_accumulating_into_an_input_is_refused():
     np.testing.assert_array_equal(c, np.full((8, 8), 8, np.float32))
 
 
+def test_a_matmul_writes_into_out_when_given():
+    f = compile_matmul(8, 16, 8, profile=GOOD)
+    a, b = np.ones((8, 8), np.float32), np.ones((8, 16), np.float32)
+    c = np.zeros((8, 16), np.float32)
+    assert f(a, b, out=c) is c
+    np.testing.assert_array_equal(c, np.full((8, 16), 8, np.float32))
+    for bad in (np.zeros((16, 8), np.float32), np.zeros((8, 16)), np.zeros((16, 8), np.float32).T):
+        with pytest.raises(AutoconfigError, match="out must be a writeable C-contiguous float32 array"):
+            f(a, b, out=bad)
+    with pytest.raises(AutoconfigError, match="C overlaps B"):
+        f(a, b, out=b[:, :16])
+    config = mm.MatmulConfig(mm.MatmulShape(8, 8, 8), "tiled", 8, mr=2, nv=1, accumulate=True)
+    with pytest.raises(AutoconfigError, match="no out="):
+        compile_matmul(8, 8, 8, profile=GOOD, config=config)(a, a, c[:, :8].copy(), out=c)
+
+
 SHAPES = [(1, 1, 1), (1, 1000, 1024), (64, 64, 64), (196, 512, 512), (1024, 1024, 1024), (12544, 64, 32)]
 
 
