@@ -36,7 +36,7 @@ import numpy as np
 
 from autoconfig import movement
 from autoconfig.conv import conv_shape, pool_config, pool_shape
-from autoconfig.decisions import DecisionCache
+from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.graph.ir import Graph, Node
@@ -148,8 +148,7 @@ class _Builder:
         decision cache, once across builds."""
         key = (model, shape, epilogue)
         if key not in self.choices:
-            question = (model, shape, self.profile, self.target, self.threads, epilogue)
-            self.choices[key] = self.decisions.choose(*question) if self.decisions else model(*question[1:])
+            self.choices[key] = ask(self.decisions, model, shape, self.profile, self.target, self.threads, epilogue)
         return self.choices[key]
 
     def modules(self, generate: Callable, config: object) -> list[KernelModule]:

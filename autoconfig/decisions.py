@@ -5,7 +5,8 @@ budget, the problem and its fused epilogue. The digest of all of them keys a fil
 holding the choice (pickled, written to a temporary name and renamed), so rebuilding
 an unchanged model on an unchanged profile asks no model again: the predictions of
 EfficientNet-B0's 46 distinct layers took ~6 s of a 12 s warm build. The models' code
-enters the key as the digest of their source files, so a changed model is asked anew.
+enters the key as the digest of their source files, and so does the code generators'
+(which configurations are valid), so a changed model is asked anew.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoconfig.profile import HardwareProfile, profile_to_dict
-from kernels.cache import target_settings, write_atomically
+from kernels.cache import generators_version, target_settings, write_atomically
 from kernels.target import Target
 
 PACKAGE = Path(__file__).parent
@@ -64,7 +65,12 @@ class DecisionCache:
     @staticmethod
     def key(model: Callable, problem: object, profile: HardwareProfile, target: Target, threads: int,
             epilogue: tuple) -> str:  # fmt: skip
-        question = "\n".join([models_version(), f"{model.__module__}.{model.__qualname__}", repr(problem),
-                              json.dumps(profile_to_dict(profile), sort_keys=True), target_settings(target),
-                              str(threads), repr(epilogue)])  # fmt: skip
+        question = "\n".join([models_version(), generators_version(), f"{model.__module__}.{model.__qualname__}",
+                              repr(problem), json.dumps(profile_to_dict(profile), sort_keys=True),
+                              target_settings(target), str(threads), repr(epilogue)])  # fmt: skip
         return hashlib.sha256(question.encode()).hexdigest()
+
+
+def ask(decisions: DecisionCache | None, model: Callable, *question: object) -> object:
+    """`model(*question)`: through `decisions` when there is a cache, else asked directly."""
+    return decisions.choose(model, *question) if decisions else model(*question)

@@ -44,7 +44,7 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from autoconfig.decisions import DecisionCache
+from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping
 from autoconfig.graph.ir import Graph, Node
@@ -82,8 +82,7 @@ class FusionCost:
 
     def matmul(self, shape: MatmulShape) -> Prediction:
         """The matmul model's best plan for `shape` on one core."""
-        question = (shape, self.profile, target_for_profile(self.profile), 1, ())
-        return (self.decisions.choose(choose, *question) if self.decisions else choose(*question)).best
+        return ask(self.decisions, choose, shape, self.profile, target_for_profile(self.profile), 1, ()).best
 
 
 
