@@ -241,7 +241,8 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     graph = load_onnx(model)
     cache = default_cache()
     built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache)
-    with tqdm(desc="compiling kernels", unit="kernel", disable=not progress, leave=False) as bar:
+    # (delay: a warm build, done in well under a second, shows no empty bar)
+    with tqdm(desc="compiling kernels", unit="kernel", disable=not progress, leave=False, delay=0.5) as bar:
         def tick(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)

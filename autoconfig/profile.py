@@ -174,12 +174,16 @@ class HardwareProfile:
 
 # ---------------------------------------------------------------- decoding
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader over libyaml where the wheel has it: the pure-Python one took
+0.12 s of a 0.5 s single-kernel build to read a profile."""
+
 
 def load_profile(path: Path | str) -> HardwareProfile:
     """Read and validate a profile file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(read_text(path, "profile"))
+        data = yaml.load(read_text(path, "profile"), Loader=SAFE_LOADER)
     except yaml.YAMLError as err:
         raise AutoconfigError(f"profile {path} is not valid YAML: {' '.join(str(err).split())}") from None
     try:
