@@ -54,7 +54,7 @@ from kernels import matmul as mm
 from kernels import movement as mv
 from kernels import pool as pl
 from kernels import softmax as sm
-from kernels.cache import KernelCache
+from kernels.cache import KernelCache, generated
 from kernels.emit import KernelModule
 from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
 from kernels.target import Target
@@ -155,8 +155,7 @@ class _Builder:
         """`generate(config, target)` as a list, from the kernel cache when it has it."""
         if self.cache:
             return self.cache.modules(generate, config, self.target)
-        made = generate(config, self.target)
-        return made if isinstance(made, list) else [made]
+        return generated(generate, config, self.target)
 
     # ---------------------------------------------------------------- buffers
 

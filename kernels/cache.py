@@ -90,8 +90,7 @@ class KernelCache:
             return [KernelModule(None, signatures, target, stored_text=text) for text, signatures in stored]
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
             pass  # not generated before (or by other code): generate
-        made = generate(config, target)
-        made = made if isinstance(made, list) else [made]
+        made = generated(generate, config, target)
         write_atomically(path, pickle.dumps([(m.text, m.signatures) for m in made], protocol=4))
         return made
 
@@ -108,6 +107,13 @@ class KernelCache:
         """Store an object and its assembly."""
         for suffix, data in ((".s", obj.assembly.encode()), (".o", obj.path.read_bytes())):
             write_atomically(self.root / f"{key}{suffix}", data)
+
+
+def generated(generate: Callable[[object, Target], KernelModule | list[KernelModule]], config: object,
+              target: Target) -> list[KernelModule]:  # fmt: skip
+    """`generate(config, target)` as a list (a one-kernel family returns its module alone)."""
+    made = generate(config, target)
+    return made if isinstance(made, list) else [made]
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -142,7 +148,8 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
         if hit is not None:
             objects[key] = hit
         else:
-            pending[key] = to_llvm_ir(module.module if module.module is not None else parse_mlir(module.text, "the kernel cache"))
+            mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
+            pending[key] = to_llvm_ir(mlir)
     with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as pool:
         done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
                         pending.items())  # fmt: skip

@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -209,12 +208,10 @@ def host_cpu_info() -> dict:
             pass
     info = cpuinfo.get_cpu_info()
     if boot is not None:
+        from kernels.cache import write_atomically  # (the cache module imports this one)
+
         try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=kept.parent, prefix=".host-cpu.")
-            with os.fdopen(fd, "w") as out:
-                json.dump({"boot_id": boot, "info": info}, out)
-            os.replace(tmp, kept)
+            write_atomically(kept, json.dumps({"boot_id": boot, "info": info}).encode())
         except OSError:  # a read-only home only costs the next process the 1.2 s again
             pass
     return info

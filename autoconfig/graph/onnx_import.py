@@ -9,6 +9,7 @@ nothing else is folded into that Conv's weights and bias.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import onnx
@@ -94,7 +95,7 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     weights made that 6 s of a 20 s build."""
     g = model.graph
     listed = {i.name for i in g.input}
-    weights = [t for t in g.initializer if _elements(t) > SHAPE_TENSOR_ELEMENTS]
+    weights = [t for t in g.initializer if math.prod(t.dims) > SHAPE_TENSOR_ELEMENTS]
     inputs = [*g.input, *(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                           for t in weights if t.name not in listed)]  # fmt: skip
     heavy = {t.name for t in weights}
@@ -103,13 +104,6 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     skeleton = helper.make_model(graph, opset_imports=model.opset_import, functions=model.functions)
     skeleton.ir_version = model.ir_version
     return skeleton
-
-
-def _elements(t: onnx.TensorProto) -> int:
-    count = 1
-    for d in t.dims:
-        count *= d
-    return count
 
 
 def _tensor_type(info: onnx.ValueInfoProto) -> TensorType | str:
