@@ -20,6 +20,7 @@ from autoconfig.runtime import Call, Part, Ref, aligned_array, split
 from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels.conv import DepthwiseConfig, DirectConfig, WinogradConfig
+from kernels.matmul import MatmulConfig
 
 
 class Buffers(Protocol):
@@ -106,14 +107,14 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
         parts = [Part((y, xt, w, *operands), sizes) for sizes in _direct_parts(plan)]
         return [*calls, Call(c.symbol, tuple(parts))]
     if isinstance(c, WinogradConfig):  # input transform, the T² products, output transform
-        u = buffers.constant(c.filter_transform(weight))  # U = G g Gᵀ, once
+        u = buffers.constant(_gemm_weights(c.gemm, c.filter_transform(weight), 1))  # U = G g Gᵀ, once
         v = buffers.scratch(c.transformed_size() * s.channels)
         m = buffers.scratch(c.transformed_size() * s.out_channels)
         return [*calls, _planes_call(c.input_signature().symbol, (v, xt), planes, threads),
                 matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
                 _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]
-    w = buffers.constant(weight)
     gemm = plan.gemm_plan()
+    w = buffers.constant(_gemm_weights(gemm.config, weight, s.group))
     work = [buffers.scratch(gemm.config.workspace()) for _ in part_blocks(gemm)] if gemm.config.workspace() else None
     im2col = c.im2col() if c.algorithm == "im2col" else None
     columns = buffers.scratch(im2col.size) if im2col else None
@@ -130,8 +131,17 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
                 image = columns
                 rows = split(im2col.rows, threads)
                 calls.append(Call(im2col.symbol, tuple(Part((columns, xt), (n * s.group + g, *r)) for r in rows)))
-            calls.append(matmul_call(gemm, at(y, out), at(w, g * cout * cin * s.taps), image, views, buffers, work))
+            calls.append(matmul_call(gemm, at(y, out), at(w, g * gemm.config.a_size()), image, views, buffers, work))
     return calls
+
+
+def _gemm_weights(gemm: MatmulConfig, weight: np.ndarray, groups: int) -> np.ndarray:
+    """A convolution's weights as its GEMM reads them, each group's A after the other:
+    as they are, or packed into the micro-kernel's panels once, here (`a_packed`)."""
+    if not gemm.a_packed:
+        return weight
+    per_group = weight.reshape(groups, -1)
+    return np.concatenate([gemm.pack_a(g) for g in per_group])
 
 
 def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:

@@ -16,6 +16,8 @@ input channel and t a filter tap (a matrix product has one tap).
 Packed layouts, in one workspace per thread (Bp, then Ap after it):
     Bp[panel][k][0..nr)   panel = (column − first column)/nr; zero past the last column
     Ap[tile][k][0..mr)    tile = row tile − first row tile;   zero past the last row
+An A packed once (a constant: a layer's weights) holds every K block's Ap for all row
+tiles, one after the other (`kernels.matmul.MatmulConfig.pack_a`).
 """
 
 from __future__ import annotations
@@ -179,10 +181,12 @@ class PackedB:
 
 @dataclass(frozen=True)
 class PackedA:
-    """A's row-tile panels for one (row block, K block) in the workspace, after Bp."""
+    """A's row-tile panels for one K block: packed per call for one row block into the
+    workspace after Bp, or read from an A packed once for all row tiles
+    (`MatmulConfig.pack_a`)."""
 
     work: ir.Value
-    base: int  # where Ap starts in the workspace
+    base: ir.Value  # where these panels start in `work` (after Bp; or in a packed A)
     mr: int
     kc: int
     k0: ir.Value  # first k of the block
@@ -191,7 +195,7 @@ class PackedA:
     def at(self, row0: ir.Value, k: ir.Value, r: int) -> ir.Value:
         """The workspace index of row r of the tile starting at `row0`, at k."""
         tile = arith.subi(arith.divsi(row0, index(self.mr)), self.tile0)
-        start = arith.addi(index(self.base), arith.muli(tile, index(self.kc * self.mr)))
+        start = arith.addi(self.base, arith.muli(tile, index(self.kc * self.mr)))
         return offset(arith.addi(start, arith.muli(arith.subi(k, self.k0), index(self.mr))), r)
 
     def loader(self, row0: ir.Value) -> LoadA:

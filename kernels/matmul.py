@@ -12,10 +12,11 @@ broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through me
 
 tiled (register-tiled outer products, cache-blocked, no packing) and packed (the same
 loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto; the
-micro-kernel and packing are `kernels.gemm`'s)::
+micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives already in
+its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time)::
 
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
-      for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap]
+      for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, unless a_packed]
         for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
           acc[mr][nv] = micro-kernel over k in pc..pc+kc
           C tile = acc on the first K block unless accumulating, else C tile += acc;
@@ -40,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+import numpy as np
 
 from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
@@ -95,6 +98,8 @@ class MatmulConfig:
     batch: int = 1  # independent products C[q] = A[q]·B[q], each operand stacked q-major
     # (a Winograd convolution's one product per transform position); the tile ranges
     # apply within each product
+    a_packed: bool = False  # packed only: A arrives in the layout `pack_a` makes (a
+    # constant A, a layer's weights, packed once when the layer is built, not per call)
 
     @property
     def nr(self) -> int:
@@ -132,11 +137,34 @@ class MatmulConfig:
 
     def workspace(self) -> int:
         """f32 elements of packing workspace one call needs (0 unless packed): the B
-        block (kc×nc) followed by the A block (mc×kc)."""
+        block (kc×nc) followed by the A block (mc×kc), unless A arrives packed."""
         if self.algorithm != "packed":
             return 0
         kc, mc, nc = self.packed_blocks()
-        return kc * nc + mc * kc
+        return kc * nc + (0 if self.a_packed else mc * kc)
+
+    def a_size(self) -> int:
+        """f32 elements of one product's A as the kernel reads it: M×K, or packed (every
+        K block a full kc deep, every row tile a full mr high, zeros past the ends)."""
+        s = self.shape
+        if not self.a_packed:
+            return s.m * s.k
+        kc = self.packed_blocks()[0]
+        return ceil_div(s.k, kc) * kc * self.row_tiles() * self.mr
+
+    def pack_a(self, a: np.ndarray) -> np.ndarray:
+        """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
+        flat: Ap[k block][row tile][k in the block][row in the tile] — the layout the
+        packed algorithm gives each A block per call (`kernels.gemm.PackedA`), for all
+        of A at once."""
+        s, mr = self.shape, self.mr
+        kc = self.packed_blocks()[0]
+        a = np.asarray(a, np.float32).reshape(self.batch, s.m, s.k)
+        k_blocks = ceil_div(s.k, kc)
+        padded = np.zeros((self.batch, self.row_tiles() * mr, k_blocks * kc), np.float32)
+        padded[:, : s.m, : s.k] = a
+        tiles = padded.reshape(self.batch, self.row_tiles(), mr, k_blocks, kc)
+        return np.ascontiguousarray(tiles.transpose(0, 3, 1, 4, 2)).ravel()
 
     def registers_needed(self) -> tuple[int, str]:
         """Vector registers the inner loop keeps live, and what they hold."""
@@ -173,6 +201,8 @@ class MatmulConfig:
             raise AutoconfigError(f"batch must be >= 1, got {self.batch}")
         if self.channel_axis not in ("columns", "rows"):
             raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
+        if self.a_packed and self.algorithm != "packed":
+            raise AutoconfigError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
 
     def channel_count(self) -> int:
         """Values a channel operand (bias) holds: one per column, or one per row."""
@@ -188,7 +218,7 @@ def signature(config: MatmulConfig) -> KernelSignature:
     q = config.batch
     params = [
         Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * m * n,)),
-        Param("a", Role.IN, extent=(q * m * k,)),
+        Param("a", Role.IN, extent=(q * config.a_size(),)),
         Param("b", Role.IN, extent=(q * k * n,)),
     ]
     for _, name, operand in ep.operand_names(config.epilogue):
@@ -200,7 +230,7 @@ def signature(config: MatmulConfig) -> KernelSignature:
     return KernelSignature(
         symbol=config.symbol,
         params=tuple(params),
-        doc=f"{f'{q} products ' if q > 1 else ''}C[{m}x{n}] {op} A[{m}x{k}] . B[{k}x{n}], then {ep.describe(config.epilogue)}, on row "
+        doc=f"{f'{q} products ' if q > 1 else ''}C[{m}x{n}] {op} A[{m}x{k}{' packed' if config.a_packed else ''}] . B[{k}x{n}], then {ep.describe(config.epilogue)}, on row "
         f"tiles [row_begin, row_end) of {config.mr} rows x column tiles [col_begin, col_end) of "
         f"{config.nr} ({config.algorithm}).",
     )
@@ -225,7 +255,7 @@ def _product(config: MatmulConfig, args: dict, q: ir.Value) -> dict:
     """The kernel arguments of product q of a batch: C, A, B and a residual advanced to
     their q-th matrix; channel operands, workspace and ranges shared."""
     s = config.shape
-    sizes = {"c": s.m * s.n, "a": s.m * s.k, "b": s.k * s.n}
+    sizes = {"c": s.m * s.n, "a": config.a_size(), "b": s.k * s.n}
     sizes |= {name: s.m * s.n for _, name, kind in ep.operand_names(config.epilogue) if kind == "output"}
     return {name: offset_pointer(value, arith.muli(q, index(sizes[name]))) if name in sizes else value
             for name, value in args.items()}  # fmt: skip
@@ -254,8 +284,9 @@ class _Kernel:
         operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else [s.m, s.n])
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
+        a_shape = [config.a_size()] if config.a_packed else [s.m, s.k]
         return cls(config, target, f32_vector_type(target, config.lanes),
-                   f32_memref(args["c"], [s.m, s.n]), f32_memref(args["a"], [s.m, s.k]),
+                   f32_memref(args["c"], [s.m, s.n]), f32_memref(args["a"], a_shape),
                    f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [s.k * s.n]), operands, work,
                    (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(config.row_tiles()))),
                    (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))))  # fmt: skip
@@ -391,8 +422,11 @@ def _blocked(kn: _Kernel) -> None:
 
             def row_block(it: ir.Value) -> None:
                 it_end = arith.minsi(offset(it, row_tiles_per_block), kn.rows[1])
-                ap = PackedA(kn.work, pkc * pnc, cfg.mr, pkc, pc, it) if packed else None
-                if ap is not None:
+                ap = None
+                if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
+                    ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pkc, pc, index(0))
+                elif packed:
+                    ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pkc, pc, it)
                     ap.pack(pc_end, (it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
                 def column_tile(col0: ir.Value, columns: int) -> None:

@@ -94,7 +94,8 @@ LAYERS = [
 
 def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPlan]:
     """Direct with a small and a blocked tile (two channel blocks where possible), im2col
-    with tiled and packed GEMMs, gemm1x1 where it applies; split among two threads."""
+    with tiled and packed GEMMs (the weights packed per call and once, when built),
+    gemm1x1 where it applies; split among two threads."""
     kc = max(1, s.in_per_group // 2)
     gemm = s.gemm_shape()
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
@@ -106,13 +107,16 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     if winograd.applies(s, get_target("avx2")):
         for m, (algorithm, mr, nv) in ((2, ("tiled", 3, 2)), (4, ("packed", 2, 2))):
             gemm_shape = WinogradConfig(s, m, lanes, None).gemm_shape()
-            gemm_config = mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5, batch=(m + 2) ** 2)
+            gemm_config = mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5, batch=(m + 2) ** 2,
+                                          a_packed=algorithm == "packed")  # fmt: skip
             plans.append(ConvPlan(WinogradConfig(s, m, lanes, gemm_config, epilogue), 2, "columns"))
     kinds = ["im2col", "gemm1x1"] if s.pointwise else ["im2col"]
     for algorithm in kinds:
         for gemm_config in (mm.MatmulConfig(gemm, "tiled", lanes, 3, 2, kc=5, epilogue=epilogue, channel_axis="rows"),
                             mm.MatmulConfig(gemm, "packed", lanes, 2, 1, kc=7, epilogue=epilogue,
-                                            channel_axis="rows")):  # fmt: skip
+                                            channel_axis="rows"),
+                            mm.MatmulConfig(gemm, "packed", lanes, 3, 2, kc=4, epilogue=epilogue,
+                                            channel_axis="rows", a_packed=True)):  # fmt: skip
             plans.append(ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, "columns"))
     return plans
 

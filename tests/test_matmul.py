@@ -48,7 +48,7 @@ def check(kernel_call, config, seed=0):
     b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
     c = rng.standard_normal((shape.m, shape.n), dtype=np.float32)
     before = c.copy()
-    args = [c, a, b]
+    args = [c, config.pack_a(a) if config.a_packed else a, b]
     if config.algorithm == "packed":
         args.append(np.full(config.workspace(), np.nan, np.float32))
     rows, cols = config.row_tiles(), config.col_tiles()
@@ -66,13 +66,14 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
         mm.MatmulConfig(ANY, "tiled", lanes, mr=3, nv=2, kc=8, mc=6, nc=2 * 2 * lanes, unroll=3),
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
         mm.MatmulConfig(ANY, "packed", lanes, mr=2, nv=1, accumulate=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, a_packed=True),
     ]
 
 
 HOST_SHAPES = [(1, 1, 1), (13, 17, 19), (9, 33, 7), (64, 48, 40), (2, 100, 3), (31, 1, 29)]
 
 
-@pytest.mark.parametrize("config", configs_for(8), ids=lambda c: f"{c.algorithm}-{c.mr}x{c.nv}")
+@pytest.mark.parametrize("config", configs_for(8), ids=lambda c: f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}")
 @pytest.mark.parametrize("dims", HOST_SHAPES, ids=lambda d: "x".join(map(str, d)))
 def test_host_correct(config, dims):
     target = target_for("avx2")
@@ -175,6 +176,7 @@ SQUARE16 = mm.MatmulShape(16, 16, 16)
     (mm.MatmulConfig(SQUARE16, "dot", 8, mr=4), r"dot matmul is for N=1 \(matrix times vector\) with nv=1, got N=16"),
     (mm.MatmulConfig(mm.MatmulShape(16, 1, 16), "dot", 8, mr=4, unroll=4), "4x4 partial sums .* = 18 vector"),
     (mm.MatmulConfig(mm.MatmulShape(16, 8, 16), "tiled", 8), "forced config is for .* not M=16 N=16 K=16"),
+    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, a_packed=True), "a_packed .* is for the packed algorithm, not tiled"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):

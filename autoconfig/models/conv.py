@@ -393,7 +393,7 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     plans = []
     for m in TRANSFORMS:
         probe = WinogradConfig(shape, m, 1, None)  # for its product's shape
-        gemm = choose_matmul(probe.gemm_shape(), profile, target, threads).best.plan
+        gemm = choose_matmul(probe.gemm_shape(), profile, target, threads, a_constant=True).best.plan
         config = WinogradConfig(shape, m, gemm.config.lanes, replace(gemm.config, batch=(m + 2) ** 2), epilogue)
         plans.append(ConvPlan(config, gemm.threads, gemm.split))
     return plans
@@ -460,7 +460,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     for algorithm in ("gemm1x1", "im2col"):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
-        gemm = choose_matmul(shape.gemm_shape(), profile, target, budget, epilogue).best.plan
+        gemm = choose_matmul(shape.gemm_shape(), profile, target, budget, epilogue, a_constant=True).best.plan
         config = GemmConvConfig(shape, algorithm, replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
     if not predictions:
