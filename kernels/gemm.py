@@ -43,13 +43,28 @@ row 17, 8-row bands 34 (4: 29-33, 16: 31, 32: 25); the same 42 GB/s for all
 orders when B fits L2."""
 
 
+PREFETCH_LOCALITY = 3
+"""How a tile asks for the next tile's panel of an A packed once (a layer's weights,
+which a whole model's other layers evict to L3 between calls): one prefetch into L1
+(locality 3) per unrolled trip, at the same k one panel ahead, so each 4 KB page of
+the panels is on its way before the hardware prefetchers, which stop at page
+boundaries, would start it. Measured on Zen 4 (1×1 convolutions, weights in L3, six
+layers called in turn): 1024→1024 at 7² 1268 → 1130 µs, 512→1024 at 7² 662 → 565 µs,
+512→512 at 14² 997 → 970 µs, with warm weights unchanged; into L2 (locality 2) gained
+nothing, and a burst of prefetches for a whole panel before each tile lost 3%."""
+
+
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
-                 unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1) -> list[ir.Value]:  # fmt: skip
+                 unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1,
+                 ahead: Callable[[ir.Value], None] | None = None) -> list[ir.Value]:  # fmt: skip
     """The accumulators acc[r·vectors + v] = Σ_k Σ_t A(r, k, t)·B(v, k, t) over k in
-    [k_lo, k_hi) and the `taps` taps t, unrolled (their offsets are constants)."""
+    [k_lo, k_hi) and the `taps` taps t, unrolled (their offsets are constants);
+    `ahead(k)`, once per trip, asks for what a later tile will read."""
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
 
-    def step(k: ir.Value, _copy: int, acc: list[ir.Value]) -> list[ir.Value]:
+    def step(k: ir.Value, copy: int, acc: list[ir.Value]) -> list[ir.Value]:
+        if ahead is not None and copy == 0:
+            ahead(k)
         for t in range(taps):
             b = [load_b(v, k, t) for v in range(vectors)]
             out = []
@@ -201,6 +216,10 @@ class PackedA:
     def loader(self, row0: ir.Value) -> LoadA:
         """A(r, k) from the tile starting at `row0`."""
         return lambda r, k, _tap: memref.load(self.work, [self.at(row0, k, r)])
+
+    def prefetcher(self, row0: ir.Value) -> Callable[[ir.Value], None]:
+        """ahead(k) for the tile at `row0`: ask for the next tile's panel at the same k."""
+        return lambda k: memref.prefetch(self.work, [self.at(offset(row0, self.mr), k, 0)], False, PREFETCH_LOCALITY, True)
 
     def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], rows: int,
              read: Callable[[ir.Value, ir.Value], ir.Value]) -> None:  # fmt: skip

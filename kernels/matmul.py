@@ -460,7 +460,8 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
             return load(kn.vec, kn.b, [k, cols[v]], masks[v])
     else:
         load_a, load_b = ap.loader(row0), bp.loader(col0)
-    accs = micro_kernel(kn.vec, rows, len(cols), *k_range, kn.config.unroll, load_a, load_b)
+    ahead = ap.prefetcher(row0) if kn.config.a_packed else None
+    accs = micro_kernel(kn.vec, rows, len(cols), *k_range, kn.config.unroll, load_a, load_b, ahead=ahead)
     finish = None
     if kn.config.epilogue:
         def finish(value: ir.Value, r: int, v: int) -> ir.Value:
