@@ -64,6 +64,7 @@ class Machine:
     fma_by_lanes: dict[int, FmaFigures]
     widest_lanes: int  # of the probe's streaming loads
     registers: int
+    scalable: bool  # vectors whose length is known at run time only (RVV)
     cores: int
     l1_ways: int
     l1_sets: int
@@ -100,6 +101,7 @@ class Machine:
             fma_by_lanes={f.lanes: f for f in profile.fma},
             widest_lanes=widest,
             registers=int(profile.vector.registers),
+            scalable=bool(profile.vector.scalable),
             cores=int(profile.cores),
             l1_ways=int(l1.ways),
             l1_sets=int(l1.sets),

@@ -71,6 +71,32 @@ class PhaseSplit:
         """f32 elements of the transformed buffer, slack included."""
         return self.planes * self.plane_size + self.slack
 
+    def inside_columns(self, px: int, scalable: bool) -> tuple[int, int, int]:
+        """For column phase px of a strided split: the phase columns [first, end) whose
+        source column lies in the row, and how many whole vectors of them are read as
+        sw deinterleaved vectors (the rest are gathered; all of them on scalable
+        vectors, whose deinterleave is not a fixed shuffle)."""
+        sw, left = self.strides[1], self.pads[1]
+        first = max(0, ceil_div(left - px, sw))
+        end = min(self.phase_cols, ceil_div(self.width + left - px, sw))
+        if end <= first:
+            return first, end, 0
+        first_column = first * sw + px - left
+        whole = 0 if scalable else min((end - first) // self.lanes, (self.width - first_column) // (sw * self.lanes))
+        return first, end, whole
+
+    def gathered_lanes(self, scalable: bool) -> int:
+        """Lanes the transform loads by gathers, masked ones included (a gather issues a
+        load per lane): per source row and column phase, the columns left after the
+        whole deinterleaved vectors, in vectors. None with stride 1 across."""
+        if self.strides[1] == 1:
+            return 0
+        per_row = 0
+        for px in range(self.strides[1]):
+            first, end, whole = self.inside_columns(px, scalable)
+            per_row += ceil_div(max(0, end - first) - whole * self.lanes, self.lanes) * self.lanes
+        return self.planes * self.height * per_row  # each source row lies in one row phase
+
     def tap_offset(self, dy: int, dx: int) -> int:
         """Where padded input (oh·sh + dy, ow·sw + dx) lies in a plane, less oh·phase_cols + ow:
         the constant offset of a window tap (dy, dx) = (kh·dh, kw·dw)."""
@@ -182,15 +208,13 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
         # strided: the columns j whose x = j·sw + px − left lies in the row as vectors (whole
         # pieces of sw·L source columns deinterleaved, the rest gathered); the few
         # outside the row filled
-        inside_from = max(0, ceil_div(left - px, sw))
-        inside_to = min(s.phase_cols, ceil_div(s.width + left - px, sw))
+        inside_from, inside_to, whole = s.inside_columns(px, target.scalable)
         for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
             memref.store(fill, xt, [arith.addi(start, index(j))])
         count = inside_to - inside_from
         if count <= 0:
             return
         first_column = inside_from * sw + px - left
-        whole = 0 if target.scalable else min(count // lanes, (s.width - first_column) // (sw * lanes))
 
         def whole_piece(p: ir.Value) -> None:
             column = arith.addi(arith.muli(p, index(sw * lanes)), index(first_column))
