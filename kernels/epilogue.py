@@ -223,13 +223,11 @@ def exp(x: ir.Value) -> ir.Value:
     vector into one expf call per lane): x = n·ln2 + r, e^r by the polynomial, 2^n
     assembled in the exponent bits."""
     x = arith.minimumf(arith.maximumf(x, _const(x, -EXP_RANGE)), _const(x, EXP_RANGE))
-    n = math.floor(arith.addf(arith.mulf(x, _const(x, 1.44269504088896341)), _const(x, 0.5)))
-    r = arith.subf(x, arith.mulf(n, _const(x, 0.693359375)))  # ln2 split in two parts so
-    r = arith.subf(r, arith.mulf(n, _const(x, -2.12194440e-4)))  # n·ln2 rounds exactly
-    p = _const(x, EXP_POLYNOMIAL[0])
-    for c in EXP_POLYNOMIAL[1:]:
-        p = arith.addf(arith.mulf(p, r), _const(x, c))
-    y = arith.addf(arith.addf(arith.mulf(p, arith.mulf(r, r)), r), _const(x, 1.0))
+    n = math.floor(math.fma(x, _const(x, 1.44269504088896341), _const(x, 0.5)))
+    r = math.fma(n, _const(x, -0.693359375), x)  # ln2 split in two parts so
+    r = math.fma(n, _const(x, 2.12194440e-4), r)  # n·ln2 rounds exactly
+    p = _horner(r, EXP_POLYNOMIAL)
+    y = arith.addf(math.fma(p, arith.mulf(r, r), r), _const(x, 1.0))
     i32 = _like(x, ir.IntegerType.get_signless(32))
     biased = arith.addi(arith.fptosi(i32, n), _int_const(i32, 127))
     scale = arith.bitcast(x.type, arith.shli(biased, _int_const(i32, 23)))
@@ -254,13 +252,20 @@ def log(x: ir.Value) -> ir.Value:
     exponent = arith.select(small, arith.subf(exponent, _const(x, 1.0)), exponent)
     m = arith.subf(arith.select(small, arith.addf(mantissa, mantissa), mantissa), _const(x, 1.0))
     z = arith.mulf(m, m)
-    p = _const(x, LOG_POLYNOMIAL[0])
-    for c in LOG_POLYNOMIAL[1:]:
-        p = arith.addf(arith.mulf(p, m), _const(x, c))
-    y = arith.mulf(arith.mulf(p, m), z)
-    y = arith.addf(y, arith.mulf(exponent, _const(x, -2.12194440e-4)))
-    y = arith.subf(y, arith.mulf(z, _const(x, 0.5)))
-    return arith.addf(arith.addf(m, y), arith.mulf(exponent, _const(x, 0.693359375)))
+    y = arith.mulf(arith.mulf(_horner(m, LOG_POLYNOMIAL), m), z)
+    y = math.fma(exponent, _const(x, -2.12194440e-4), y)
+    y = math.fma(z, _const(x, -0.5), y)
+    return math.fma(exponent, _const(x, 0.693359375), arith.addf(m, y))
+
+
+def _horner(x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
+    """The polynomial with `coefficients` (highest power first) at x, one fused
+    multiply-add per coefficient: MLIR's mulf/addf pairs are not contracted into FMAs,
+    and an unfused pair costs two vector ops."""
+    p = _const(x, coefficients[0])
+    for c in coefficients[1:]:
+        p = math.fma(p, x, _const(x, c))
+    return p
 
 
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:
