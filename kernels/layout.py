@@ -71,30 +71,23 @@ class PhaseSplit:
         """f32 elements of the transformed buffer, slack included."""
         return self.planes * self.plane_size + self.slack
 
-    def inside_columns(self, px: int, scalable: bool) -> tuple[int, int, int]:
-        """For column phase px of a strided split: the phase columns [first, end) whose
-        source column lies in the row, and how many whole vectors of them are read as
-        sw deinterleaved vectors (the rest are gathered; all of them on scalable
-        vectors, whose deinterleave is not a fixed shuffle)."""
+    def inside_columns(self, px: int) -> tuple[int, int]:
+        """For column phase px: the phase columns [first, end) whose source column lies
+        in the row (the rest hold the fill)."""
         sw, left = self.strides[1], self.pads[1]
-        first = max(0, ceil_div(left - px, sw))
-        end = min(self.phase_cols, ceil_div(self.width + left - px, sw))
-        if end <= first:
-            return first, end, 0
-        first_column = first * sw + px - left
-        whole = 0 if scalable else min((end - first) // self.lanes, (self.width - first_column) // (sw * self.lanes))
-        return first, end, whole
+        return max(0, ceil_div(left - px, sw)), min(self.phase_cols, ceil_div(self.width + left - px, sw))
 
     def gathered_lanes(self, scalable: bool) -> int:
         """Lanes the transform loads by gathers, masked ones included (a gather issues a
-        load per lane): per source row and column phase, the columns left after the
-        whole deinterleaved vectors, in vectors. None with stride 1 across."""
-        if self.strides[1] == 1:
+        load per lane): on scalable vectors, whose deinterleave is not a fixed shuffle,
+        every inside column of every source row and column phase, in vectors. None with
+        stride 1 across or fixed-width vectors."""
+        if self.strides[1] == 1 or not scalable:
             return 0
         per_row = 0
         for px in range(self.strides[1]):
-            first, end, whole = self.inside_columns(px, scalable)
-            per_row += ceil_div(max(0, end - first) - whole * self.lanes, self.lanes) * self.lanes
+            first, end = self.inside_columns(px)
+            per_row += ceil_div(max(0, end - first), self.lanes) * self.lanes
         return self.planes * self.height * per_row  # each source row lies in one row phase
 
     def tap_offset(self, dy: int, dx: int) -> int:
@@ -131,11 +124,12 @@ def generate_phase_split(split: PhaseSplit, target: Target) -> KernelModule:
     return KernelModule(module=module, signatures=(sig,), target=target)
 
 
-def deinterleave(pieces: list[ir.Value], stride: int) -> ir.Value:
-    """Lane i = element i·stride of the concatenated vectors `pieces` (stride of them):
-    one shuffle of the first two, then one more per further vector (fixed-width only)."""
+def deinterleave(pieces: list[ir.Value], stride: int, first: int = 0) -> ir.Value:
+    """Lane i = element i·stride + first (first < stride) of the concatenated vectors
+    `pieces` (stride of them): one shuffle of the first two, then one more per further
+    vector (fixed-width only)."""
     lanes = ir.VectorType(pieces[0].type).shape[0]
-    take = [i * stride for i in range(lanes)]
+    take = [i * stride + first for i in range(lanes)]
     value = vector.shuffle(pieces[0], pieces[-1] if stride == 1 else pieces[1],
                            [t if t < 2 * lanes else 0 for t in take])  # fmt: skip
     for k in range(2, stride):
@@ -162,7 +156,10 @@ def source_memref(s: PhaseSplit, pointer: ir.Value) -> ir.Value:
 def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.Value, first: ir.Value) -> None:
     """Emit the transform of plane `p` of `x` (`source_memref`) into the flat `xt` from
     element `first`: the whole buffer's planes, or one plane's scratch of a kernel that
-    transforms each plane just before reading it (depthwise, pooling)."""
+    transforms each plane just before reading it (depthwise, pooling). Each source row
+    is read once for all its column phases: a load of sw·L columns deinterleaved sw
+    ways (reading it again per phase, one column off, cost two-thirds of a strided
+    depthwise layer on Zen 4: every 64-byte load crossed a line)."""
     sh, sw = s.strides
     top, left = s.pads[0], s.pads[1]
     vec, lanes = f32_vector_type(target, s.lanes), s.lanes
@@ -178,61 +175,68 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
 
         for_tiles(index(0), index(ceil_div(s.phase_cols, lanes)), lanes, s.phase_cols, piece)
 
-    def plane() -> None:
-        for py in range(sh):
-            for px in range(sw):
-                phase_start = arith.addi(first, index((py * sw + px) * s.phase_size))
+    def row(i: ir.Value, py: int) -> None:  # phase row i of the row phase py, every column phase
+        starts = [arith.addi(first, arith.addi(index((py * sw + px) * s.phase_size), arith.muli(i, index(s.phase_cols))))
+                  for px in range(sw)]  # fmt: skip
+        y = arith.subi(arith.addi(arith.muli(i, index(sh)), index(py)), index(top))
+        inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
+                            arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
+        source_row = arith.addi(arith.muli(p, index(s.height)), y)
+        when_else(inside, lambda: copy_row(starts, source_row), lambda: [fill_row(start) for start in starts])
 
-                def row(i: ir.Value, py: int = py, px: int = px, phase_start: ir.Value = phase_start) -> None:
-                    start = arith.addi(phase_start, arith.muli(i, index(s.phase_cols)))
-                    y = arith.subi(arith.addi(arith.muli(i, index(sh)), index(py)), index(top))
-                    inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
-                                        arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
-                    source_row = arith.addi(arith.muli(p, index(s.height)), y)
-                    when_else(inside, lambda: copy_row(start, source_row, px), lambda: fill_row(start))
-
-                for_range(0, s.phase_rows, 1, row)
-
-    def copy_row(start: ir.Value, source_row: ir.Value, px: int) -> None:
-        if sw == 1:  # fill | the source row as vectors | fill
-            for j in [*range(left), *range(left + s.width, s.phase_cols)]:
+    def copy_row(starts: list[ir.Value], source_row: ir.Value) -> None:
+        """fill | the source row's columns of each phase | fill"""
+        for px, start in enumerate(starts):
+            inside_from, inside_to = s.inside_columns(px)
+            for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
                 memref.store(fill, xt, [arith.addi(start, index(j))])
-
+        if sw == 1:
             def piece(col: ir.Value, count: int) -> None:
                 m = mask(count)
-                store(load(vec, x, [source_row, col], m), xt, [arith.addi(start, arith.addi(col, index(left)))], m)
+                store(load(vec, x, [source_row, col], m), xt, [arith.addi(starts[0], arith.addi(col, index(left)))], m)
 
             for_tiles(index(0), index(ceil_div(s.width, lanes)), lanes, s.width, piece)
-            return
+        elif target.scalable:  # the deinterleave is a fixed-width shuffle: gather each phase
+            for px, start in enumerate(starts):
+                gather_phase(start, source_row, px)
+        else:
+            deinterleave_row(starts, source_row)
 
-        # strided: the columns j whose x = j·sw + px − left lies in the row as vectors (whole
-        # pieces of sw·L source columns deinterleaved, the rest gathered); the few
-        # outside the row filled
-        inside_from, inside_to, whole = s.inside_columns(px, target.scalable)
-        for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
-            memref.store(fill, xt, [arith.addi(start, index(j))])
+    def gather_phase(start: ir.Value, source_row: ir.Value, px: int) -> None:
+        inside_from, inside_to = s.inside_columns(px)
         count = inside_to - inside_from
-        if count <= 0:
-            return
         first_column = inside_from * sw + px - left
 
-        def whole_piece(p: ir.Value) -> None:
-            column = arith.addi(arith.muli(p, index(sw * lanes)), index(first_column))
-            pieces = [load(vec, x, [source_row, offset(column, k * lanes)]) for k in range(sw)]
-            store(deinterleave(pieces, sw), xt, [arith.addi(start, arith.addi(arith.muli(p, index(lanes)),
-                                                                               index(inside_from)))])  # fmt: skip
-
-        if whole:
-            for_range(0, whole, 1, whole_piece)
-
-        def gathered(first: ir.Value, size: int) -> None:
+        def gathered(j: ir.Value, size: int) -> None:
             m = mask(size)
-            column = arith.addi(arith.muli(first, index(sw)), index(first_column))
+            column = arith.addi(arith.muli(j, index(sw)), index(first_column))
             store(strided_load(vec, x, [source_row, column], sw, m), xt,
-                  [arith.addi(start, arith.addi(first, index(inside_from)))], m)  # fmt: skip
+                  [arith.addi(start, arith.addi(j, index(inside_from)))], m)  # fmt: skip
 
-        rest = count - whole * lanes
-        if rest:
-            for_tiles(index(whole), index(whole + ceil_div(rest, lanes)), lanes, count, gathered)
+        if count > 0:
+            for_tiles(index(0), index(ceil_div(count, lanes)), lanes, count, gathered)
 
-    plane()
+    def deinterleave_row(starts: list[ir.Value], source_row: ir.Value) -> None:
+        """Source columns col0 + rho + sw·l (rho < sw) go to phase px = (rho + left) mod
+        sw, column col0/sw + l + (rho + left − px)/sw: chunks of sw·L columns, the last
+        one masked."""
+        chunk = sw * lanes
+
+        def put(col0: ir.Value, valid: int) -> None:  # the chunk at col0 with `valid` source columns
+            pieces = [fill_vec if valid <= k * lanes else load(vec, x, [source_row, offset(col0, k * lanes)],
+                                                                mask(valid - k * lanes))
+                      for k in range(sw)]  # fmt: skip
+            for rho in range(min(sw, valid)):
+                px = (rho + left) % sw
+                column = arith.addi(arith.divsi(col0, index(sw)), index((rho + left - px) // sw))
+                store(deinterleave(pieces, sw, rho), xt, [arith.addi(starts[px], column)],
+                      mask(ceil_div(valid - rho, sw)))  # fmt: skip
+
+        full = s.width // chunk
+        if full:
+            for_range(0, full, 1, lambda c: put(arith.muli(c, index(chunk)), chunk))
+        if s.width % chunk:
+            put(index(full * chunk), s.width % chunk)
+
+    for py in range(sh):
+        for_range(0, s.phase_rows, 1, lambda i, py=py: row(i, py))

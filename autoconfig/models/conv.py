@@ -147,13 +147,13 @@ def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
 
 
 def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
-    """The input copied into its padded, phase-split planes: each column phase reads the
-    rows again (`kernels.layout` builds one phase at a time), the planes are written
-    once; the columns a strided split gathers cost a load slot per lane besides. The
-    traffic alone predicted 5×5 stride-2 depthwise on 144 planes of 56² alike at 512-
-    and 256-bit vectors on Zen 4, where 512-bit (14 of 30 phase columns gathered per
-    row, against 6) measured 25% slower."""
-    moved = (split.planes * split.height * split.width * split.strides[1] + split.size) * F32
+    """The input copied into its padded, phase-split planes: read once, the planes
+    written once; the columns a strided split gathers (scalable vectors only) cost a
+    load slot per lane besides. When fixed-width splits still gathered each row's
+    tail, 5×5 stride-2 depthwise on 144 planes of 56² ran 25% slower at 512 bits than
+    at 256 on Zen 4 (the traffic predicted them alike); with masked loads both run
+    alike."""
+    moved = (split.planes * split.height * split.width + split.size) * F32
     gathered = split.gathered_lanes(m.scalable)
     why = (f"the input copied into padded planes split by stride {split.strides[0]}x{split.strides[1]} "
            f"phases ({moved / 1e6:.2f} MB read and written"
