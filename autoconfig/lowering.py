@@ -131,17 +131,22 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
                 image = columns
                 rows = split(im2col.rows, threads)
                 calls.append(Call(im2col.symbol, tuple(Part((columns, xt), (n * s.group + g, *r)) for r in rows)))
-            calls.append(matmul_call(gemm, at(y, out), at(w, g * gemm.config.a_size()), image, views, buffers, work))
+            if gemm.config.transposed:  # Yᵀ = Xᵀ·Wᵀ: the image is Aᵀ, the weights B
+                a, b = image, at(w, g * gemm.config.b_size())
+            else:
+                a, b = at(w, g * gemm.config.a_size()), image
+            calls.append(matmul_call(gemm, at(y, out), a, b, views, buffers, work))
     return calls
 
 
 def _gemm_weights(gemm: MatmulConfig, weight: np.ndarray, groups: int) -> np.ndarray:
-    """A convolution's weights as its GEMM reads them, each group's A after the other:
-    as they are, or packed into the micro-kernel's panels once, here (`a_packed`)."""
-    if not gemm.a_packed:
+    """A convolution's weights as its GEMM reads them, each group's after the other: as
+    they are, or packed into the micro-kernel's panels once, here (A's with `a_packed`,
+    Bᵀ's with `transposed`)."""
+    if not (gemm.a_packed or gemm.transposed):
         return weight
-    per_group = weight.reshape(groups, -1)
-    return np.concatenate([gemm.pack_a(g) for g in per_group])
+    pack = gemm.pack_b if gemm.transposed else gemm.pack_a
+    return np.concatenate([pack(g) for g in weight.reshape(groups, -1)])
 
 
 def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:

@@ -24,7 +24,11 @@ im2col — the windows copied once into a matrix of Cin/G·KH·KW rows × OH·OW
 kernel on it (`kernels.matmul`, channels along its rows);
 
 gemm1x1 — a 1×1 convolution with stride 1 and no padding, whose image is already
-that matrix: the matmul kernel on the image itself, no copy.
+that matrix: the matmul kernel on the image itself, no copy. Either output pixels in
+the lanes (Y = W·X, W packed once), or output channels in the lanes, for images too
+small to fill the vectors (7×7 = 49 pixels in four 16-lane vectors wastes a quarter):
+Yᵀ = Xᵀ·Wᵀ (`MatmulConfig.transposed`: X read in place, W packed once as Bᵀ, each
+output vector scattered along a channel column of Y).
 
 winograd — F(2×2 or 4×4, 3×3) for 3×3 stride-1 layers: `kernels.winograd`.
 
@@ -249,7 +253,8 @@ def _check_tile(config: DirectConfig | DepthwiseConfig, target: Target) -> None:
 @dataclass(frozen=True)
 class GemmConvConfig:
     """im2col or gemm1x1: the matmul kernel `gemm` on each image and group's matrix
-    (its shape is the convolution's `gemm_shape`, its channels along its rows)."""
+    (its shape is the convolution's `gemm_shape`, its channels along its rows), or for
+    gemm1x1 on its transpose (`gemm.transposed`: channels along its columns)."""
 
     shape: ConvShape
     algorithm: ConvAlgorithm
@@ -265,7 +270,7 @@ class GemmConvConfig:
 
     @property
     def tile(self) -> str:
-        return f"{self.gemm.algorithm} {self.gemm.tile}"
+        return f"{self.gemm.algorithm} {self.gemm.tile}{' channels in lanes' if self.gemm.transposed else ''}"
 
     def split(self) -> PhaseSplit:
         """im2col's input transform (slack: a row copy's last vector reads past it)."""
@@ -280,12 +285,23 @@ class GemmConvConfig:
         if self.algorithm == "gemm1x1" and not self.shape.pointwise:
             raise AutoconfigError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
                                   + self.shape.describe())  # fmt: skip
-        if self.gemm.shape != self.shape.gemm_shape() or self.gemm.channel_axis != "rows":
+        if self.gemm.transposed:
+            product = self.shape.gemm_shape()
+            if self.algorithm != "gemm1x1" or self.gemm.shape != transposed_shape(product) or \
+                    self.gemm.channel_axis != "columns":
+                raise AutoconfigError(f"a transposed GEMM of {self.shape.describe()} is a gemm1x1 of "
+                                      f"{transposed_shape(product)} with channels along its columns")  # fmt: skip
+        elif self.gemm.shape != self.shape.gemm_shape() or self.gemm.channel_axis != "rows":
             raise AutoconfigError(f"the GEMM of {self.shape.describe()} is {self.shape.gemm_shape()} with "
                                   "channels along its rows")  # fmt: skip
         if self.gemm.accumulate:
             raise AutoconfigError("a convolution's GEMM overwrites its output (accumulate=False)")
         self.gemm.validate(target)
+
+
+def transposed_shape(product: mm.MatmulShape) -> mm.MatmulShape:
+    """The product computed as its transpose: Cᵀ[N, M] = Bᵀ[N, K] · Aᵀ[K, M]."""
+    return mm.MatmulShape(product.n, product.m, product.k)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ Packed layouts, in one workspace per thread (Bp, then Ap after it):
     Bp[panel][k][0..nr)   panel = (column − first column)/nr; zero past the last column
     Ap[tile][k][0..mr)    tile = row tile − first row tile;   zero past the last row
 An A packed once (a constant: a layer's weights) holds every K block's Ap for all row
-tiles, one after the other (`kernels.matmul.MatmulConfig.pack_a`).
+tiles, one after the other (`kernels.matmul.MatmulConfig.pack_a`); a B packed once
+every K block's Bp for all column tiles (`MatmulConfig.pack_b`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernels.emit import index
-from kernels.loops import equal, for_range, for_tiles, for_unrolled, load, offset, store, when_else
+from kernels.loops import equal, for_range, for_tiles, for_unrolled, load, offset, store, strided_load, strided_store
+from kernels.loops import when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 
@@ -52,6 +54,16 @@ boundaries, would start it. Measured on Zen 4 (1×1 convolutions, weights in L3,
 layers called in turn): 1024→1024 at 7² 1268 → 1130 µs, 512→1024 at 7² 662 → 565 µs,
 512→512 at 14² 997 → 970 µs, with warm weights unchanged; into L2 (locality 2) gained
 nothing, and a burst of prefetches for a whole panel before each tile lost 3%."""
+
+
+PREFETCH_LINE_FLOATS = 16
+"""Floats per prefetched line: 64-byte lines (x86, most Arm cores); on a core with
+128-byte lines every other prefetch asks for a line already on its way."""
+
+
+B_PREFETCH_LOCALITY = 2
+"""A packed-once B panel is prefetched into L2 (locality 2), a whole column tile ahead:
+into L1 it would evict the panel being read long before its own turn."""
 
 
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
@@ -100,6 +112,32 @@ class OutputTile:
 
     def store(self, r: int, v: int, value: ir.Value) -> None:
         store(value, self.memory, [self.rows[r], self.cols[v]], self.masks[v])
+
+
+@dataclass(frozen=True)
+class TransposedTile(OutputTile):
+    """The same tile of a C stored transposed (Cᵀ in a flat memref, `stride` = C's
+    row count apart): a vector's lanes, consecutive columns of C, are `stride` floats
+    apart, stored by a scatter and read back by a gather."""
+
+    stride: int
+
+    def at(self, r: int, v: int) -> ir.Value:
+        """Where lane 0 of vector v of row r lies: Cᵀ[cols[v], rows[r]]."""
+        return arith.addi(arith.muli(self.cols[v], index(self.stride)), self.rows[r])
+
+    def prefetch(self) -> None:
+        """Ask for each column's run of the tile's rows (one line or two per column)."""
+        lanes = ir.VectorType(self.vec).shape[0]
+        for v in range(len(self.cols)):
+            for lane in range(lanes):
+                memref.prefetch(self.memory, [offset(self.at(0, v), lane * self.stride)], True, 3, True)
+
+    def load(self, r: int, v: int) -> ir.Value:
+        return strided_load(self.vec, self.memory, [self.at(r, v)], self.stride, self.masks[v])
+
+    def store(self, r: int, v: int, value: ir.Value) -> None:
+        strided_store(value, self.memory, [self.at(r, v)], self.stride, self.masks[v])
 
 
 @dataclass(frozen=True)
@@ -157,6 +195,8 @@ class PackedB:
     kc: int  # K rows per panel
     k0: ir.Value  # first k of the block
     col0: ir.Value  # first column of the block
+    base: ir.Value | None = None  # where these panels start in `work` (None: at 0; in a B
+    # packed once, the K block's panels of all column tiles, `MatmulConfig.pack_b`)
 
     @property
     def nr(self) -> int:
@@ -165,11 +205,34 @@ class PackedB:
     def at(self, col: ir.Value, k: ir.Value, v: int) -> ir.Value:
         """The workspace index of vector v of row k of the panel starting at `col`."""
         panel = arith.muli(arith.divsi(arith.subi(col, self.col0), index(self.nr)), index(self.kc * self.nr))
+        if self.base is not None:
+            panel = arith.addi(self.base, panel)
         return offset(arith.addi(panel, arith.muli(arith.subi(k, self.k0), index(self.nr))), v * self.lanes)
 
     def loader(self, col: ir.Value) -> LoadB:
         """B(v, k) from the panel starting at `col`."""
         return lambda v, k, _tap: load(self.vec, self.work, [self.at(col, k, v)])
+
+    def prefetcher(self, col: ir.Value, tile: ir.Value, tiles: int, unroll: int) -> Callable[[ir.Value], None]:
+        """ahead(k) for row tile `tile` of the `tiles` that read the panel at `col` (a B
+        packed once, a layer's weights, arriving from L3 or memory): its share of the
+        next panel's lines, spread evenly over the tiles and their k trips. The first
+        tile to read a panel would otherwise stream it from memory at the FMAs' pace
+        (five lines per k at nr = 80), which no memory delivers; spread over all the
+        tiles, the next panel arrives while this one is computed."""
+        lines = ceil_div(self.kc * self.nr, PREFETCH_LINE_FLOATS)
+        trips = ceil_div(self.kc, unroll)
+        per_trip = ceil_div(lines, tiles * trips)
+        next_panel = self.at(offset(col, self.nr), self.k0, 0)
+
+        def ahead(k: ir.Value) -> None:
+            trip = arith.divsi(arith.subi(k, self.k0), index(unroll))
+            first = arith.muli(arith.addi(arith.muli(tile, index(trips)), trip), index(per_trip * PREFETCH_LINE_FLOATS))
+            for p in range(per_trip):
+                at = arith.addi(next_panel, offset(first, p * PREFETCH_LINE_FLOATS))
+                memref.prefetch(self.work, [at], False, B_PREFETCH_LOCALITY, True)
+
+        return ahead
 
     def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], columns: int,
              read: Callable[[ir.Value, ir.Value, ir.Value | None], ir.Value],

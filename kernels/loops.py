@@ -10,7 +10,8 @@ point, so that a generator reads like the nest it produces:
   size known at generation time) under a condition;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
-  nor written); `strided_load`: lanes `stride` elements apart (a gather);
+  nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
+  gather / a scatter);
   `prefix_mask`: the lanes below a bound;
 - `lane_sum`: several vectors added up, then across their lanes.
 """
@@ -137,15 +138,31 @@ def strided_load(vec: ir.VectorType, memory: ir.Value, indices: Sequence[ir.Valu
                  mask: ir.Value | None = None) -> ir.Value:  # fmt: skip
     """Lane i from `memory` at `indices` with the last index advanced by i·stride (a
     gather: vgatherdps on x86, indexed loads on RVV); masked lanes are 0, never read."""
+    offsets, mask = _lanes_apart(vec, stride, mask)
+    zero = vector.broadcast(vec, arith.constant(ir.VectorType(vec).element_type, 0.0))
+    return vector.gather(vec, memory, list(indices), offsets, mask, zero)
+
+
+def strided_store(value: ir.Value, memory: ir.Value, indices: Sequence[ir.Value], stride: int,
+                  mask: ir.Value | None = None) -> None:  # fmt: skip
+    """Store lane i of `value` at `indices` with the last index advanced by i·stride (a
+    scatter: vscatterdps on AVX-512, indexed stores on RVV, one store per lane
+    elsewhere); masked lanes are not written."""
+    offsets, mask = _lanes_apart(value.type, stride, mask)
+    vector.scatter(None, memory, list(indices), offsets, mask, value)  # no result: a memref
+
+
+def _lanes_apart(vec: ir.VectorType, stride: int, mask: ir.Value | None) -> tuple[ir.Value, ir.Value]:
+    """A gather's or scatter's i32 lane offsets (i·stride) and its mask (all lanes when
+    None: a bound no vector length reaches, since scalable ones grow with vscale)."""
     t = ir.VectorType(vec)
     like = lambda element: ir.VectorType.get(t.shape, element, scalable=t.scalable_dims)  # noqa: E731
     lanes = vector.step(like(ir.IndexType.get()))
     offsets = arith.muli(lanes, vector.broadcast(like(ir.IndexType.get()), index(stride)))
     offsets = arith.index_cast(like(ir.IntegerType.get_signless(32)), offsets)
-    if mask is None:  # every lane: a bound no vector length reaches (scalable ones grow with vscale)
+    if mask is None:
         mask = vector.create_mask(like(ir.IntegerType.get_signless(1)), [index(t.shape[0] * 1024)])
-    zero = vector.broadcast(vec, arith.constant(t.element_type, 0.0))
-    return vector.gather(vec, memory, list(indices), offsets, mask, zero)
+    return offsets, mask
 
 
 def prefix_mask(mask_type: ir.VectorType, remaining: ir.Value | int) -> ir.Value:

@@ -13,7 +13,10 @@ broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through me
 tiled (register-tiled outer products, cache-blocked, no packing) and packed (the same
 loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto; the
 micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives already in
-its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time)::
+its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time;
+with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
+time by `pack_b`, and C leaves as Cᵀ, each tile's vectors scattered — a 1×1
+convolution with its output channels in the lanes)::
 
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
       for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, unless a_packed]
@@ -39,7 +42,8 @@ broadcast), so that threads can call it on disjoint blocks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -49,7 +53,7 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, tail_mask, verify
-from kernels.gemm import KBlocks, OutputTile, PackedA, PackedB, micro_kernel, write_back
+from kernels.gemm import KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div, round_up
@@ -100,6 +104,10 @@ class MatmulConfig:
     # apply within each product
     a_packed: bool = False  # packed only: A arrives in the layout `pack_a` makes (a
     # constant A, a layer's weights, packed once when the layer is built, not per call)
+    transposed: bool = False  # packed only: every operand stored transposed — `a` holds
+    # Aᵀ (K×M, read in place), `b` Bᵀ (N×K, a constant) packed once by `pack_b`, `c`
+    # receives Cᵀ (N×M, each vector scattered). A 1×1 convolution Y = W·X computed as
+    # Yᵀ = Xᵀ·Wᵀ: its output channels in the lanes, its pixels along the tile's rows
 
     @property
     def nr(self) -> int:
@@ -137,8 +145,9 @@ class MatmulConfig:
 
     def workspace(self) -> int:
         """f32 elements of packing workspace one call needs (0 unless packed): the B
-        block (kc×nc) followed by the A block (mc×kc), unless A arrives packed."""
-        if self.algorithm != "packed":
+        block (kc×nc) followed by the A block (mc×kc), unless A arrives packed (none
+        when transposed: B arrives packed, A is read in place)."""
+        if self.algorithm != "packed" or self.transposed:
             return 0
         kc, mc, nc = self.packed_blocks()
         return kc * nc + (0 if self.a_packed else mc * kc)
@@ -152,19 +161,29 @@ class MatmulConfig:
         kc = self.packed_blocks()[0]
         return ceil_div(s.k, kc) * kc * self.row_tiles() * self.mr
 
+    def b_size(self) -> int:
+        """f32 elements of one product's B as the kernel reads it: K×N, or packed when
+        transposed (every K block a full kc deep, every column tile a full nr wide)."""
+        s = self.shape
+        if not self.transposed:
+            return s.k * s.n
+        kc = self.packed_blocks()[0]
+        return ceil_div(s.k, kc) * kc * self.col_tiles() * self.nr
+
     def pack_a(self, a: np.ndarray) -> np.ndarray:
         """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
         flat: Ap[k block][row tile][k in the block][row in the tile] — the layout the
         packed algorithm gives each A block per call (`kernels.gemm.PackedA`), for all
         of A at once."""
-        s, mr = self.shape, self.mr
-        kc = self.packed_blocks()[0]
-        a = np.asarray(a, np.float32).reshape(self.batch, s.m, s.k)
-        k_blocks = ceil_div(s.k, kc)
-        padded = np.zeros((self.batch, self.row_tiles() * mr, k_blocks * kc), np.float32)
-        padded[:, : s.m, : s.k] = a
-        tiles = padded.reshape(self.batch, self.row_tiles(), mr, k_blocks, kc)
-        return np.ascontiguousarray(tiles.transpose(0, 3, 1, 4, 2)).ravel()
+        return _panels(np.asarray(a, np.float32).reshape(self.batch, self.shape.m, self.shape.k), self.mr,
+                       self.packed_blocks()[0])  # fmt: skip
+
+    def pack_b(self, b_t: np.ndarray) -> np.ndarray:
+        """Bᵀ (N×K: a 1×1 convolution's weights, output channels × input channels) in
+        the layout a `transposed` kernel reads, flat: Bp[k block][column tile][k in the
+        block][column in the tile] — `kernels.gemm.PackedB`'s panels for all of B."""
+        return _panels(np.asarray(b_t, np.float32).reshape(1, self.shape.n, self.shape.k), self.nr,
+                       self.packed_blocks()[0])  # fmt: skip
 
     def registers_needed(self) -> tuple[int, str]:
         """Vector registers the inner loop keeps live, and what they hold."""
@@ -203,6 +222,14 @@ class MatmulConfig:
             raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
         if self.a_packed and self.algorithm != "packed":
             raise AutoconfigError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
+        if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
+            raise AutoconfigError("transposed operands are for one packed product (B packed at build) with A "
+                                  "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
+
+    def c_shape(self) -> list[int]:
+        """C (and an output-shaped operand) as the kernel addresses it: M×N, or Cᵀ flat."""
+        s = self.shape
+        return [s.n * s.m] if self.transposed else [s.m, s.n]
 
     def channel_count(self) -> int:
         """Values a channel operand (bias) holds: one per column, or one per row."""
@@ -219,21 +246,41 @@ def signature(config: MatmulConfig) -> KernelSignature:
     params = [
         Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * m * n,)),
         Param("a", Role.IN, extent=(q * config.a_size(),)),
-        Param("b", Role.IN, extent=(q * k * n,)),
+        Param("b", Role.IN, extent=(q * config.b_size(),)),
     ]
     for _, name, operand in ep.operand_names(config.epilogue):
         params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel" else q * m * n,)))
-    if config.algorithm == "packed":
+    if config.workspace():
         params.append(Param("work", Role.OUT, extent=(config.workspace(),)))
     params += [Param(name, Role.SIZE) for name in SIZES]
     op = "+=" if config.accumulate else "="
     return KernelSignature(
         symbol=config.symbol,
         params=tuple(params),
-        doc=f"{f'{q} products ' if q > 1 else ''}C[{m}x{n}] {op} A[{m}x{k}{' packed' if config.a_packed else ''}] . B[{k}x{n}], then {ep.describe(config.epilogue)}, on row "
+        doc=f"{f'{q} products ' if q > 1 else ''}{_operands(config, op)}, then {ep.describe(config.epilogue)}, on row "
         f"tiles [row_begin, row_end) of {config.mr} rows x column tiles [col_begin, col_end) of "
         f"{config.nr} ({config.algorithm}).",
     )
+
+
+def _operands(config: MatmulConfig, op: str) -> str:
+    """'C[MxN] = A[MxK] . B[KxN]' with how each operand is stored."""
+    m, n, k = config.shape.m, config.shape.n, config.shape.k
+    if config.transposed:
+        return f"C[{m}x{n}] stored as its transpose {op} A (given as its transpose) . B (given packed)"
+    return f"C[{m}x{n}] {op} A[{m}x{k}{' packed' if config.a_packed else ''}] . B[{k}x{n}]"
+
+
+def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
+    """Stacked matrices (q × rows × K) as the micro-kernel's panels, flat:
+    [q][k block][tile of `height` rows][k in the block][row in the tile], zero past the
+    last row and the last k (A's row tiles for `pack_a`, Bᵀ's column tiles for `pack_b`)."""
+    q, rows, k = matrices.shape
+    tiles, k_blocks = ceil_div(rows, height), ceil_div(k, kc)
+    padded = np.zeros((q, tiles * height, k_blocks * kc), np.float32)
+    padded[:, :rows, :k] = matrices
+    blocks = padded.reshape(q, tiles, height, k_blocks, kc)
+    return np.ascontiguousarray(blocks.transpose(0, 3, 1, 4, 2)).ravel()
 
 
 def generate(config: MatmulConfig, target: Target) -> KernelModule:
@@ -272,7 +319,7 @@ class _Kernel:
     c: ir.Value
     a: ir.Value
     b: ir.Value
-    b_flat: ir.Value  # B as one row of K·N floats (dot reads its column as vectors)
+    b_flat: ir.Value  # B as one row of floats (dot reads its column as vectors; packed when transposed)
     operands: dict[int, ir.Value]  # epilogue op position -> its tensor
     work: ir.Value | None
     rows: tuple[ir.Value, ir.Value]  # row tiles [begin, end)
@@ -281,13 +328,13 @@ class _Kernel:
     @classmethod
     def of(cls, config: MatmulConfig, target: Target, args: dict) -> _Kernel:
         s = config.shape
-        operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else [s.m, s.n])
+        operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else config.c_shape())
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
-        a_shape = [config.a_size()] if config.a_packed else [s.m, s.k]
+        a_shape = [config.a_size()] if config.a_packed else [s.k, s.m] if config.transposed else [s.m, s.k]
         return cls(config, target, f32_vector_type(target, config.lanes),
-                   f32_memref(args["c"], [s.m, s.n]), f32_memref(args["a"], a_shape),
-                   f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [s.k * s.n]), operands, work,
+                   f32_memref(args["c"], config.c_shape()), f32_memref(args["a"], a_shape),
+                   f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands, work,
                    (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(config.row_tiles()))),
                    (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))))  # fmt: skip
 
@@ -304,14 +351,21 @@ class _Kernel:
         vectors = ceil_div(columns, self.lanes)
         return [self.mask(columns - v * self.lanes) for v in range(vectors)]
 
-    def finish(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
-        """`value` (C at row, col: a vector, or a scalar for dot) with the epilogue."""
+    def finish(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None,
+               read_output: Callable[[ir.Value], ir.Value] | None = None) -> ir.Value:  # fmt: skip
+        """`value` (C at row, col: a vector, or a scalar for dot) with the epilogue; an
+        output-shaped operand is read by `read_output(tensor)` where given (a tile that
+        knows C's layout), else as a plain vector at (row, col)."""
         scalar = not isinstance(value.type, ir.VectorType)
 
         def operand(i: int) -> ir.Value:
             tensor = self.operands[i]
             if self.config.epilogue[i].operand == "output":
-                return memref.load(tensor, [row, col]) if scalar else load(self.vec, tensor, [row, col], mask)
+                if scalar:
+                    return memref.load(tensor, [row, col])
+                if read_output is not None:
+                    return read_output(tensor)
+                return load(self.vec, tensor, [row, col], mask)
             if self.config.channel_axis == "columns":
                 return memref.load(tensor, [col]) if scalar else load(self.vec, tensor, [col], mask)
             channel = memref.load(tensor, [row])  # one value for the whole row
@@ -416,7 +470,10 @@ def _blocked(kn: _Kernel) -> None:
         def k_block(pc: ir.Value) -> None:
             pc_end = arith.minsi(offset(pc, kc), index(shape.k))
             bp = None
-            if packed:
+            if cfg.transposed:  # this K block's panels of all column tiles, as pack_b laid them
+                bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, index(0),
+                             arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
+            elif packed:
                 bp = PackedB(kn.work, kn.vec, kn.lanes, cfg.nv, pkc, pc, arith.muli(jt, index(cfg.nr)))
                 bp.pack(pc_end, (jt, jt_end), shape.n, lambda k, col, mask: load(kn.vec, kn.b, [k, col], mask), kn.mask)
 
@@ -425,13 +482,19 @@ def _blocked(kn: _Kernel) -> None:
                 ap = None
                 if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
                     ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pkc, pc, index(0))
-                elif packed:
+                elif packed and not cfg.transposed:
                     ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pkc, pc, it)
                     ap.pack(pc_end, (it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
                 def column_tile(col0: ir.Value, columns: int) -> None:
                     def row_tile(row0: ir.Value, rows: int) -> None:
-                        _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap)
+                        ahead = None
+                        if cfg.a_packed:
+                            ahead = ap.prefetcher(row0)
+                        elif cfg.transposed:  # the row tiles of the block share the next B panel's lines
+                            tile = arith.subi(arith.divsi(row0, index(cfg.mr)), it)
+                            ahead = bp.prefetcher(col0, tile, min(row_tiles_per_block, cfg.row_tiles()), cfg.unroll)
+                        _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead)
 
                     for_tiles(it, it_end, cfg.mr, shape.m, row_tile)
 
@@ -445,25 +508,33 @@ def _blocked(kn: _Kernel) -> None:
 
 
 def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
-          k_range: tuple[ir.Value, ir.Value], blocks: KBlocks, bp: PackedB | None, ap: PackedA | None) -> None:  # fmt: skip
+          k_range: tuple[ir.Value, ir.Value], blocks: KBlocks, bp: PackedB | None, ap: PackedA | None,
+          ahead: Callable[[ir.Value], None] | None) -> None:  # fmt: skip
     """One micro-kernel call on the tile at (row0, col0) of rows × columns, and its
-    write-back."""
+    write-back; `ahead(k)` prefetches for a later tile."""
+    cfg = kn.config
     masks = kn.vector_masks(columns)
     cols = [offset(col0, v * kn.lanes) for v in range(len(masks))]
-    out = OutputTile(kn.c, kn.vec, [offset(row0, r) for r in range(rows)], cols, masks)
-    out.prefetch()
-    if bp is None:
-        def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:
-            return memref.load(kn.a, [out.rows[r], k])
-
-        def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
-            return load(kn.vec, kn.b, [k, cols[v]], masks[v])
+    tile_rows = [offset(row0, r) for r in range(rows)]
+    if cfg.transposed:
+        out = TransposedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m)
     else:
-        load_a, load_b = ap.loader(row0), bp.loader(col0)
-    ahead = ap.prefetcher(row0) if kn.config.a_packed else None
-    accs = micro_kernel(kn.vec, rows, len(cols), *k_range, kn.config.unroll, load_a, load_b, ahead=ahead)
+        out = OutputTile(kn.c, kn.vec, tile_rows, cols, masks)
+    out.prefetch()
+
+    def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
+        return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
+
+    def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
+        return load(kn.vec, kn.b, [k, cols[v]], masks[v])
+
+    if ap is not None:
+        load_a = ap.loader(row0)
+    if bp is not None:
+        load_b = bp.loader(col0)
+    accs = micro_kernel(kn.vec, rows, len(cols), *k_range, cfg.unroll, load_a, load_b, ahead=ahead)
     finish = None
-    if kn.config.epilogue:
+    if cfg.epilogue:
         def finish(value: ir.Value, r: int, v: int) -> ir.Value:
-            return kn.finish(value, out.rows[r], cols[v], masks[v])
+            return kn.finish(value, tile_rows[r], cols[v], masks[v], lambda tensor: replace(out, memory=tensor).load(r, v))
     write_back(out, accs, *k_range, blocks, finish)

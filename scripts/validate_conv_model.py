@@ -5,8 +5,9 @@ For each layer (zoo layers, and odd ones: 3 or 17 or 115 input channels, a 7x7
 stride-2 stem, dilation 2, a 1x1 image, grouped, asymmetric pads) a grid of
 configurations spanning every algorithm that applies (direct and depthwise at two
 vector widths and several register tiles; gemm1x1 and im2col with tiled and packed
-GEMMs; Winograd F(2,3) and F(4,3) with the matmul model's product) plus the model's
-own pick is compiled, checked against onnxruntime and timed
+GEMMs, gemm1x1 also with output channels in the lanes; Winograd F(2,3) and F(4,3)
+with the matmul model's product) plus the model's own pick is compiled, checked
+against onnxruntime and timed
 as a whole call (transform included), pinned to one core, round-robin in several
 passes, each configuration keeping its best sample (the matmul validation's protocol:
 scripts/validate_matmul_model.py). Per layer: the model's regret (its pick's time over
@@ -80,7 +81,7 @@ def grid(shape, profile, target) -> list:
     from autoconfig.models.conv import ConvPlan, channel_block, winograd_plans
     from autoconfig.models.matmul import UNROLL, block_sizes
     from kernels import matmul as mm
-    from kernels.conv import DepthwiseConfig, DirectConfig, GemmConvConfig
+    from kernels.conv import DepthwiseConfig, DirectConfig, GemmConvConfig, transposed_shape
 
     machine = Machine.of(profile)
     widths = sorted({target.f32_lanes, target.f32_lanes // 2} & set(machine.fma_by_lanes))
@@ -103,6 +104,11 @@ def grid(shape, profile, target) -> list:
                     kc, mc, nc, _ = block_sizes(gemm, mr, nv * lanes, m)
                     for kind in ("tiled", "packed"):
                         config = mm.MatmulConfig(gemm, kind, lanes, mr, nv, kc, mc, nc, UNROLL, channel_axis="rows")
+                        plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
+                    if algorithm == "gemm1x1":  # output channels in the lanes, in one K block
+                        _, mc, nc, _ = block_sizes(transposed_shape(gemm), mr, nv * lanes, m)
+                        config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, mr, nv, 0, mc, nc, UNROLL,
+                                                 transposed=True)  # fmt: skip
                         plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
     return plans + winograd_plans(shape, profile, target, 1)
 

@@ -21,7 +21,7 @@ from autoconfig.models.conv import ConvPlan, choose
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, transposed_shape
 from kernels import winograd
 from kernels.target import get_target
 from tests.conftest import require_runnable, target_for
@@ -95,7 +95,8 @@ LAYERS = [
 def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPlan]:
     """Direct with a small and a blocked tile (two channel blocks where possible), im2col
     with tiled and packed GEMMs (the weights packed per call and once, when built),
-    gemm1x1 where it applies; split among two threads."""
+    gemm1x1 where it applies (also with output channels in the lanes); split among two
+    threads."""
     kc = max(1, s.in_per_group // 2)
     gemm = s.gemm_shape()
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
@@ -118,6 +119,10 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
                             mm.MatmulConfig(gemm, "packed", lanes, 3, 2, kc=4, epilogue=epilogue,
                                             channel_axis="rows", a_packed=True)):  # fmt: skip
             plans.append(ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, "columns"))
+    if s.pointwise:  # output channels in the lanes: Yᵀ = Xᵀ·Wᵀ, split by pixels and by channels
+        gemm_config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, 3, 2, kc=5, epilogue=epilogue,
+                                      transposed=True)  # fmt: skip
+        plans += [ConvPlan(GemmConvConfig(s, "gemm1x1", gemm_config), 2, split) for split in ("rows", "columns")]
     return plans
 
 
@@ -181,22 +186,25 @@ CONV_CHAINS = {
 def test_every_epilogue_op_on_every_algorithm(chain):
     target = get_target("avx2")
     require_runnable(target)
-    s = ConvShape(1, 4, 9, 11, 10, (3, 3), pads=(1, 1, 1, 1))  # every algorithm but gemm1x1 and depthwise
-    x, w, b = layer_data(s, 5)
+    square = ConvShape(1, 4, 9, 11, 10, (3, 3), pads=(1, 1, 1, 1))  # every algorithm but gemm1x1 and depthwise
+    pointwise = ConvShape(1, 6, 5, 7, 19, (1, 1))  # gemm1x1 both ways, edges in every dimension
     epilogue = CONV_CHAINS[chain]
-    rng = np.random.default_rng(6)
-    residual = rng.standard_normal(s.output_shape, dtype=np.float32)
-    channel = [rng.standard_normal(s.out_channels, dtype=np.float32) for op in epilogue if op.operand == "channel"]
-    lookup = iter(channel)
-    operands = [residual if op.operand == "output" else next(lookup) if op.operand else None for op in epilogue]
-    y = conv_reference(s, x, w, b)
-    expected = ep.reference(epilogue, y, operands, channel_axis=1)
-    for plan in forced_plans(s, 8, (ep.bias(), *epilogue)):
-        f = compile_layer(s, w, b, profile=AVX2, target=target, config=plan, epilogue=epilogue,
-                          channel_values=channel)  # fmt: skip
-        out = f(x, residual) if any(op.operand == "output" for op in epilogue) else f(x)
-        tolerance = 1e-4 if isinstance(plan.config, WinogradConfig) else 1e-5
-        assert_close(out, expected, tolerance, f"{chain} {plan.config.algorithm} {plan.config.tile}")
+    for s in (square, pointwise):
+        x, w, b = layer_data(s, 5)
+        rng = np.random.default_rng(6)
+        residual = rng.standard_normal(s.output_shape, dtype=np.float32)
+        channel = [rng.standard_normal(s.out_channels, dtype=np.float32) for op in epilogue if op.operand == "channel"]
+        lookup = iter(channel)
+        operands = [residual if op.operand == "output" else next(lookup) if op.operand else None for op in epilogue]
+        y = conv_reference(s, x, w, b)
+        expected = ep.reference(epilogue, y, operands, channel_axis=1)
+        plans = forced_plans(s, 8, (ep.bias(), *epilogue))
+        for plan in plans if s is square else [p for p in plans if p.config.algorithm == "gemm1x1"]:
+            f = compile_layer(s, w, b, profile=AVX2, target=target, config=plan, epilogue=epilogue,
+                              channel_values=channel)  # fmt: skip
+            out = f(x, residual) if any(op.operand == "output" for op in epilogue) else f(x)
+            tolerance = 1e-4 if isinstance(plan.config, WinogradConfig) else 1e-5
+            assert_close(out, expected, tolerance, f"{chain} {plan.config.algorithm} {plan.config.tile}")
 
 
 def pool_reference(s, x: np.ndarray) -> np.ndarray:

@@ -48,8 +48,12 @@ def check(kernel_call, config, seed=0):
     b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
     c = rng.standard_normal((shape.m, shape.n), dtype=np.float32)
     before = c.copy()
-    args = [c, config.pack_a(a) if config.a_packed else a, b]
-    if config.algorithm == "packed":
+    if config.transposed:  # Cᵀ, Aᵀ and Bᵀ packed; C read back through its transpose
+        c_t = np.ascontiguousarray(c.T)
+        args, c = [c_t, np.ascontiguousarray(a.T), config.pack_b(b.T)], c_t.T
+    else:
+        args = [c, config.pack_a(a) if config.a_packed else a, b]
+    if config.workspace():
         args.append(np.full(config.workspace(), np.nan, np.float32))
     rows, cols = config.row_tiles(), config.col_tiles()
     for row_range in ((0, rows // 2), (rows // 2, rows)):  # disjoint blocks, as threads do
@@ -67,13 +71,18 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
         mm.MatmulConfig(ANY, "packed", lanes, mr=2, nv=1, accumulate=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, a_packed=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=5, mc=6, nc=2 * lanes, unroll=2, transposed=True),
     ]
+
+
+def config_id(c: mm.MatmulConfig) -> str:
+    return f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-transposed' if c.transposed else ''}"
 
 
 HOST_SHAPES = [(1, 1, 1), (13, 17, 19), (9, 33, 7), (64, 48, 40), (2, 100, 3), (31, 1, 29)]
 
 
-@pytest.mark.parametrize("config", configs_for(8), ids=lambda c: f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}")
+@pytest.mark.parametrize("config", configs_for(8), ids=config_id)
 @pytest.mark.parametrize("dims", HOST_SHAPES, ids=lambda d: "x".join(map(str, d)))
 def test_host_correct(config, dims):
     target = target_for("avx2")

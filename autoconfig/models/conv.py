@@ -20,7 +20,9 @@ terms are the matmul model's, counted on the convolution's loop nest:
   once, and the transform. The direct kernel on such a layer has one output channel
   per tile: nv accumulators at most, so a narrow row waits on the FMA latency.
 - gemm1x1 (1×1, stride 1, no padding): the matmul model's choice for the product
-  Cout/G × OH·OW × Cin/G, once per image and group.
+  Cout/G × OH·OW × Cin/G, once per image and group, or for its transpose OH·OW ×
+  Cout/G × Cin/G (output channels in the lanes: no padded lanes on a 7×7 image; each
+  output vector scattered).
 - im2col: the same for Cout/G × OH·OW × Cin/G·KH·KW, after the transform and the copy
   of the windows into that matrix (written once, read by the matmul from where it lies).
 
@@ -45,6 +47,7 @@ from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
 from kernels.layout import PhaseSplit
 from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
+from kernels.conv import transposed_shape
 from kernels.sizes import ceil_div, round_up
 from kernels.winograd import TRANSFORMS, applies, transform_ops
 from kernels.target import Target
@@ -348,7 +351,9 @@ def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
         terms.append(Term("im2col", m.traffic_ns(moved / count) * count * share,
                           f"the windows copied into a {im2col.rows}x{s.out_height * s.out_width} matrix "
                           f"({moved / 1e6:.2f} MB written and read)"))  # fmt: skip
-    params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {s.gemm_shape()} per image-group"),
+    product = (f"its transpose {c.gemm.shape} (output channels in the lanes)" if c.gemm.transposed
+               else str(s.gemm_shape()))
+    params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {product} per image-group"),
               *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
 
@@ -464,17 +469,20 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                    for candidates in (direct_candidates, depthwise_candidates)
                    for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
-    for algorithm in ("gemm1x1", "im2col"):
+    for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
-        gemm = choose_matmul(shape.gemm_shape(), profile, target, budget, epilogue, a_constant=True).best.plan
-        config = GemmConvConfig(shape, algorithm, replace(gemm.config, channel_axis="rows"))
+        product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
+        gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
+                             transposed=transposed).best.plan  # fmt: skip
+        config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
-    per_algorithm = []
-    for algorithm in ("direct", "depthwise", "gemm1x1", "im2col", "winograd"):
-        mine = [p for p in predictions if p.config.algorithm == algorithm]
+    per_algorithm = []  # the best of each algorithm, gemm1x1 both ways
+    for algorithm, transposed in (("direct", False), ("depthwise", False), ("gemm1x1", False), ("gemm1x1", True),
+                                  ("im2col", False), ("winograd", False)):  # fmt: skip
+        mine = [p for p in predictions if p.config.algorithm == algorithm and _channels_in_lanes(p.config) == transposed]
         if mine:
             per_algorithm.append(_best(mine))
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
@@ -486,6 +494,11 @@ def _best(predictions: list[Prediction]) -> Prediction:
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
     return min(near, key=lambda p: (p.plan.threads, -p.config.lanes * _tile_area(p.config), p.total_ns))
+
+
+def _channels_in_lanes(config: ConvConfig) -> bool:
+    """A gemm1x1 computing the transposed product (output channels in the lanes)."""
+    return isinstance(config, GemmConvConfig) and config.gemm.transposed
 
 
 def _tile_area(config: ConvConfig) -> int:

@@ -94,6 +94,14 @@ once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
 Split = Literal["rows", "columns"]
 SPLITS: tuple[Split, ...] = ("rows", "columns")
 
+SCATTER_ELEMENT_COST = 3.0
+"""A scattered (or gathered) C element of a transposed product costs three scalar
+loads at the profile's broadcast-load rate: vscatterdps on AVX-512 and the
+extract-and-store sequence LLVM emits elsewhere write one element at a time, and
+more slowly than a load. One load per element (the first form) predicted 45 µs for a
+1×1 convolution 16→512 at 14² with channels in the lanes on Zen 4, measured 80 µs
+(64→512: 127 predicted, 164 measured); three predict 73 and 155."""
+
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
 MAX_SUMS = 8  # dot's partial sums per row: FMAs in flight are 6-8 on the profiled machines
@@ -376,10 +384,16 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         loads += count * ld * shape.k
     k_blocks = math.ceil(shape.k / kc)
     c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
+    c_tile = Term("c tile", c_bytes / m.bandwidth["L1"] * share, f"C tiles loaded and stored once per K block "
+                                                                 f"({k_blocks})")  # fmt: skip
+    if c.transposed:  # stored once per K block, gathered back for every later one
+        elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
+        c_tile = Term("c tile", elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() * share,
+                      f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))")  # fmt: skip
     edge_loads = 0.0
     if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
-    masked_c = 2 * shape.m * k_blocks * (MASKED_LOAD_COST - 1) * (shape.n % lanes > 0)
+    masked_c = 2 * shape.m * k_blocks * (MASKED_LOAD_COST - 1) * (shape.n % lanes > 0) * (not c.transposed)
     edges = (edge_loads + masked_c) / m.vector_loads_per_ns()
     column_tiles, row_blocks = math.ceil(shape.n / nr), math.ceil(shape.m / mc)
     a_level = m.holding_level(mc * kc * F32)
@@ -420,8 +434,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                                      "(L1 bandwidth)"),
         Term("edges", edges * share, f"masked loads where N={shape.n} is not a multiple of "
                                      f"{lanes} lanes ({'B every k, ' if edge_loads else ''}C per K block)"),
-        Term("c tile", c_bytes / m.bandwidth["L1"] * share, f"C tiles loaded and stored once "
-                                                            f"per K block ({k_blocks})"),
+        c_tile,
     ]  # fmt: skip
     for level, size in per_level.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
@@ -432,7 +445,9 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                              if segment_lines and level == once_level else "")))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}"))
-    if c.algorithm == "packed":
+    if c.transposed:
+        terms.append(Term("packing", 0.0, "none: B was packed when built, A is read in place"))
+    elif c.algorithm == "packed":
         # Each thread packs the B columns and A rows of its block: split by rows, all
         # of B and its share of A (once per column block); by columns, its share of B
         # and all of A once per column block of its own.
@@ -459,6 +474,8 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
     ]
+    if c.transposed:  # candidates() gives it one K block
+        blocks[0] = ("kc", f"{shape.k} = K: one block, since every further one gathers and scatters all of C again")
     return terms, _parameters(p, ("tile", _register_budget(c, m)), *blocks,
                               ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
 
@@ -566,14 +583,21 @@ def _threads_reason(p: MatmulPlan) -> str:
 
 
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
-               epilogue: ep.Epilogue = (), a_constant: bool = False) -> list[MatmulPlan]:  # fmt: skip
+               epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
-    build time instead of packing it on every call."""
+    build time instead of packing it on every call. With `transposed` (operands stored
+    transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
+    block: every further block would gather and scatter all of C again."""
     registers = min(machine.registers, target.vector_registers)
     configs = []
     for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
+        if transposed:
+            configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
+                                     UNROLL, transposed=True)
+                        for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
+            continue
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2)))
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u)
@@ -636,17 +660,18 @@ def vector_widths(machine: Machine, target: Target) -> list[int]:
 
 
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = (), a_constant: bool = False) -> Choice:  # fmt: skip
+           epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
-    weights), so packed plans read it packed once (see `candidates`)."""
+    weights), so packed plans read it packed once; `transposed`: operands stored
+    transposed (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     predictions = [
         predict(plan, machine)
         for t in sorted({1, budget})
-        for plan in candidates(shape, machine, target, t, epilogue, a_constant)
+        for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed)
     ]
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
