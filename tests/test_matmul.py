@@ -281,6 +281,21 @@ def test_panels_evicted_by_set_conflicts_within_a_page_are_l2_traffic_not_a_stal
     assert terms(1024)["l1 misses"] > 0
 
 
+def test_a_panel_filling_every_way_of_its_sets_is_l2_traffic_not_a_stall():
+    # A 1x1 convolution on 112x112 (N=12544: rows 50176 B apart, more than a page): 32
+    # rows of 2 lines fill every way of their 8 L1 sets, and only what A and C push out
+    # comes back from L2, alongside the FMAs (tiled measured faster than packed on Zen
+    # 4); 64 rows overflow those sets and stall
+    profile, config = load_profile(HOST_PROFILE), mm.MatmulConfig(ANY, "tiled", 8, 8, 3)
+
+    def terms(k: int) -> dict[str, float]:
+        plan = MatmulPlan(replace(at(config, (64, 12544, k)), kc=k))
+        return {t.name: t.ns for t in predict(plan, profile).terms}
+
+    assert terms(32)["l1 misses"] == 0 and terms(32)["memory L2"] > 0
+    assert terms(64)["l1 misses"] > 0
+
+
 def test_cli_explain():
     done = subprocess.run(
         [sys.executable, "-m", "autoconfig.cli", "explain", "matmul", "128", "64", "32",

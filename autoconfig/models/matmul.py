@@ -344,9 +344,17 @@ def _tile_kinds(c: MatmulConfig) -> list[tuple[int, int, int]]:
 
 
 def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[str, str]:
-    """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1: 'kept',
-    'conflicts' (evicted by set conflicts alone: it would fit L1's capacity spread over
-    all sets) or 'overflows' (larger than L1), with the reason.
+    """Whether an unpacked B micro-panel (kc rows, N floats apart) stays in L1: 'kept'
+    (a way of its sets to spare for A and C), 'crowded' (it fills every way of some of
+    L1's sets, leaving the others to A and C), 'conflicts' (evicted by set conflicts
+    alone: it would fit L1's capacity spread over all sets) or 'overflows' (larger
+    than L1), with the reason.
+
+    Crowded was counted as conflicts, a stall on every row tile when rows are a page
+    apart; on Zen 4 at 64x12544x32 (a 1x1 convolution on 112x112, rows 50176 B apart,
+    8 lines in each of its sets) that priced tiled 96 µs over packed, where tiled 5x5
+    measured 463 µs and packed 500: only the lines A and C push out come back from
+    L2, and they come back alongside the FMAs.
 
     Its lines land in sets spaced by the row stride: a stride that is a multiple of
     the set span folds all kc rows into few sets, which cannot hold them. A stride
@@ -362,6 +370,8 @@ def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[st
     why = f"row stride {stride} B puts its {lines} lines in {sets} L1 sets"
     if lines <= sets * (m.l1_ways - 1):
         return "kept", why
+    if sets < m.l1_sets and lines <= sets * m.l1_ways:
+        return "crowded", why
     return ("conflicts" if lines <= m.l1_sets * (m.l1_ways - 1) else "overflows"), why
 
 
@@ -409,9 +419,10 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         # Counting the first too charged M=1 a whole B from L2 that nothing re-reads: tiled
         # 4x1 at 1x1000x1024 was predicted 168 µs on Zen 4 and measured 63.
         reread = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32
-        if panel == "conflicts" and shape.n * F32 < PAGE_BYTES:
+        if panel == "crowded" or (panel == "conflicts" and shape.n * F32 < PAGE_BYTES):
             per_level["L2"] = reread * share
-            b_why += f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2"
+            b_why += (f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2" if panel == "conflicts"
+                      else "; every way of those sets: lines A and C evict come back from L2 alongside the FMAs")
         elif panel != "kept":  # every micro-kernel re-reads its B micro-panel from L2, stalling
             stall = reread / m.bandwidth["L2"]
     once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
