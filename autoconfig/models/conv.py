@@ -479,12 +479,10 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
-    per_algorithm = []  # the best of each algorithm, gemm1x1 both ways
-    for algorithm, transposed in (("direct", False), ("depthwise", False), ("gemm1x1", False), ("gemm1x1", True),
-                                  ("im2col", False), ("winograd", False)):  # fmt: skip
-        mine = [p for p in predictions if p.config.algorithm == algorithm and _channels_in_lanes(p.config) == transposed]
-        if mine:
-            per_algorithm.append(_best(mine))
+    kinds: dict[tuple[str, bool], list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways
+    for p in predictions:
+        kinds.setdefault((p.config.algorithm, _channels_in_lanes(p.config)), []).append(p)
+    per_algorithm = [_best(mine) for mine in kinds.values()]
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
 
 

@@ -393,13 +393,14 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         latency += count * l * shape.k
         loads += count * ld * shape.k
     k_blocks = math.ceil(shape.k / kc)
-    c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
-    c_tile = Term("c tile", c_bytes / m.bandwidth["L1"] * share, f"C tiles loaded and stored once per K block "
-                                                                 f"({k_blocks})")  # fmt: skip
     if c.transposed:  # stored once per K block, gathered back for every later one
         elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
         c_tile = Term("c tile", elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() * share,
                       f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))")  # fmt: skip
+    else:
+        c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
+        c_tile = Term("c tile", c_bytes / m.bandwidth["L1"] * share,
+                      f"C tiles loaded and stored once per K block ({k_blocks})")
     edge_loads = 0.0
     if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
