@@ -21,7 +21,7 @@ from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, valida
 from autoconfig.models.matmul import Prediction
 from autoconfig.resolve import resolve_profile, resolve_target
 from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls
-from autoconfig.runtime import Program, Ref
+from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels.conv import ConvShape, generate
@@ -71,6 +71,10 @@ class CompiledConv:
                 for i, _, kind in operands]  # fmt: skip
         calls = conv_calls(plan, Ref(0), Ref(1), weight, refs, buffers)
         self._program = Program(self.library, calls, buffers.arrays, call_spaces)
+        # a tiled 1x1 product reads the image in place as its B, once per row tile
+        gemm = self.config.gemm if self.config.algorithm == "gemm1x1" else None
+        tiled = gemm is not None and gemm.algorithm == "tiled"
+        self._stage_x = AlignedStaging.of(self.shape.input_shape, gemm.row_tiles()) if tiled else None
 
     def __call__(self, x: np.ndarray, *residuals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The layer on x (then its residual tensors), into `out` when given."""
@@ -81,6 +85,8 @@ class CompiledConv:
                                   f"{s.output_shape} after x, got {len(residuals)}")  # fmt: skip
         residuals = [checks.float32_array("residual", r, s.output_shape) for r in residuals]
         y = _output(out, s.output_shape, {"x": x, **{f"residual {i}": r for i, r in enumerate(residuals)}})
+        if self._stage_x is not None:
+            x = self._stage_x(x)
         self._program(x, y, *residuals)
         return y
 
@@ -192,7 +198,7 @@ class CompiledPool:
 
 def _output(out: np.ndarray | None, shape: tuple[int, ...], inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The caller's output array, checked, or a new one."""
-    return np.empty(shape, np.float32) if out is None else checks.output_array("out", out, shape, inputs)
+    return aligned_empty(shape) if out is None else checks.output_array("out", out, shape, inputs)
 
 
 POOL_VECTORS = 4

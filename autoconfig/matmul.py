@@ -16,7 +16,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
 from autoconfig.resolve import resolve_profile, resolve_target
 from autoconfig.lowering import LayerBuffers, matmul_call
-from autoconfig.runtime import Program, Ref
+from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.library import KernelLibrary, build_library
@@ -33,6 +33,10 @@ class CompiledMatmul:
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.shape, target
         self.prediction, self.choice, self.library = prediction, choice, library
         self._run = matmul_program(plan, library)
+        # tiled kernels read B in place with vector loads, once per row tile (packed ones
+        # copy it into panels)
+        tiled = self.config.algorithm == "tiled"
+        self._stage_b = AlignedStaging.of((self.shape.k, self.shape.n), self.config.row_tiles()) if tiled else None
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """C = A·B (C += A·B, C passed after B, when the config accumulates), then the
@@ -51,7 +55,7 @@ class CompiledMatmul:
         if given:
             out = checks.output_array("C" if cfg.accumulate else "out", out, (s.m, s.n), {})
         else:
-            out = np.empty((s.m, s.n), np.float32)
+            out = aligned_empty((s.m, s.n))
         if len(rest) != len(operands):
             names = ", ".join(name for _, name, _ in operands) or "none"
             writes = "accumulates into C" if cfg.accumulate else "overwrites C (do not pass C)"
@@ -61,6 +65,8 @@ class CompiledMatmul:
                    for (_, name, kind), x in zip(operands, rest, strict=True)]  # fmt: skip
         if given:
             checks.no_overlap({"C": out}, {"A": a, "B": b, **{name: x for (_, name, _), x in zip(operands, tensors)}})
+        if self._stage_b is not None:
+            b = self._stage_b(b)
         self._run(out, a, b, *tensors)  # checked above
         return out
 

@@ -107,10 +107,16 @@ def test_too_few_points_for_the_levels():
         find_plateaus([1, 2, 3], [3, 2, 1], 2)
 
 
+def _default_sigint() -> None:
+    """Give the child SIGINT's default action: a shell's background job (e.g. `make test &`)
+    starts with SIGINT ignored, which the child would inherit and Python would respect."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args):
     return subprocess.Popen(
         [sys.executable, "-m", "autoconfig.cli", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )  # fmt: skip
 
 

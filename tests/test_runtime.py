@@ -161,3 +161,32 @@ def test_arrays_are_read_where_numpy_keeps_them(avx2, parts):
     compile_matmul(m, n, k, profile=HOST_PROFILE, config=config, threads=parts)(a, b, c)
     np.testing.assert_allclose(c, reference(a, b) + 7, rtol=1e-4, atol=1e-4)
     assert (c_base[0] == 7).all() and (c_base[-1] == 7).all()  # nothing written outside the view
+
+
+def _at_offset(array: np.ndarray, floats: int) -> np.ndarray:
+    """A copy of `array` starting `floats` floats past a cache line."""
+    from autoconfig.runtime import aligned_array
+
+    placed = aligned_array(array.size + floats)[floats:].reshape(array.shape)
+    placed[...] = array
+    return placed
+
+
+@pytest.mark.parametrize("offset", [0, 1, 4, 8, 15])
+def test_operands_off_a_cache_line_give_the_same_product(avx2, offset):
+    # a tiled kernel reads B in place with vector loads: off a cache line, the call
+    # reads it from an aligned copy (B and C large enough for that to pay, B read by 32
+    # row tiles); the result must not depend on where B lies, and the output the call
+    # allocates starts on a cache line
+    m, n, k = 128, 136, 128
+    a, b = operands(m, n, k, offset)
+    config = mm.MatmulConfig(mm.MatmulShape(m, n, k), "tiled", 8, 4, 2)
+    f = compile_matmul(m, n, k, profile=HOST_PROFILE, config=config)
+    placed = _at_offset(b, offset)
+    assert (placed.ctypes.data % 64 == 0) == (offset == 0)
+    for _ in range(2):  # the second call reuses the aligned copy
+        c = f(a, placed)
+        np.testing.assert_allclose(c, reference(a, b), rtol=1e-4, atol=1e-4)
+        assert c.ctypes.data % 64 == 0
+    placed[0, 0] += 1.0  # a changed B is copied again, not read stale
+    np.testing.assert_allclose(f(a, placed), reference(a, placed), rtol=1e-4, atol=1e-4)
