@@ -21,7 +21,8 @@ from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, valida
 from autoconfig.models.matmul import Prediction
 from autoconfig.resolve import resolve_profile, resolve_target
 from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls
-from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
+from autoconfig.matmul import b_staging
+from autoconfig.runtime import Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels.conv import ConvShape, generate
@@ -71,10 +72,9 @@ class CompiledConv:
                 for i, _, kind in operands]  # fmt: skip
         calls = conv_calls(plan, Ref(0), Ref(1), weight, refs, buffers)
         self._program = Program(self.library, calls, buffers.arrays, call_spaces)
-        # a tiled 1x1 product reads the image in place as its B, once per row tile
-        gemm = self.config.gemm if self.config.algorithm == "gemm1x1" else None
-        tiled = gemm is not None and gemm.algorithm == "tiled"
-        self._stage_x = AlignedStaging.of(self.shape.input_shape, gemm.row_tiles()) if tiled else None
+        # a 1x1 product reads the image in place as its B
+        pointwise = self.config.algorithm == "gemm1x1"
+        self._stage_x = b_staging(self.config.gemm, self.shape.input_shape) if pointwise else None
 
     def __call__(self, x: np.ndarray, *residuals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The layer on x (then its residual tensors), into `out` when given."""

@@ -33,10 +33,7 @@ class CompiledMatmul:
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.shape, target
         self.prediction, self.choice, self.library = prediction, choice, library
         self._run = matmul_program(plan, library)
-        # tiled kernels read B in place with vector loads, once per row tile (packed ones
-        # copy it into panels)
-        tiled = self.config.algorithm == "tiled"
-        self._stage_b = AlignedStaging.of((self.shape.k, self.shape.n), self.config.row_tiles()) if tiled else None
+        self._stage_b = b_staging(self.config, (self.shape.k, self.shape.n))
 
     def __call__(self, a: np.ndarray, b: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """C = A·B (C += A·B, C passed after B, when the config accumulates), then the
@@ -75,6 +72,13 @@ class CompiledMatmul:
         if self.choice is not None:
             return self.choice.explain()
         return _explain_forced(self.prediction, self.target)
+
+
+def b_staging(config: mm.MatmulConfig, shape: tuple[int, ...]) -> AlignedStaging | None:
+    """Staging for the B operand (of `shape`) of a kernel with `config`: a tiled kernel
+    reads B in place with vector loads, once per row tile; a packed one copies it into
+    panels and needs none."""
+    return AlignedStaging.of(shape, config.row_tiles()) if config.algorithm == "tiled" else None
 
 
 def matmul_program(plan: MatmulPlan, library: KernelLibrary) -> Program:

@@ -200,18 +200,21 @@ split loads of a small operand cost its kernel (64³ tiled: 8 µs in all)."""
 
 STAGING_MIN_PASSES = 4
 """An operand is copied to a cache line only when the kernel reads it at least this
-many times: the copy is one read and one write of it, and its loads split lines on
-every pass the kernel makes."""
+many times: the copy costs about two passes over it (a read and a write) and saves the
+split loads of every pass the kernel makes, so it pays from about twice that."""
 
 
 def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     """An uninitialised float32 array of `shape`, starting on a cache-line boundary when
     it is at least ALIGN_MIN_BYTES: the APIs' outputs, so that their vector stores do
     not split lines."""
-    count = math.prod(shape)
-    if count * 4 < ALIGN_MIN_BYTES:
+    if math.prod(shape) * 4 < ALIGN_MIN_BYTES:
         return np.empty(shape, np.float32)
-    return aligned_array(count).reshape(shape)
+    return _on_a_line(shape)
+
+
+def _on_a_line(shape: tuple[int, ...]) -> np.ndarray:
+    return aligned_array(math.prod(shape)).reshape(shape)
 
 
 class AlignedStaging:
@@ -235,9 +238,10 @@ class AlignedStaging:
         return cls(shape)
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
+        """`array`, or its aligned copy."""
         if array.ctypes.data % CACHE_LINE_ALIGNMENT == 0:
             return array
         if self._buffer is None:
-            self._buffer = aligned_array(math.prod(self.shape)).reshape(self.shape)
+            self._buffer = _on_a_line(self.shape)
         np.copyto(self._buffer, array)
         return self._buffer

@@ -15,7 +15,7 @@ import pytest
 from autoconfig import compile_matmul
 from autoconfig.lowering import part_blocks
 from autoconfig.models.matmul import MatmulPlan
-from autoconfig.runtime import Call, Part, Program, Ref, split
+from autoconfig.runtime import ALIGN_MIN_BYTES, STAGING_MIN_PASSES, AlignedStaging, Call, Part, Program, Ref, aligned_array, split
 from kernels import matmul as mm
 from kernels.library import Kernel, build_library
 from kernels.target import get_target
@@ -165,8 +165,6 @@ def test_arrays_are_read_where_numpy_keeps_them(avx2, parts):
 
 def _at_offset(array: np.ndarray, floats: int) -> np.ndarray:
     """A copy of `array` starting `floats` floats past a cache line."""
-    from autoconfig.runtime import aligned_array
-
     placed = aligned_array(array.size + floats)[floats:].reshape(array.shape)
     placed[...] = array
     return placed
@@ -190,3 +188,16 @@ def test_operands_off_a_cache_line_give_the_same_product(avx2, offset):
         assert c.ctypes.data % 64 == 0
     placed[0, 0] += 1.0  # a changed B is copied again, not read stale
     np.testing.assert_allclose(f(a, placed), reference(a, placed), rtol=1e-4, atol=1e-4)
+
+
+def test_staging_copies_only_what_is_off_a_line_large_and_reread():
+    shape = (64, ALIGN_MIN_BYTES // 4 // 64)  # exactly ALIGN_MIN_BYTES
+    assert AlignedStaging.of((shape[0] - 1, shape[1]), STAGING_MIN_PASSES) is None  # too small to pay
+    assert AlignedStaging.of(shape, STAGING_MIN_PASSES - 1) is None  # read too few times
+    staging = AlignedStaging.of(shape, STAGING_MIN_PASSES)
+    values = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    aligned = _at_offset(values, 0)
+    assert staging(aligned) is aligned  # on a line: read where it is
+    off = _at_offset(values, 4)
+    staged = staging(off)
+    assert staged is not off and staged.ctypes.data % 64 == 0 and np.array_equal(staged, values)
