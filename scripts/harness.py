@@ -136,7 +136,15 @@ def host() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "commit": _git_commit(),
+        "overrides": {k: os.environ[k] for k in KERNEL_OVERRIDES if k in os.environ},
     }
+
+
+KERNEL_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+"""Variables that force a peer's kernel choice instead of its own detection: some hosts
+set OPENBLAS_CORETYPE=Haswell (older OpenBLAS builds misdetect their CPUs), which on a
+Zen 5 core held OpenBLAS to AVX2 at 133 GFLOP/s where its own choice (SkylakeX) ran
+252 at 1024³. A run records them and its heading says so."""
 
 
 def _git_commit() -> str:
@@ -266,15 +274,20 @@ class Report:
     host: dict = field(default_factory=host)
     settings: dict = field(default_factory=dict)
     tables: list[dict] = field(default_factory=list)  # {'title', 'threads', 'rows'}
+    versions: dict[str, dict] = field(default_factory=dict)  # per thread count: each peer's versions
     summary: list[str] = field(default_factory=list)
 
     def heading(self, threads: int, versions: dict[str, dict]) -> str:
-        """One line naming the host, profile, threads and the peers' versions."""
+        """The lines naming the host, profile, threads and the peers' versions (kept for
+        the JSON too), and any variable forcing a peer's kernel (KERNEL_OVERRIDES)."""
+        self.versions[str(threads)] = versions
         names = "; ".join(f"{peer}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
                           for peer, vs in versions.items())  # fmt: skip
         settings = ", ".join(f"{k} {v}" for k, v in self.settings.items())
+        forced = " ".join(f"{k}={v}" for k, v in self.host.get("overrides", {}).items())
+        note = f"\nnote: {forced} in the environment forces OpenBLAS's kernel (unset for its own)" if forced else ""
         return (f"host {self.host['model_name']!r} ({self.host['cpus']} CPUs), profile {self.profile}, "
-                f"{threads} thread(s); {settings}\nversions: {names}")  # fmt: skip
+                f"{threads} thread(s); {settings}\nversions: {names}{note}")  # fmt: skip
 
     def save(self, path: str | Path) -> None:
         """Write the report as JSON."""

@@ -88,6 +88,22 @@ def test_report_json_is_written_whole(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+def test_heading_keeps_versions_and_names_a_forced_blas_kernel(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """A variable forcing OpenBLAS's kernel is recorded and said in the heading; without
+    one the heading says nothing of it. The versions a heading names reach the JSON."""
+    monkeypatch.delenv("OPENBLAS_L2_SIZE", raising=False)
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    forced = harness.Report("bench_x", "p")
+    assert "OPENBLAS_CORETYPE=Haswell" in forced.heading(2, {"openblas": {"openblas": "0.3 (Haswell)"}})
+    forced.save(tmp_path / "forced.json")
+    data = json.loads((tmp_path / "forced.json").read_text())
+    assert data["host"]["overrides"] == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert data["versions"] == {"2": {"openblas": {"openblas": "0.3 (Haswell)"}}}
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    assert "forces" not in harness.Report("bench_x", "p").heading(1, {})
+
+
 def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Saved times come back as the same configurations; scoring names the model's pick
     and its regret against the saved best, or a stand-in when the pick was not saved."""
