@@ -551,7 +551,7 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     x = b.read(node.inputs[0])
     y = b.write(node.outputs[0])
     calls = pool_calls(config, threads, x, y, b)
-    moved = 4 * (math.prod(shape.input_shape) * (2 if shape.windowed else 1) + math.prod(shape.output_shape))
+    moved = 4 * (math.prod(shape.input_shape) + math.prod(shape.output_shape))  # each plane transformed in cache
     return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
                       f"{shape.describe()}, {config.nv} vectors of {config.lanes}, {threads} thread(s)")
 

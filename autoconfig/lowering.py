@@ -162,12 +162,12 @@ def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:
 
 
 def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buffers) -> list[Call]:
-    """The calls of one pooling layer: x (NCHW) → y; a windowed pool reads its input
-    transformed (borders filled), an average one its per-position scale."""
+    """The call of one pooling layer: x (NCHW) → y; a windowed pool transforms each plane
+    (borders filled) into its thread's scratch plane, an average one reads its
+    per-position scale."""
     s = config.shape
     if not s.windowed:
         return [_planes_call(config.symbol, (y, x), s.planes, threads)]
-    xt = buffers.scratch(config.split().size)
     scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
-    return [_planes_call(config.split().symbol, (xt, x), s.planes, threads),
-            _planes_call(config.symbol, (y, xt, *scale), s.planes, threads)]
+    parts = [Part((y, x, *scale, buffers.scratch(config.workspace())), r) for r in split(s.planes, threads)]
+    return [Call(config.symbol, tuple(parts))]
