@@ -59,12 +59,17 @@ SPLIT_LOAD_COST = 2.0
 """A vector load that crosses a cache line costs two (it reads both lines; measured on
 the development machine: 88 vs 165 GB/s of L1 loads for split vs aligned 256-bit loads)."""
 
-DEPTHWISE_REGISTER_SHARE = 0.5
-"""Depthwise tiles hold at most half the vector registers in accumulators: each tap's
-input loads are independent of one another, and LLVM's scheduler issues them ahead of
-their FMAs, holding one register each. Measured on Zen 4 (32 registers): 4x7 and 6x5
-tiles 10-40% slower than 8-16-accumulator ones (MobileNet's 32x112² layer: 4x7 160 µs,
-8x1 113 µs), which a count of accumulators alone predicted faster."""
+DEPTHWISE_REGISTER_SHARE = 1 / 3
+"""Depthwise tiles hold at most a third of the vector registers in accumulators: each
+tap's input loads are independent of one another, and LLVM's scheduler issues them
+ahead of their FMAs, holding a register each, so a tile needs about twice its
+accumulators and the weight. A count of accumulators alone predicts every tile with
+enough of them alike (within 2%), and the tie went to the largest. Measured (1 thread,
+medians of 300 calls): Zen 5 with 32 registers, 128 channels on 56², 15-16
+accumulators (8x2, 4x4, 5x3) 77-95 µs against 57-62 for 8-10 (8x1, 4x2, 5x2), and on
+32x112² 79-90 against 67-68; the same core with AVX2's 16 registers, 5-accumulator
+tiles within 3% of the best on three layers; Zen 4 had measured 8x2 the slowest of its
+tiles on 32x112² (a half share let it in) and 4x7, 6x5 10-40% slower than 8x1."""
 
 WINDOW_L1_SHARE = 0.5
 """Share of L1 a column tile's input window may take: the rest holds the weights
