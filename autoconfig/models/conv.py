@@ -392,6 +392,7 @@ def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
     terms.append(Term(STALL_TERM, (v_bytes + m_bytes) / m.bandwidth[level] / p.parts(),
                       f"the products read V and write M ({(v_bytes + m_bytes) / 1e6:.1f} MB) in {level}, "
                       "between the transform passes"))  # fmt: skip
+    terms.append(_filters_term(c, p, m))
     terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, ceil_div(outputs, c.lanes), outputs, m, 1.0 / p.parts()))
@@ -399,6 +400,23 @@ def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
                             f"pair instead of {9 * c.m * c.m}; {t2} products of {c.gemm_shape()}"),
               *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
+
+
+def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
+    """The transformed filters U (T² × Cout × Cin) fetched from the level that holds all
+    T² of them, beyond what the products' prediction charged: it prices one product, whose
+    filters (Cout × Cin) it takes from the level holding them alone. The products stream
+    U once, a broadcast per FMA with few tile columns, and wait on it: on Zen 5, 512->512
+    channels on 14² (U 37.7 MB, past the L3) measured 2329 µs where the products and
+    transforms predicted 1474; fetching U from DRAM adds 877."""
+    product = c.gemm_shape()
+    one = product.m * product.k * F32
+    whole = c.t**2 * one
+    level_one, level_whole = m.holding_level(one, whole_problem=True), m.holding_level(whole, whole_problem=True)
+    read = whole * (busiest_share(c.gemm.row_tiles(), p.threads) if p.split == "rows" else 1.0)
+    extra = read * (1 / m.bandwidth[level_whole] - 1 / m.bandwidth[level_one])
+    return Term("filters", max(0.0, extra), f"U ({whole / 1e6:.1f} MB) from {level_whole}, where one product's "
+                                            f"filters ({one / 1e6:.2f} MB) were taken from {level_one}")
 
 
 def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int,
@@ -448,7 +466,8 @@ class ConvChoice(Choice):
         return " (the layer's direct flops over the time, also for Winograd, which does fewer)"
 
     def formula(self) -> str:
-        return "terms (ns; total = softmax(compute, largest memory) + transform + im2col + l1 misses + packing + call):"
+        return ("terms (ns; total = softmax(compute, largest memory) + transform + im2col + filters + l1 misses + packing "
+                "+ call):")
 
     def runner_up(self, p: Prediction) -> str:
         return (f"  {p.config.algorithm:<8} lanes={p.config.lanes} {p.config.tile}: {p.total_ns / 1e3:.1f} µs "

@@ -282,9 +282,10 @@ STALL_TERM = "l1 misses"
 
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
-SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "call", STALL_TERM)
+SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "filters", "call", STALL_TERM)
 """Terms that do not overlap the kernel: a copy done before it (packing, a layout
-transform), a stall on its critical path, the call itself."""
+transform), a stall on its critical path (evicted B panels, Winograd filters fetched
+from farther than priced), the call itself."""
 
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
