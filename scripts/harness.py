@@ -144,7 +144,7 @@ KERNEL_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 """Variables that force a peer's kernel choice instead of its own detection: some hosts
 set OPENBLAS_CORETYPE=Haswell (older OpenBLAS builds misdetect their CPUs), which on a
 Zen 5 core held OpenBLAS to AVX2 at 133 GFLOP/s where its own choice (SkylakeX) ran
-252 at 1024³. A run records them and its heading says so."""
+252 at 1024³. A run records them; a table with an OpenBLAS peer says so in its heading."""
 
 
 def _git_commit() -> str:
@@ -279,13 +279,14 @@ class Report:
 
     def heading(self, threads: int, versions: dict[str, dict]) -> str:
         """The lines naming the host, profile, threads and the peers' versions (kept for
-        the JSON too), and any variable forcing a peer's kernel (KERNEL_OVERRIDES)."""
+        the JSON too), and any variable forcing the kernel of an OpenBLAS peer (KERNEL_OVERRIDES)."""
         self.versions[str(threads)] = versions
         names = "; ".join(f"{peer}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
                           for peer, vs in versions.items())  # fmt: skip
         settings = ", ".join(f"{k} {v}" for k, v in self.settings.items())
         forced = " ".join(f"{k}={v}" for k, v in self.host.get("overrides", {}).items())
-        note = f"\nnote: {forced} in the environment forces OpenBLAS's kernel (unset for its own)" if forced else ""
+        blas = any("openblas" in name.lower() for vs in versions.values() for name in vs)
+        note = f"\nnote: {forced} in the environment forces OpenBLAS's kernel (unset for its own)" if forced and blas else ""
         return (f"host {self.host['model_name']!r} ({self.host['cpus']} CPUs), profile {self.profile}, "
                 f"{threads} thread(s); {settings}\nversions: {names}{note}")  # fmt: skip
 

@@ -100,8 +100,9 @@ def test_heading_keeps_versions_and_names_a_forced_blas_kernel(monkeypatch: pyte
     data = json.loads((tmp_path / "forced.json").read_text())
     assert data["host"]["overrides"] == {"OPENBLAS_CORETYPE": "Haswell"}
     assert data["versions"] == {"2": {"openblas": {"openblas": "0.3 (Haswell)"}}}
+    assert "forces" not in forced.heading(1, {"onnxruntime": {"onnxruntime": "1.31"}})  # no OpenBLAS peer
     monkeypatch.delenv("OPENBLAS_CORETYPE")
-    assert "forces" not in harness.Report("bench_x", "p").heading(1, {})
+    assert "forces" not in harness.Report("bench_x", "p").heading(1, {"openblas": {"openblas": "0.3"}})
 
 
 def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
