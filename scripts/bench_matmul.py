@@ -69,9 +69,9 @@ def available_peers() -> list[str]:
 
 
 def environment(peer: str, threads: int) -> dict:
-    """numpy's OpenBLAS gets one thread in the other peers' processes (there it only
-    checks results; its spinning workers would take a core from the peer timed)."""
-    return {} if peer == "openblas" else {"OPENBLAS_NUM_THREADS": "1"}
+    """The OpenBLAS peer's thread count (elsewhere numpy's OpenBLAS only checks results,
+    on one thread: harness.HELPER_THREADS)."""
+    return {"OPENBLAS_NUM_THREADS": str(threads)} if peer == "openblas" else {}
 
 
 def operands(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

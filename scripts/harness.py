@@ -12,8 +12,9 @@ tasks (JSON-able dicts, e.g. a matmul shape) and defines
 the timed region (and checks the result), and ``versions(peer) -> dict``; optionally
 ``environment(peer, threads) -> dict`` of variables for the peer's process. `measure` then starts, for each round and
 each peer (the order rotating from round to round), ``python harness.py --worker``
-with the peer's thread count set through the peer's own controls (OMP, OpenBLAS and
-MKL environment variables before import, torch.set_num_threads, our thread budget),
+with the peer's thread count set through the peer's own controls (OMP and MKL
+environment variables before import, torch.set_num_threads, our thread budget, OpenBLAS's
+variable where a benchmark times OpenBLAS: one thread elsewhere, HELPER_THREADS),
 pinned to the first `threads` CPUs when pinning is asked for, the same CPUs for every
 peer; ``interpreter(peer) -> str`` may name another Python for a peer whose library
 lives in an environment of its own (TVM: scripts/tvm_peer.py). The worker times each task: warm-up by time, then repetitions; the harness
@@ -64,9 +65,18 @@ after the second vCPU sat idle (784x256x256: OpenBLAS 500 -> 970-1020 µs, ours 
 910), in about one process in six; the samples of all rounds are pooled, so a round
 so disturbed moves the median only when most rounds are."""
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Each peer's own thread control, read once when its library loads: set in the
 worker's environment before it starts."""
+
+HELPER_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+"""numpy's OpenBLAS runs one thread in a worker unless the benchmark times OpenBLAS
+itself (its `environment` says so): in a peer's process numpy only builds inputs and
+checks results, and OpenBLAS's idle threads spin for a while after each call, taking
+a core from the peer timed. With it at the run's thread count, our Winograd layers,
+whose filter transform is a numpy product at build time, measured at 2 threads
+2-5x their time alone in bench_conv (YOLO-V4's 256->256 on 26²: 5162 µs, 940 with one
+OpenBLAS thread)."""
 
 
 @dataclass
@@ -228,7 +238,7 @@ def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: i
 
 def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps: int, pin: bool) -> dict:
     """Time `tasks` for one peer in a fresh interpreter; its JSON answer."""
-    env = dict(os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    env = dict(os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)), **HELPER_THREADS)
     env.update(getattr(importlib.import_module(module), "environment", lambda *_: {})(peer, threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), env.get("PYTHONPATH", "")]))
     job = {"module": module, "peer": peer, "tasks": list(tasks), "threads": threads, "reps": reps,
