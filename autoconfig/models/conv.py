@@ -307,8 +307,9 @@ def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term],
     params = [
         ("algorithm", "depthwise: output rows x output pixels of one channel per register tile"),
         ("lanes", f"{lanes} f32 = {lanes * 32}-bit vectors of output pixels"),
-        ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers; "
-                 f"{m.fma.in_flight:.1f} FMAs in flight cover the latency"),
+        ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers, accumulators at most a third "
+                 f"(each tap's loads are issued ahead of its FMAs); {m.fma.in_flight:.1f} FMAs in flight cover "
+                 "the latency"),
         ("epilogue", ep.describe(c.epilogue)),
         ("threads", _threads_reason(p)),
     ]  # fmt: skip
