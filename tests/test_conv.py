@@ -283,6 +283,32 @@ def test_the_model_picks_several_algorithms_and_says_why():
         assert all(t.ns >= 0 for t in c.best.terms)
 
 
+def test_depthwise_tiles_keep_a_third_of_the_registers_for_accumulators():
+    """Every depthwise candidate, on 32- and 16-register targets, holds at most a third of
+    the registers in accumulators (each tap's loads take about as many again)."""
+    from autoconfig.machine import Machine
+    from autoconfig.models.conv import DEPTHWISE_REGISTER_SHARE, depthwise_candidates
+
+    shape = ConvShape(1, 32, 112, 112, 32, (3, 3), pads=(1, 1, 1, 1), group=32)
+    for profile, target in ((AVX512, get_target("avx512")), (AVX2, get_target("avx2"))):
+        machine = Machine.of(load_profile(profile))
+        plans = depthwise_candidates(shape, machine, target, 1, ())
+        limit = int(target.vector_registers * DEPTHWISE_REGISTER_SHARE)
+        assert plans and max(p.config.mr * p.config.nv for p in plans) == limit
+
+
+def test_winograd_pays_for_filters_beyond_the_level_of_one_product():
+    """The transformed filters of all T² products are fetched from the level that holds
+    them all, beyond what one product's prediction charged: little when they fit the L2,
+    a large share of the time when they lie past the L3."""
+    profile = load_profile(AVX512)
+    small = choose(ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1)), profile, get_target("avx512"), 1)
+    large = choose(ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)), profile, get_target("avx512"), 1)
+    small_w, large_w = (next(p for p in c.per_algorithm if p.config.algorithm == "winograd") for c in (small, large))
+    assert 0.0 < small_w.term("filters") < 0.02 * small_w.total_ns  # 36 x 64 x 64 floats: from the L2
+    assert large_w.term("filters") > 0.2 * large_w.total_ns  # 36 x 512 x 512 floats (37.7 MB): past the L3
+
+
 def test_choices_differ_between_isas():
     def picks(profile: Path, target) -> list[tuple]:
         return [(c.best.config.algorithm, c.best.config.lanes, c.best.config.tile)
