@@ -87,6 +87,13 @@ def _planes_call(symbol: str, buffers: tuple[Ref, ...], planes: int, threads: in
     return Call(symbol, tuple(Part(buffers, r) for r in split(planes, threads)))
 
 
+def _planes_scratch_call(symbol: str, refs: tuple[Ref, ...], workspace: int, planes: int, threads: int,
+                         buffers: Buffers) -> Call:  # fmt: skip
+    """A kernel over planes [begin, end) that transforms each plane into its thread's own
+    scratch plane (`workspace` floats, the last argument before the plane range)."""
+    return Call(symbol, tuple(Part((*refs, buffers.scratch(workspace)), r) for r in split(planes, threads)))
+
+
 def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
                buffers: Buffers) -> list[Call]:  # fmt: skip
     """The calls of one convolution: x (NCHW) → y, then the epilogue (`operands` in its
@@ -95,9 +102,8 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
     c, s, threads = plan.config, plan.config.shape, plan.threads
     planes = s.batch * s.channels
     if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
-        w = buffers.constant(weight)
-        parts = [Part((y, x, w, *operands, buffers.scratch(c.workspace())), r) for r in split(planes, threads)]
-        return [Call(c.symbol, tuple(parts))]
+        return [_planes_scratch_call(c.symbol, (y, x, buffers.constant(weight), *operands), c.workspace(), planes,
+                                     threads, buffers)]  # fmt: skip
     calls = []
     if c.algorithm != "gemm1x1":  # the others read the transformed input
         xt = buffers.scratch(c.split().size)
@@ -169,5 +175,4 @@ def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buf
     if not s.windowed:
         return [_planes_call(config.symbol, (y, x), s.planes, threads)]
     scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
-    parts = [Part((y, x, *scale, buffers.scratch(config.workspace())), r) for r in split(s.planes, threads)]
-    return [Call(config.symbol, tuple(parts))]
+    return [_planes_scratch_call(config.symbol, (y, x, *scale), config.workspace(), s.planes, threads, buffers)]

@@ -347,8 +347,7 @@ class DepthwiseConfig:
 
     def workspace(self) -> int:
         """f32 elements of one thread's scratch plane (its slack included)."""
-        split = self.split()
-        return split.plane_size + split.slack
+        return self.split().scratch_plane
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], work, plane_begin, plane_end)``: x is the

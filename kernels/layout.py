@@ -71,6 +71,12 @@ class PhaseSplit:
         """f32 elements of the transformed buffer, slack included."""
         return self.planes * self.plane_size + self.slack
 
+    @property
+    def scratch_plane(self) -> int:
+        """f32 elements of one plane's scratch (`copy_plane` into a kernel's own buffer),
+        slack included."""
+        return self.plane_size + self.slack
+
     def inside_columns(self, px: int) -> tuple[int, int]:
         """For column phase px: the phase columns [first, end) whose source column lies
         in the row (the rest hold the fill)."""

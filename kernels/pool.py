@@ -166,10 +166,7 @@ class PoolConfig:
     def workspace(self) -> int:
         """f32 elements of one thread's scratch plane (its slack included); 0 for a
         global pool, which reads the image itself."""
-        if not self.shape.windowed:
-            return 0
-        split = self.split()
-        return split.plane_size + split.slack
+        return self.split().scratch_plane if self.shape.windowed else 0
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x[, scale][, work], plane_begin, plane_end)``: x is the NCHW input,
