@@ -19,8 +19,12 @@ def __getattr__(name: str):
         from autoconfig import conv as api
 
         return getattr(api, name)
-    if name in ("compile_model", "load"):
+    if name == "compile_model":
         from autoconfig import artifact as api
+
+        return getattr(api, name)
+    if name == "load":
+        from autoconfig import loader as api
 
         return getattr(api, name)
     raise AttributeError(f"module 'autoconfig' has no attribute {name!r}")

@@ -40,3 +40,15 @@ def _ranks(values: Sequence[float]) -> np.ndarray:
         same = v == value
         r[same] = r[same].mean()
     return r
+
+
+def onnxruntime_session(path: str, threads: int):
+    """onnxruntime as a peer is run: CPU, all graph optimizations, `threads` intra-op
+    threads and one inter-op thread."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])

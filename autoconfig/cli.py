@@ -239,7 +239,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from autoconfig.artifact import load
+    from autoconfig.loader import load
     from autoconfig.fileio import check_output, write_atomically
 
     model = load(args.dir)

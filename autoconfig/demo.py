@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.accuracy import ERROR_BOUND, output_error
+from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error
 from kernels import fma
 from kernels.library import build_library
 from kernels.target import Target
@@ -30,7 +30,8 @@ def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repe
     """Build zoo `model` for this machine, run it next to onnxruntime, print the build
     time, both latencies (medians of `repeat` runs) and the max error; True when the
     outputs agree within ERROR_BOUND of their range."""
-    from autoconfig.artifact import compile_model, load
+    from autoconfig.artifact import compile_model
+    from autoconfig.loader import load
     from autoconfig.graph import zoo
     from autoconfig.probe import host_profile
 
@@ -81,18 +82,6 @@ def onnxruntime_run(path: str, feeds: dict[str, np.ndarray], threads: int,
         session.run(None, feeds)
         times.append(time.perf_counter_ns() - start)
     return outputs, float(np.median(times))
-
-
-def onnxruntime_session(path: str, threads: int):
-    """onnxruntime as a peer is run: CPU, all graph optimizations, `threads` intra-op
-    threads and one inter-op thread."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def run_targets_check(targets: list[Target], n: int, say: Callable[[str], None] = print) -> bool:

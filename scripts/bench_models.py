@@ -35,13 +35,19 @@ from pathlib import Path
 import numpy as np
 
 import harness
-from autoconfig.accuracy import ERROR_BOUND, output_error, spearman
-from autoconfig.demo import onnxruntime_session
+from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, spearman
 
 FUSIONS = ("dp", "greedy", "none")
 PEERS = [f"autoconfig-{f}" for f in FUSIONS] + ["onnxruntime"]
 KERNEL_RUNS = 10
 """Runs whose per-kernel times' medians are held against the predictions."""
+
+WARMUP_SECONDS = 0.5
+"""Calls before timing, for every peer: a fresh process' first ~150 ms of whole-model
+calls ran 10-20% slow. Measured (Zen 5, MobileNet-V1, 2 threads, medians of 20-call
+windows): ours 2.72-2.91 ms over the first 60 calls of some processes, 2.47 after;
+with the harness' 0.05 s (about 20 calls) bench_models gave ours 2.76-2.88 ms and
+onnxruntime 2.58-2.62, with 0.5 s 2.48 and 2.30."""
 
 
 # ---------------------------------------------------------------- the worker's side

@@ -17,7 +17,8 @@ environment variables before import, torch.set_num_threads, our thread budget, O
 variable where a benchmark times OpenBLAS: one thread elsewhere, HELPER_THREADS),
 pinned to the first `threads` CPUs when pinning is asked for, the same CPUs for every
 peer; ``interpreter(peer) -> str`` may name another Python for a peer whose library
-lives in an environment of its own (TVM: scripts/tvm_peer.py). The worker times each task: warm-up by time, then repetitions; the harness
+lives in an environment of its own (TVM: scripts/tvm_peer.py). The worker times each task: warm-up by time
+(the module's ``WARMUP_SECONDS`` if it sets one, else this one's), then repetitions; the harness
 reports per (peer, task) the median over all rounds' repetitions with the
 interquartile spread, prints a table naming the host, profile, thread count and
 versions, and writes everything as JSON for comparison across hosts.
@@ -261,7 +262,8 @@ def worker_main() -> int:
     rows = []
     for task in job["tasks"]:
         prepared = bench.prepare(job["peer"], task, job["threads"])
-        rows.append({"samples": time_call(prepared.call, job["reps"]), "info": prepared.info})
+        warmup = getattr(bench, "WARMUP_SECONDS", WARMUP_SECONDS)
+        rows.append({"samples": time_call(prepared.call, job["reps"], warmup), "info": prepared.info})
         del prepared  # free the task's inputs before the next one's
     versions = bench.versions(job["peer"])
     json.dump({"rows": rows, "versions": versions}, sys.stdout)

@@ -5,6 +5,7 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,21 @@ def test_run_checks_inputs_and_files(tmp_path, capsys):
     (out / "report.md").unlink()
     with pytest.raises(AutoconfigError, match="report.md is missing"):
         autoconfig.load(out)
+
+
+def test_running_a_built_model_never_imports_the_compiler(tmp_path):
+    """A fresh process that loads and runs a model has no MLIR bindings, no LLVM and
+    no generator in it (they alone would add tens of MB to every deployed process)."""
+    require_runnable(get_target("avx2"))
+    out = tmp_path / "mlp"
+    build_and_compare(mlp(), "avx2", out)
+    probe = ("import sys, numpy as np, autoconfig\n"
+             f"model = autoconfig.load({str(out)!r})\n"
+             "model({'input': np.ones((5, 37), np.float32)})\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('mlir', 'torch_mlir', 'llvmlite', 'kernels', 'onnx'))))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []
 
 
 def test_same_inputs_same_bytes(tmp_path):
