@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
