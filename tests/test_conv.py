@@ -309,6 +309,24 @@ def test_winograd_pays_for_filters_beyond_the_level_of_one_product():
     assert large_w.term("filters") > 0.2 * large_w.total_ns  # 36 x 512 x 512 floats (37.7 MB): past the L3
 
 
+def test_threads_dividing_output_channels_each_read_the_whole_input():
+    """A direct layer with a large input and few weights (MobileNet-V1's first) split by
+    output channels (rows) reads the whole input on each thread, split by output pixels
+    (columns) half of it: the rows split costs more memory time, and 2 threads pick
+    another split."""
+    from autoconfig.machine import Machine
+    from autoconfig.models.conv import predict
+
+    profile = load_profile(AVX512)
+    shape = ConvShape(1, 3, 224, 224, 32, (3, 3), strides=(2, 2), pads=(0, 0, 1, 1))
+    config = DirectConfig(shape, 16, mr=6, nv=4)
+    memory = {split: sum(t.ns for t in predict(ConvPlan(config, 2, split), Machine.of(profile)).terms
+                         if t.name.startswith("memory"))
+              for split in ("rows", "columns")}  # fmt: skip
+    assert memory["rows"] > 1.2 * memory["columns"]
+    assert choose(shape, profile, get_target("avx512"), 2).best.plan.split != "rows"
+
+
 def test_choices_differ_between_isas():
     def picks(profile: Path, target) -> list[tuple]:
         return [(c.best.config.algorithm, c.best.config.lanes, c.best.config.tile)
