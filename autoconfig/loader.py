@@ -1,8 +1,9 @@
 """A built model directory read back and run: checked against its manifest (every
 file's SHA-256), then called natively through its library's C entry point, or under
 qemu-user for a cross target. Kept apart from `autoconfig.artifact`, which writes the
-directory, so that running a model never imports the compiler (the MLIR bindings
-alone take about 57 MB of resident memory)."""
+directory, so that running a model never imports the compiler: with it (the MLIR
+bindings, the generators, the models), a process running MobileNet-V1 peaked at 113 MB
+of resident memory, without it at 56."""
 
 from __future__ import annotations
 
