@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.accuracy import spearman
 from autoconfig.errors import AutoconfigError
 
 FORMAT = 1
@@ -150,8 +151,6 @@ class LoadedModel:
     def prediction_accuracy(self, kernel_ns: list[float], total_ns: float) -> str:
         """The models' accuracy on this model in one line: Spearman's rank correlation
         of predicted and measured kernel times, and the predicted total over the measured."""
-        from autoconfig.accuracy import spearman
-
         predicted = [k["predicted_ns"] for k in self.manifest["kernels"]]
         return (f"prediction: Spearman {spearman(predicted, kernel_ns):.2f} over {len(predicted)} kernels; "
                 f"predicted total {self.manifest['predicted_ns'] / 1e6:.3f} ms = "
