@@ -19,6 +19,16 @@ over one arena.
 - Anything else stops the build with one line naming the node and operator: nothing
   falls back to numpy.
 
+Layouts: a tensor between convolutions may be held channel-blocked, NCHW[c]
+(`kernels.nchwc`), where all its readers take that layout (convolutions, elementwise
+kernels, global average pools) and it has more than one pixel. Each convolution's
+plan, and so the layout it writes, is chosen by `autoconfig.models.conv.choose_layout`
+counting the transform of its input from the layout it is held in and what its
+readers then pay (`_Builder.reading_ns`); an elementwise kernel keeps its input's
+layout unless its readers pay more than the transform back. A reader that needs the
+other layout gets a layout-transform kernel, run just before it, once per tensor.
+Graph inputs and outputs are NCHW.
+
 Memory: every tensor between kernels, and every kernel's scratch, is a buffer with
 a lifetime (the first and last kernel touching it); buffers are placed in one
 arena, largest first, each at the lowest offset free for its whole lifetime.
@@ -41,7 +51,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
-from autoconfig.lowering import conv_calls, matmul_call, pool_calls
+from autoconfig.lowering import conv_calls, matmul_call, pool_calls, reblock_call
 from autoconfig.machine import Machine
 from autoconfig.models import conv as conv_model
 from autoconfig.models import matmul as matmul_model
@@ -52,10 +62,12 @@ from kernels import elementwise as ew
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels import movement as mv
+from kernels import nchwc
 from kernels import pool as pl
 from kernels import softmax as sm
 from kernels.cache import KernelCache, generated
 from kernels.emit import KernelModule
+from kernels.nchwc import Reblock
 from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
 from kernels.target import Target
 
@@ -66,6 +78,9 @@ split lines halve L1 bandwidth)."""
 ELEMENTWISE_VECTORS = 2
 """Vectors per step of an elementwise kernel: two independent chains hide a load's
 latency behind the previous vector's ops on every profiled machine."""
+
+ELEMENTWISE_GROUP = "elementwise"
+"""What `_Builder.anchor_of` says of the nodes of a group of elementwise ops alone."""
 
 _VIRTUAL = 1 << 20
 """Spaces from here on name buffers not placed yet (space - _VIRTUAL = buffer id)."""
@@ -138,6 +153,10 @@ class _Builder:
         self.step = 0  # the kernel being lowered
         self.consumers = graph.consumers()
         self.choices: dict[tuple, object] = {}
+        self.layouts: dict[str, kc.Layout] = {}  # values held channel-blocked (the others: NCHW)
+        self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
+        self.after_anchor: dict[str, list[Node]] = {}  # an anchor -> the ops of its group after it (build_model)
+        self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
         for i, name in enumerate(graph.inputs):
             self.where[name] = (self._buffer(graph.types[name].elements, input_index=i), 0)
 
@@ -178,10 +197,13 @@ class _Builder:
         """`Buffers.scratch`: a buffer for the current kernel only."""
         return Ref(_VIRTUAL + self._buffer(max(count, 1)))
 
-    def read(self, value: str) -> Ref:
-        """Where the current kernel reads `value` (a constant is added to the weights)."""
+    def read(self, value: str, layout: kc.Layout = "nchw") -> Ref:
+        """Where the current kernel reads `value` in `layout` (a constant is added to the
+        weights; a value held in the other layout is transformed first, once)."""
         if self.graph.is_constant(value):
             return self.constant(self.graph.constants[value])
+        if self.layout(value) != layout:
+            value = self._transformed(value, layout)
         buffer, offset = self.where[value]
         root = self._absolute(buffer, 0)[0]
         self.buffers[root].last = max(self.buffers[root].last, self.step)
@@ -192,8 +214,83 @@ class _Builder:
         self.where[value] = (self._buffer(self.graph.types[value].elements), 0)
         return Ref(_VIRTUAL + self.where[value][0])
 
+    def layout(self, value: str) -> kc.Layout:
+        return self.layouts.get(value, "nchw")
+
+    def _transformed(self, value: str, layout: kc.Layout) -> str:
+        """The name of `value` held in `layout`: a layout-transform kernel writes it, run
+        before the kernel being lowered (and reused by later readers)."""
+        name = f"{value} in {layout}"
+        if name not in self.where:
+            n, c, h, w = self.graph.types[value].shape
+            config = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=layout == "nchwc")
+            x = self.read(value, self.layout(value))
+            self.where[name] = (self._buffer(self.graph.types[value].elements), 0)
+            self.layouts[name] = layout
+            threads = min(self.threads, config.units())
+            predicted, why = conv_model.reblock_ns(config, self.machine, threads)
+            call = reblock_call(config, Ref(_VIRTUAL + self.where[name][0]), x, threads)
+            self.pending.append(KernelGroup(f"{value}_to_{layout}", [f"{value} ({self.layout(value)} to {layout})"],
+                                            "layout", [call], self.modules(nchwc.generate, config), predicted, why,
+                                            f"{n}x{c}x{h}x{w} to {layout}, {threads} thread(s)"))  # fmt: skip
+        return name
+
+    def may_block(self, value: str) -> bool:
+        """Whether `value` may be written channel-blocked: a 4-D tensor of whole blocks
+        of channels and more than one pixel (with one, both layouts are the same memory),
+        not a graph output, read only by convolutions' kernels (their input, or their
+        epilogue's residual), elementwise kernels and global average pools — any other
+        reader would need it transformed back."""
+        shape = self.graph.types[value].shape
+        lanes = self.target.f32_lanes
+        if self.target.scalable or value in self.graph.outputs or len(shape) != 4 or shape[1] % lanes or \
+                shape[2] * shape[3] == 1:
+            return False
+        readers = self.consumers.get(value, [])
+        return bool(readers) and all(self.anchor_of.get(n.name) == "Conv" and (n.op != "Conv" or n.inputs[0] == value)
+                                     or self.anchor_of.get(n.name) == ELEMENTWISE_GROUP or n.op in BLOCKED_POOLS
+                                     for n in readers)  # fmt: skip
+
+    def reading_ns(self, value: str, layout: kc.Layout) -> float:
+        """What `value`'s readers pay if it is written in `layout` (beyond a common
+        part): each convolution reading it as its input runs its best plan reading that
+        layout, or the best reading the other after a transform, whichever is faster
+        (the model's choice for it and its epilogue, the one its own kernel will use; a
+        layer with no plan reading blocks pays the transform back); other readers take
+        either layout at one cost (elementwise, global pools) or never see a blocked one."""
+        total = 0.0
+        for reader in self.consumers.get(value, []):
+            if reader.op != "Conv" or reader.inputs[0] != value or self.anchor_of.get(reader.name) != "Conv":
+                continue
+            shape = _conv_layer(self, reader)[0]
+            if not conv_model.reads_blocked(shape, self.machine, self.target):  # NCHW, after a transform if blocked
+                n, c, h, w = shape.input_shape
+                back = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=False)
+                total += conv_model.reblock_ns(back, self.machine, self.threads)[0] if layout == "nchwc" else 0.0
+                continue
+            choice = _conv_choice(self, reader, self.after_anchor[reader.name])[0]  # its own, asked once
+            other: kc.Layout = "nchw" if layout == "nchwc" else "nchwc"
+            costs = []
+            for source in (layout, other):
+                best = choice.best_in((source,), ("nchw", "nchwc"))
+                if best is not None:
+                    shift = 0.0 if source == layout else conv_model.transform_ns(shape, best, self.machine, source,
+                                                                                 self.target.f32_lanes)
+                    costs.append(best.total_ns + shift)
+            total += min(costs)
+        return total
+
+    def output_layouts(self, value: str) -> dict[kc.Layout, float]:
+        """The layouts `value` may be written in, each with what its readers then pay
+        (`may_block`, `reading_ns`)."""
+        layouts: tuple[kc.Layout, ...] = ("nchw", "nchwc") if self.may_block(value) else ("nchw",)
+        return {layout: self.reading_ns(value, layout) for layout in layouts}
+
     def alias(self, value: str, source: str, offset: int = 0) -> None:
-        """`value` is `source` seen in another shape, from element `offset` on."""
+        """`value` is `source` seen in another shape, from element `offset` on (a view of
+        a channel-blocked value is a view of its NCHW transform)."""
+        if self.layout(source) != "nchw":
+            source = self._transformed(source, "nchw")
         buffer, at = self.where[source]
         self.where[value] = (buffer, at + offset)
         self.read(source)
@@ -246,11 +343,21 @@ def _aligned(size: int) -> int:
 
 @dataclass
 class Epilogue:
-    """A matched chain: its ops, each op's operand (a ref, in op order), the value it ends on."""
+    """A matched chain: its ops, each op's operand (in op order: a constant's values, or
+    the name of a value; `refs` places them), the value it ends on. Matching changes
+    nothing in the build, so a chain can be matched ahead of its kernel."""
 
     ops: list[ep.EpilogueOp]
-    operands: list[Ref]
+    operands: list[np.ndarray | str]
     end: str
+
+    def refs(self, b: _Builder, layout: kc.Layout = "nchw") -> list[Ref]:
+        """The operands' refs: constants added to the weights, tensors of the output's
+        shape read in the output's `layout`, per-channel tensors (one value per channel:
+        either layout) in NCHW."""
+        reading = [op for op in self.ops if op.operand]
+        return [b.read(o, layout if op.operand == "output" else "nchw") if isinstance(o, str) else b.constant(o)
+                for op, o in zip(reading, self.operands, strict=True)]  # fmt: skip
 
 
 UNARY: dict[str, Callable[[Node, Graph], ep.EpilogueOp]] = {
@@ -283,7 +390,7 @@ def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int
     out_shape = b.graph.types[start].shape
     remaining = list(nodes)
     ops: list[ep.EpilogueOp] = []
-    operands: list[Ref] = []
+    operands: list[np.ndarray | str] = []
     current = start
     while remaining:
         users = [n for n in remaining if current in n.inputs]
@@ -328,8 +435,9 @@ def _gated(graph: Graph, current: str, users: list[Node], remaining: list[Node])
 
 
 def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],
-            channel_axis: int) -> tuple[ep.EpilogueOp, Ref]:  # fmt: skip
-    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op."""
+            channel_axis: int) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
+    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op
+    (the operand: a constant's values per channel, or the tensor's name)."""
     others = [i for i in node.inputs if i != current]
     if len(others) != 1 or node.inputs.index(current) != 0 and node.op in ("Sub", "Div"):
         raise _fail(node, "only chain - operand and chain / operand are generated")
@@ -345,13 +453,13 @@ def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],
         elif node.op == "Div":
             values = 1 / values
         kind = "bias" if node.op in ("Add", "Sub") else "scale"
-        return ep.EpilogueOp(kind), b.constant(np.broadcast_to(values, (channels,)))
+        return ep.EpilogueOp(kind), np.broadcast_to(values, (channels,))
     if node.op in ("Sub", "Div"):
         raise _fail(node, f"{node.op} by a tensor computed at run time is not generated")
     if tuple(shape) == tuple(out_shape):
-        return ep.EpilogueOp("residual" if node.op == "Add" else "product"), b.read(other)
+        return ep.EpilogueOp("residual" if node.op == "Add" else "product"), other
     if _along_channels(shape, out_shape, channel_axis):
-        return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), b.read(other)
+        return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
     raise _fail(node, f"an operand of shape {shape} broadcast to {out_shape} is neither per channel nor "
                       "of the output's shape")  # fmt: skip
 
@@ -457,7 +565,8 @@ def _conv_pads(node: Node, graph: Graph, kernel: tuple[int, int], strides, dilat
     return (first[0], first[1], totals[0] - first[0], totals[1] - first[1])
 
 
-def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+def _conv_layer(b: _Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | None]:
+    """A Conv node's shape, weights and bias (a constant's name, or None), checked."""
     g = b.graph
     if len(g.types[node.inputs[0]].shape) != 4 or not g.is_constant(node.inputs[1]):
         raise _fail(node, "only 2-D convolutions with constant weights are generated")
@@ -470,20 +579,36 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     pads = _conv_pads(node, g, weight.shape[2:], strides, dilations)
     shape = conv_shape(g.types[node.inputs[0]].shape, weight.shape, strides=strides, pads=pads,
                        dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
-    x = b.read(node.inputs[0])
+    return shape, weight, bias
+
+
+def _conv_choice(b: _Builder, node: Node, after: list[Node]) -> tuple[conv_model.ConvChoice, Epilogue]:
+    """The model's choice for a Conv node and the epilogue ops `after` it (its bias
+    first), and the matched chain."""
+    shape, _, bias = _conv_layer(b, node)
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=1)
-    ops, operands = list(chain.ops), list(chain.operands)
-    if bias:
-        ops.insert(0, ep.bias())
-        operands.insert(0, b.constant(g.constants[bias]))
-    choice = b.choose(conv_model.choose, shape, tuple(ops))
-    plan = choice.best.plan
+    return b.choose(conv_model.choose, shape, tuple([ep.bias()] if bias else []) + tuple(chain.ops)), chain
+
+
+def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    g = b.graph
+    shape, weight, bias = _conv_layer(b, node)
+    choice, chain = _conv_choice(b, node, after)
+    given = b.layout(node.inputs[0])
+    best, why = conv_model.choose_layout(choice, given, b.output_layouts(chain.end), b.machine)
+    plan = best.plan
     conv_model.validate_plan(plan, b.target)
+    x = b.read(node.inputs[0], kc.input_layout_of(plan.config))
+    operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, kc.layout_of(plan.config))
     y = b.write(chain.end)
+    if kc.layout_of(plan.config) != "nchw":
+        b.layouts[chain.end] = kc.layout_of(plan.config)
     calls = conv_calls(plan, x, y, weight, operands, b)
+    layout = kc.layout_of(plan.config)
     return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(kc.generate, plan.config),
-                       choice.best.total_ns, choice.explain(),
-                       f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
+                       best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
+                       f"{plan.config.algorithm} {plan.config.tile}{' ' + layout if layout != 'nchw' else ''}, "
+                       f"{plan.threads} thread(s)")  # fmt: skip
 
 
 def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
@@ -504,7 +629,7 @@ def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
         weight = weight.T
     a = b.read(node.inputs[0])
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=-1)
-    ops, operands = list(chain.ops), list(chain.operands)
+    ops, operands = list(chain.ops), chain.refs(b)
     bias = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
     if bias:
         values = _per_channel(np.asarray(g.constants[bias], np.float32), (m, n), -1) if g.is_constant(bias) else None
@@ -527,6 +652,9 @@ def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
 
 
 POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
+BLOCKED_POOLS = ("GlobalAveragePool", "ReduceMean")
+"""Poolings that read a channel-blocked input (a spatial ReduceMean is one; any other
+fails the build whatever its input's layout)."""
 
 
 def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
@@ -547,13 +675,16 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
         raise _fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
                           f"window that starts in the padding: {tuple(shape.output_shape)}; not built")  # fmt: skip
     config = pool_config(shape, b.target)
-    threads = min(b.threads, shape.planes)
-    x = b.read(node.inputs[0])
+    if node.op in BLOCKED_POOLS and b.layout(node.inputs[0]) == "nchwc":
+        config = replace(config, blocked=True)
+    threads = min(b.threads, config.units())
+    x = b.read(node.inputs[0], "nchwc" if config.blocked else "nchw")
     y = b.write(node.outputs[0])
     calls = pool_calls(config, threads, x, y, b)
     moved = 4 * (math.prod(shape.input_shape) + math.prod(shape.output_shape))  # each plane transformed in cache
     return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
-                      f"{shape.describe()}, {config.nv} vectors of {config.lanes}, {threads} thread(s)")
+                      f"{shape.describe()}{' nchwc' if config.blocked else ''}, {config.nv} vectors of {config.lanes}, "
+                      f"{threads} thread(s)")
 
 
 def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
@@ -588,17 +719,29 @@ def _softmax(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
 
 
 def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
-    """A chain of elementwise ops alone: the epilogue on a tensor streamed from memory."""
+    """A chain of elementwise ops alone: the epilogue on a tensor streamed from memory,
+    in the layout that tensor is held in where its readers can take it (NCHW else)."""
     first = nodes[0]
     out_shape = b.graph.types[first.outputs[0]].shape
     streamed = [i for i in first.inputs if i and not b.graph.is_constant(i) and b.graph.types[i].shape == out_shape]
     if not streamed:
         raise _fail(first, f"no input of the output's shape {out_shape} to stream")
     start = streamed[0]
-    x = b.read(start)
     chain = match_epilogue(b, start, nodes, channel_axis=_plane_axis(out_shape))
+    layout: kc.Layout = "nchw"
+    if b.layout(start) == "nchwc":  # stay blocked unless its readers pay more than the transform back
+        options = b.output_layouts(chain.end)
+        if "nchwc" in options:
+            back = conv_model.reblock_ns(Reblock(out_shape[0], out_shape[1], out_shape[2] * out_shape[3],
+                                                 b.target.f32_lanes, False), b.machine, b.threads)[0]  # fmt: skip
+            layout = "nchwc" if options["nchwc"] <= options["nchw"] + back else "nchw"
+    x = b.read(start, layout)
+    operands = chain.refs(b, layout)
     y = b.write(chain.end)
-    return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), chain.operands)
+    if layout != "nchw":
+        b.layouts[chain.end] = layout
+    return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), operands,
+                               layout == "nchwc")  # fmt: skip
 
 
 def _plane_axis(shape: tuple[int, ...]) -> int:
@@ -608,14 +751,16 @@ def _plane_axis(shape: tuple[int, ...]) -> int:
 
 
 def _elementwise_kernel(b: _Builder, name: str, ops: list[str], x: Ref, y: Ref, shape: tuple[int, ...],
-                        epilogue: ep.Epilogue, operands: list[Ref]) -> KernelGroup:  # fmt: skip
-    """One `kernels.elementwise` kernel over planes (`_plane_axis`)."""
+                        epilogue: ep.Epilogue, operands: list[Ref], blocked: bool = False) -> KernelGroup:  # fmt: skip
+    """One `kernels.elementwise` kernel over planes (`_plane_axis`; channel blocks of a
+    `blocked` tensor)."""
+    lanes = b.target.f32_lanes
     if len(shape) == 4:
-        planes, channels = shape[0] * shape[1], shape[1]
+        planes, channels = shape[0] * shape[1] // (lanes if blocked else 1), shape[1]
     else:
         planes = channels = shape[0] if shape else 1
     plane_size = math.prod(shape) // planes
-    config = ew.ElementwiseConfig(planes, plane_size, channels, b.target.f32_lanes, ELEMENTWISE_VECTORS, epilogue)
+    config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue, blocked)
     threads = min(b.threads, planes)
     call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
     moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))
@@ -645,7 +790,7 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     offset, copies = 0, []
     for value in node.inputs:
         size = b.graph.types[value].elements
-        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs
+        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == "nchw"
                    and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
                    and b.buffers[b.where[value][0]].input_index is None
                    and b.buffers[b.where[value][0]].size == size
@@ -717,9 +862,19 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = _Builder(graph, profile, target, threads, cache)
     plan = fusion_plan(graph, profile, fusion, b.decisions)
+    for members in plan.groups:
+        nodes = [graph.nodes[v] for v in members]
+        kinds = {info(n).kernel for n in nodes}
+        anchor = next((n.op for n in nodes if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)),
+                      ELEMENTWISE_GROUP if kinds == {Kernel.ELEMENTWISE} else "")  # fmt: skip
+        b.anchor_of |= {n.name: anchor for n in nodes}
+        compute = [n for n in nodes if info(n).kernel is not Kernel.VIEW]
+        b.after_anchor |= {n.name: [m for m in compute if m is not n] for n in compute if n.op == anchor}
     kernels = []
     for members in _group_order(graph, plan.groups):
         group = _lower_group(b, [graph.nodes[v] for v in members])
+        kernels += b.pending  # layout transforms it reads, before it (at its step: their buffers stay apart)
+        b.pending = []
         if group is not None:
             kernels.append(group)
             b.step += 1

@@ -10,6 +10,7 @@ AveragePool and GlobalAveragePool.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,12 +21,15 @@ from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
 from autoconfig.models.matmul import Prediction
 from autoconfig.resolve import resolve_profile, resolve_target
-from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls
+from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls, reblock_call
 from autoconfig.matmul import b_staging
 from autoconfig.runtime import Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import ConvShape, generate
+from kernels import nchwc
+from kernels.conv import ConvShape, generate, input_layout_of, layout_of
+from kernels.emit import KernelModule
+from kernels.nchwc import Reblock
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -62,15 +66,19 @@ class CompiledConv:
                  weight: np.ndarray, channel_operands: dict[int, np.ndarray]):  # fmt: skip
         self.plan, self.config, self.shape, self.target = plan, plan.config, plan.config.shape, target
         self.prediction, self.choice = prediction, choice
-        self.library = build_library(generate(self.config, target))
         operands = ep.operand_names(self.config.epilogue)
         self._residuals = [i for i, _, kind in operands if kind == "output"]
         call_spaces = 2 + len(self._residuals)  # x, y, residuals
         buffers = LayerBuffers(call_spaces)
-        residual_space = {i: Ref(2 + k) for k, i in enumerate(self._residuals)}
+        boundary = _NchwBoundary(plan, buffers)
+        x = boundary.convert(Ref(0), self.shape.input_shape, input_layout_of(self.config))
+        y = boundary.convert(Ref(1), self.shape.output_shape, layout_of(self.config), output=True)
+        residual_space = {i: boundary.convert(Ref(2 + k), self.shape.output_shape, layout_of(self.config))
+                          for k, i in enumerate(self._residuals)}  # fmt: skip
         refs = [residual_space[i] if kind == "output" else buffers.constant(channel_operands[i])
                 for i, _, kind in operands]  # fmt: skip
-        calls = conv_calls(plan, Ref(0), Ref(1), weight, refs, buffers)
+        calls = boundary.before + conv_calls(plan, x, y, weight, refs, buffers) + boundary.after
+        self.library = build_library(generate(self.config, target) + boundary.modules(target))
         self._program = Program(self.library, calls, buffers.arrays, call_spaces)
         # a 1x1 product reads the image in place as its B
         pointwise = self.config.algorithm == "gemm1x1"
@@ -99,6 +107,41 @@ class CompiledConv:
         if p is None:
             return f"{head}, no prediction: the profile has no {self.config.lanes * 32}-bit FMA figures"
         return "\n".join([f"{head}, predicted {p.total_ns / 1e3:.1f} µs = {p.gflops:.1f} GFLOP/s", *p.lines()])
+
+
+class _NchwBoundary:
+    """A layer on its own takes and returns NCHW: a plan reading or writing channel
+    blocks (`kernels.nchwc`) gets its operands transformed into scratch buffers before
+    it runs, and its output transformed back after."""
+
+    def __init__(self, plan: ConvPlan, buffers: LayerBuffers):
+        self.plan, self.buffers = plan, buffers
+        self.before: list[Call] = []
+        self.after: list[Call] = []
+        self.configs: dict[str, Reblock] = {}
+
+    def _reblock(self, shape: tuple[int, ...], to_blocked: bool) -> Reblock:
+        n, c, h, w = shape
+        config = Reblock(n, c, h * w, self.plan.config.lanes, to_blocked)
+        self.configs[config.symbol] = config
+        return config
+
+    def convert(self, ref: Ref, shape: tuple[int, ...], layout: str, output: bool = False) -> Ref:
+        """Where the kernel reads the NCHW tensor at `ref` in `layout` (or, for its
+        `output`, writes what is then transformed into `ref`)."""
+        if layout == "nchw":
+            return ref
+        blocked = self.buffers.scratch(math.prod(shape))
+        config = self._reblock(shape, to_blocked=not output)
+        if output:
+            self.after.append(reblock_call(config, ref, blocked, self.plan.threads))
+        else:
+            self.before.append(reblock_call(config, blocked, ref, self.plan.threads))
+        return blocked
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        """The transforms' kernels."""
+        return [m for config in self.configs.values() for m in nchwc.generate(config, target)]
 
 
 def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strides=None, pads=None,
@@ -157,8 +200,8 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
     tgt = checks.target_for(resolve_target(target, prof), prof)
     threads = checks.threads_within(threads, prof)
     choice = None
-    if config is None:
-        choice = choose(shape, prof, tgt, threads, epilogue)
+    if config is None:  # a layer on its own reads and writes NCHW: the model's best in it
+        choice = choose(shape, prof, tgt, threads, epilogue).in_nchw()
         plan = choice.best.plan
     else:
         if not isinstance(config, ConvPlan):

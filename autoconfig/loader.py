@@ -33,6 +33,19 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _open_library(path: Path) -> ctypes.CDLL:
+    """The shared library at `path`, opened under a name of its own: the dynamic loader
+    hands back a library already open under the same name, so a model rebuilt in place
+    and loaded again in one process would run the old build's code (on the new
+    weights). A fresh link to the file is opened and removed (the mapping stays); the
+    loader still shares a file it has open, by its device and inode, so reloading an
+    unchanged model opens nothing twice."""
+    with tempfile.TemporaryDirectory(prefix="autoconfig-lib-") as scratch:
+        link = Path(scratch) / path.name
+        link.symlink_to(path.resolve())
+        return ctypes.CDLL(str(link))
+
+
 class LoadedModel:
     """A built model, checked against its manifest: call it with numpy arrays by input
     name; it returns the outputs by name."""
@@ -58,7 +71,7 @@ class LoadedModel:
         self.outputs = [(o["name"], tuple(o["shape"])) for o in self.manifest["outputs"]]
         self._model = None
         if self.manifest["native"]:
-            lib = ctypes.CDLL(str(self.directory / LIBRARY))
+            lib = _open_library(self.directory / LIBRARY)
             lib.ac_model_load.restype = ctypes.c_void_p
             lib.ac_model_load.argtypes = [ctypes.c_char_p]
             lib.ac_model_run_timed.argtypes = [ctypes.c_void_p] * 4

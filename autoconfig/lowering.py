@@ -21,6 +21,7 @@ from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels.conv import DepthwiseConfig, DirectConfig, WinogradConfig
 from kernels.matmul import MatmulConfig
+from kernels.nchwc import BlockedConfig, Reblock
 
 
 class Buffers(Protocol):
@@ -83,8 +84,13 @@ def matmul_call(plan: MatmulPlan, c: Ref, a: Ref, b: Ref, operands: list[Ref], b
 
 
 def _planes_call(symbol: str, buffers: tuple[Ref, ...], planes: int, threads: int) -> Call:
-    """A kernel over planes [begin, end), the planes cut across the threads."""
+    """A kernel over planes (or other units) [begin, end), cut across the threads."""
     return Call(symbol, tuple(Part(buffers, r) for r in split(planes, threads)))
+
+
+def reblock_call(config: Reblock, y: Ref, x: Ref, threads: int) -> Call:
+    """The layout transform of x into y, its channel blocks cut across the threads."""
+    return _planes_call(config.symbol, (y, x), config.units(), threads)
 
 
 def _planes_scratch_call(symbol: str, refs: tuple[Ref, ...], workspace: int, planes: int, threads: int,
@@ -96,11 +102,14 @@ def _planes_scratch_call(symbol: str, refs: tuple[Ref, ...], workspace: int, pla
 
 def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
                buffers: Buffers) -> list[Call]:  # fmt: skip
-    """The calls of one convolution: x (NCHW) → y, then the epilogue (`operands` in its
-    order: per-channel values, residual tensors); the weights are kept in the layout
-    the algorithm reads (Winograd's filter transform happens here, once)."""
+    """The calls of one convolution: x → y, then the epilogue (`operands` in its order:
+    per-channel values, residual tensors), x, y and residuals in the layouts the config
+    reads and writes (`kernels.conv.layout_of`); the weights are kept in the layout the
+    algorithm reads (Winograd's filter transform happens here, once)."""
     c, s, threads = plan.config, plan.config.shape, plan.threads
     planes = s.batch * s.channels
+    if isinstance(c, BlockedConfig):  # x and y (and residuals) in the layouts the config names
+        return [_planes_call(c.symbol, (y, x, buffers.constant(c.pack_weights(weight)), *operands), c.units(), threads)]
     if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
         return [_planes_scratch_call(c.symbol, (y, x, buffers.constant(weight), *operands), c.workspace(), planes,
                                      threads, buffers)]  # fmt: skip
@@ -173,6 +182,6 @@ def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buf
     per-position scale."""
     s = config.shape
     if not s.windowed:
-        return [_planes_call(config.symbol, (y, x), s.planes, threads)]
+        return [_planes_call(config.symbol, (y, x), config.units(), threads)]
     scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
     return [_planes_scratch_call(config.symbol, (y, x, *scale), config.workspace(), s.planes, threads, buffers)]

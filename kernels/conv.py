@@ -1,6 +1,8 @@
 """f32 2-D convolution in NCHW (ONNX's Conv: any stride, padding, dilation, groups),
 with an optional epilogue (bias, residual, activations; `kernels.epilogue`) applied
-to each output vector before it is stored.
+to each output vector before it is stored. The same layers on channel-blocked
+activations, NCHW[c], are `kernels.nchwc`'s (and gemm1x1's with a blocked product);
+`layout_of` and `input_layout_of` say which layouts a config reads and writes.
 
 Every algorithm is a matrix product per image and group: output channels (rows) ×
 output pixels (columns) = weights (rows × Cin/G·KH·KW) · the image's windows. They
@@ -66,7 +68,7 @@ from kernels.loops import for_carry, for_range, for_tiles, load, offset, store, 
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
-from kernels import winograd
+from kernels import nchwc, winograd
 from kernels.winograd import WinogradConfig
 
 ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise", "winograd"]
@@ -365,7 +367,22 @@ class DepthwiseConfig:
                                f"tiles of {self.mr} output rows x {self.nr} pixels, planes [plane_begin, plane_end).")
 
 
-ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig
+ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig | nchwc.BlockedConfig
+Layout = Literal["nchw", "nchwc"]
+
+
+def layout_of(config: ConvConfig) -> Layout:
+    """The layout a config writes its output in: NCHW, or channel-blocked NCHW[c] with
+    c = its lanes (`kernels.nchwc`)."""
+    blocked = isinstance(config, nchwc.BlockedConfig) or isinstance(config, GemmConvConfig) and config.gemm.blocked
+    return "nchwc" if blocked else "nchw"
+
+
+def input_layout_of(config: ConvConfig) -> Layout:
+    """The layout a config reads its input in (a blocked direct layer may read NCHW)."""
+    if isinstance(config, nchwc.BlockedDirectConfig) and not config.blocked_input:
+        return "nchw"
+    return layout_of(config)
 
 
 @dataclass(frozen=True)
@@ -434,6 +451,8 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
         return [single_kernel(config.signature(), target, lambda args: _depthwise(config, target, args))]
     if isinstance(config, WinogradConfig):
         return winograd.generate(config, target)
+    if isinstance(config, nchwc.BlockedConfig):
+        return nchwc.generate(config, target)
     if config.algorithm == "gemm1x1":
         return [mm.generate(config.gemm, target)]
     im2col = config.im2col()

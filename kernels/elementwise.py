@@ -9,7 +9,9 @@ computed elsewhere) is still one kernel and one pass over memory::
         Y[plane, i + j·L] = v
 
 A per-channel operand holds one value per plane modulo `channels` (NCHW: one per
-channel, broadcast over the image), a tensor operand the output's shape.
+channel, broadcast over the image), a tensor operand the output's shape. On a
+channel-blocked tensor (NCHW[c], `kernels.nchwc`) a plane is a block of L channels'
+pixels and its per-channel values are one vector, L channels apart in the lanes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f
 from kernels.emit import single_kernel, tail_mask
 from kernels.loops import for_range, for_tiles, load, offset, store
 from kernels.mlir import arith, ir, memref, vector
+from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -38,6 +41,12 @@ class ElementwiseConfig:
     lanes: int
     nv: int = 1
     epilogue: ep.Epilogue = field(default=())
+    blocked: bool = False  # planes are blocks of `lanes` channels (plane_size = pixels·lanes)
+
+    @property
+    def blocks(self) -> int:
+        """Per-channel vectors a plane cycles through: channels, or channel blocks."""
+        return self.channels // self.lanes if self.blocked else self.channels
 
     @property
     def symbol(self) -> str:
@@ -47,8 +56,10 @@ class ElementwiseConfig:
         check_lanes(target, self.lanes)
         if min(self.planes, self.plane_size, self.channels, self.nv) < 1:
             raise AutoconfigError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
-        if self.planes % self.channels:
-            raise AutoconfigError(f"{self.planes} planes do not cycle through {self.channels} channels")
+        if self.blocked:
+            check_blocked(target, self.lanes, {"the channels": self.channels})
+        if self.planes % self.blocks:
+            raise AutoconfigError(f"{self.planes} planes do not cycle through {self.blocks} channels or blocks")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x[, epilogue operands], plane_begin, plane_end)``."""
@@ -78,9 +89,13 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
     step = cfg.nv * lanes
 
     def plane(p: ir.Value) -> None:
-        channel = arith.remui(p, index(cfg.channels))
-        per_channel = {i: vector.broadcast(vec, memref.load(m, [channel]))
-                       for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}  # fmt: skip
+        channel = arith.remui(p, index(cfg.blocks))
+        if cfg.blocked:  # the block's L channels, one per lane
+            first = arith.muli(channel, index(lanes))
+            per_channel = {i: load(vec, m, [first]) for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}
+        else:
+            per_channel = {i: vector.broadcast(vec, memref.load(m, [channel]))
+                           for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}  # fmt: skip
 
         def piece(i0: ir.Value, count: int) -> None:
             for j in range(ceil_div(count, lanes)):

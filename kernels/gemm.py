@@ -141,6 +141,31 @@ class TransposedTile(OutputTile):
 
 
 @dataclass(frozen=True)
+class BlockedTile(OutputTile):
+    """The same tile of a C stored transposed in blocks of L columns (Cᵀ as an NCHW[c]
+    image with c = L lanes, in a flat memref, `stride` = C's row count): vector v of row
+    r, columns cols[v] .. +L of one block, is the contiguous Cᵀ[cols[v] div L][rows[r]][·]
+    at cols[v]·stride + rows[r]·L (the columns of a vector start a block)."""
+
+    stride: int
+
+    def at(self, r: int, v: int) -> ir.Value:
+        lanes = ir.VectorType(self.vec).shape[0]
+        return arith.addi(arith.muli(self.cols[v], index(self.stride)), arith.muli(self.rows[r], index(lanes)))
+
+    def prefetch(self) -> None:
+        for r in range(len(self.rows)):
+            for v in range(len(self.cols)):
+                memref.prefetch(self.memory, [self.at(r, v)], True, 3, True)
+
+    def load(self, r: int, v: int) -> ir.Value:
+        return load(self.vec, self.memory, [self.at(r, v)], self.masks[v])
+
+    def store(self, r: int, v: int, value: ir.Value) -> None:
+        store(value, self.memory, [self.at(r, v)], self.masks[v])
+
+
+@dataclass(frozen=True)
 class KBlocks:
     """How K is cut: blocks of `kc` over [0, k); `accumulate` adds to the output's old
     values instead of overwriting them."""

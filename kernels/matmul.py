@@ -16,7 +16,8 @@ micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives alread
 its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time;
 with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
 time by `pack_b`, and C leaves as Cᵀ, each tile's vectors scattered — a 1×1
-convolution with its output channels in the lanes)::
+convolution with its output channels in the lanes; with `blocked` as well, Aᵀ and Cᵀ
+are channel-blocked images, NCHW[c] (`kernels.nchwc`), and each vector is stored whole)::
 
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
       for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, unless a_packed]
@@ -53,9 +54,10 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, tail_mask, verify
-from kernels.gemm import KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
+from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, store, when
 from kernels.mlir import arith, ir, memref, vector
+from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
@@ -108,6 +110,9 @@ class MatmulConfig:
     # Aᵀ (K×M, read in place), `b` Bᵀ (N×K, a constant) packed once by `pack_b`, `c`
     # receives Cᵀ (N×M, each vector scattered). A 1×1 convolution Y = W·X computed as
     # Yᵀ = Xᵀ·Wᵀ: its output channels in the lanes, its pixels along the tile's rows
+    blocked: bool = False  # transposed only: Aᵀ and Cᵀ in blocks of `lanes` channels — an
+    # NCHW[c] image (c = lanes): Aᵀ[k, m] at (k div L)·M·L + m·L + k mod L, Cᵀ[n, m] likewise,
+    # so each output vector is one contiguous store instead of a scatter
 
     @property
     def nr(self) -> int:
@@ -225,6 +230,10 @@ class MatmulConfig:
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
             raise AutoconfigError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
+        if self.blocked:
+            if not self.transposed:
+                raise AutoconfigError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
+            check_blocked(target, self.lanes, {"N (output channels)": self.shape.n, "K (input channels)": self.shape.k})
 
     def c_shape(self) -> list[int]:
         """C (and an output-shaped operand) as the kernel addresses it: M×N, or Cᵀ flat."""
@@ -331,7 +340,8 @@ class _Kernel:
         operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else config.c_shape())
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
-        a_shape = [config.a_size()] if config.a_packed else [s.k, s.m] if config.transposed else [s.m, s.k]
+        a_shape = ([config.a_size()] if config.a_packed or config.blocked else [s.k, s.m] if config.transposed
+                   else [s.m, s.k])  # fmt: skip
         return cls(config, target, f32_vector_type(target, config.lanes),
                    f32_memref(args["c"], config.c_shape()), f32_memref(args["a"], a_shape),
                    f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands, work,
@@ -516,13 +526,19 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     masks = kn.vector_masks(columns)
     cols = [offset(col0, v * kn.lanes) for v in range(len(masks))]
     tile_rows = [offset(row0, r) for r in range(rows)]
-    if cfg.transposed:
+    if cfg.blocked:
+        out = BlockedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m)
+    elif cfg.transposed:
         out = TransposedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m)
     else:
         out = OutputTile(kn.c, kn.vec, tile_rows, cols, masks)
     out.prefetch()
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
+        if cfg.blocked:  # Aᵀ[k, row] in its channel block: one address per k, the rows L apart
+            block = arith.muli(arith.divsi(k, index(kn.lanes)), index(cfg.shape.m * kn.lanes))
+            first = arith.addi(block, arith.remsi(k, index(kn.lanes)))
+            return memref.load(kn.a, [arith.addi(first, arith.muli(tile_rows[r], index(kn.lanes)))])
         return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
 
     def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:

@@ -38,6 +38,7 @@ from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
+from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -139,10 +140,17 @@ class PoolConfig:
     shape: PoolShape
     lanes: int
     nv: int = 1
+    blocked: bool = False  # global only: the input channel-blocked, NCHW[c] with c = lanes
+    # (`kernels.nchwc`); each block's pixels summed as whole vectors, the output (one value
+    # per channel) the same memory in either layout
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
+
+    def units(self) -> int:
+        """What threads divide: planes, or blocks of `lanes` planes when blocked."""
+        return self.shape.planes // self.lanes if self.blocked else self.shape.planes
 
     @property
     def symbol(self) -> str:
@@ -159,6 +167,10 @@ class PoolConfig:
         check_lanes(target, self.lanes)
         if self.nv < 1:
             raise AutoconfigError(f"nv must be >= 1, got {self.nv}")
+        if self.blocked:
+            if self.shape.windowed:
+                raise AutoconfigError("only a global average pool reads a channel-blocked input")
+            check_blocked(target, self.lanes, {"the channels": self.shape.channels})
         if self.nv + 2 > target.vector_registers:
             raise AutoconfigError(f"pooling with nv={self.nv} needs {self.nv + 2} vector registers; "
                                   f"{target.name} has {target.vector_registers}")  # fmt: skip
@@ -179,7 +191,8 @@ class PoolConfig:
         if s.windowed:
             params.append(Param("work", Role.INOUT, extent=(self.workspace(),)))
         params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
-        return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: planes [plane_begin, plane_end).")
+        planes = f"channel blocks of {self.lanes}" if self.blocked else "planes"
+        return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: {planes} [plane_begin, plane_end).")
 
 
 def average_scale(shape: PoolShape) -> np.ndarray:
@@ -202,7 +215,8 @@ def generate(config: PoolConfig, target: Target) -> list[KernelModule]:
     sig = config.signature()
     with new_module() as module:
         with kernel_body(module, sig) as args:
-            (_windowed if config.shape.windowed else _global)(config, target, args)
+            body = _windowed if config.shape.windowed else _global_blocked if config.blocked else _global
+            body(config, target, args)
         verify(module)
     return [KernelModule(module=module, signatures=(sig,), target=target)]
 
@@ -253,16 +267,10 @@ def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
     vec = f32_vector_type(target, lanes)
     x = f32_memref(args["x"], [s.planes, size])
     y = f32_memref(args["y"], [s.planes])
-    zero = f32_splat(target, lanes, 0.0)
     whole = size // lanes
 
     def plane(p: ir.Value) -> None:
-        def add(v: ir.Value, copy: int, sums: list[ir.Value]) -> list[ir.Value]:
-            out = list(sums)
-            out[copy] = arith.addf(out[copy], load(vec, x, [p, arith.muli(v, index(lanes))]))
-            return out
-
-        sums = for_unrolled(index(0), index(whole), cfg.nv, [zero] * cfg.nv, add)
+        sums = _partial_sums(cfg, target, x, p, whole)
         if size % lanes:
             mask = prefix_mask(mask_type(target, lanes), size % lanes)
             sums[0] = arith.addf(sums[0], load(vec, x, [p, index(whole * lanes)], mask))
@@ -270,3 +278,32 @@ def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
         memref.store(total, y, [p])
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
+
+
+def _global_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
+    """y[block·L : +L] = the mean of the block's pixel vectors (nv partial sums)."""
+    s, lanes = cfg.shape, cfg.lanes
+    size = s.height * s.width
+    x = f32_memref(args["x"], [cfg.units(), size * lanes])
+    y = f32_memref(args["y"], [s.planes])
+
+    def block(b: ir.Value) -> None:
+        sums = _partial_sums(cfg, target, x, b, size)
+        total = sums[0]
+        for more in sums[1:]:
+            total = arith.addf(total, more)
+        store(arith.mulf(total, f32_splat(target, lanes, 1.0 / size)), y, [arith.muli(b, index(lanes))])
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.units())), 1, block)
+
+
+def _partial_sums(cfg: PoolConfig, target: Target, x: ir.Value, row: ir.Value, vectors: int) -> list[ir.Value]:
+    """cfg.nv partial sums of the first `vectors` whole vectors of x's row `row`."""
+    vec = f32_vector_type(target, cfg.lanes)
+
+    def add(v: ir.Value, copy: int, sums: list[ir.Value]) -> list[ir.Value]:
+        out = list(sums)
+        out[copy] = arith.addf(out[copy], load(vec, x, [row, arith.muli(v, index(cfg.lanes))]))
+        return out
+
+    return for_unrolled(index(0), index(vectors), cfg.nv, [f32_splat(target, cfg.lanes, 0.0)] * cfg.nv, add)

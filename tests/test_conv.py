@@ -22,6 +22,7 @@ from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, transposed_shape
+from kernels.nchwc import BlockedDepthwiseConfig, BlockedDirectConfig
 from kernels import winograd
 from kernels.target import get_target
 from tests.conftest import require_runnable, target_for
@@ -170,6 +171,61 @@ def test_small_layers_under_emulation(case_id):
     pool = autoconfig.compile_pool2d(s.input_shape, "average", (3, 2), strides=(2, 2), pads=(1, 1, 1, 0),
                                      ceil_mode=True, profile=PROFILE_OF[case_id], target=target)  # fmt: skip
     assert_close(pool(x), pool_reference(pool.shape, x), 1e-5, f"{case_id} pool")
+
+
+# Channel-blocked layers (NCHW[c], whole blocks of channels at lanes 4 to 16): depthwise
+# with strides 1 and 2, asymmetric pads, dilation 2, 5x5, a 1x1 image; direct from a
+# plain NCHW input (3 channels) and from a blocked one; padding wider than the image;
+# pointwise (gemm1x1 blocked) and strided 1x1; pixel counts that leave a partial square
+# for the layout transforms at the layer's NCHW boundary.
+BLOCKED_LAYERS = [
+    ConvShape(1, 16, 13, 11, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
+    ConvShape(2, 16, 9, 17, 16, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 16),
+    ConvShape(1, 16, 7, 7, 16, (5, 5), (1, 1), (2, 2, 2, 2), (2, 1), 16),
+    ConvShape(1, 16, 1, 1, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
+    ConvShape(1, 3, 15, 13, 32, (3, 3), (2, 2), (1, 1, 1, 1)),
+    ConvShape(2, 16, 9, 10, 48, (3, 3), (1, 1), (1, 0, 2, 1), (2, 1)),
+    ConvShape(1, 16, 2, 2, 16, (3, 3), (1, 1), (3, 3, 3, 3)),
+    ConvShape(1, 32, 5, 7, 16, (1, 1)),
+    ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
+]
+
+
+def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: int) -> list[ConvPlan]:
+    """Every channel-blocked kernel that applies, with a few tiles, split among 2 threads."""
+    configs: list = []
+    if s.depthwise:
+        configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue) for nv in (1, 3, 5)]
+    elif s.pointwise:
+        product = transposed_shape(s.gemm_shape())
+        return [ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(product, "packed", lanes, 3, 2, kc=kc,
+                                                                      epilogue=epilogue, transposed=True,
+                                                                      blocked=True)), 2, split)
+                for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
+    else:
+        inputs = (False, True) if s.channels % lanes == 0 else (False,)
+        configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue)
+                   for nv, mv in ((1, 1), (4, 2), (3, 3)) for blocked in inputs]  # fmt: skip
+    return [ConvPlan(c, 2, "units") for c in configs if c.registers_needed()[0] <= registers]
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("s", BLOCKED_LAYERS, ids=ConvShape.describe)
+def test_channel_blocked_layouts_match_onnxruntime(case_id, s):
+    """Each blocked kernel, its residual read in the blocked layout, behind the layout
+    transforms of a layer taking NCHW, at the target's widest lanes and at half."""
+    target = target_for(case_id)
+    require_runnable(target)
+    x, w, b = layer_data(s)
+    residual = np.random.default_rng(7).standard_normal(s.output_shape, dtype=np.float32)
+    epilogue = (ep.bias(), ep.residual(), ep.relu())
+    expected = ep.reference(epilogue, conv_reference(s, x, w, None), [b, residual, None], channel_axis=1)
+    for lanes in (target.f32_lanes // 2, target.f32_lanes):
+        plans = blocked_plans(s, lanes, epilogue, target.vector_registers)
+        assert plans
+        for plan in plans:
+            f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF[case_id], target=target, config=plan)
+            assert_close(f(x, residual), expected, what=f"{plan.config.algorithm} {plan.config.tile} lanes={lanes}")
 
 
 # Every epilogue op at once on a conv with edges in every dimension: values reach ±8,
@@ -327,6 +383,32 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
     assert choose(shape, profile, get_target("avx512"), 2).best.plan.split != "rows"
 
 
+def test_the_model_prices_channel_blocked_layouts():
+    """On MobileNet-V1's first depthwise layer the model prefers channel blocks (aligned
+    whole-vector loads, no input transform); a layer on its own, which takes and returns
+    NCHW, runs the best NCHW plan; inside a model the layout follows the input's and
+    what the output's readers can take, each transform priced."""
+    from autoconfig.machine import Machine
+    from autoconfig.models.conv import choose_layout
+    from kernels.conv import input_layout_of, layout_of
+
+    profile, target = load_profile(AVX512), get_target("avx512")
+    depthwise = ZOO_LAYERS[4]
+    choice = choose(depthwise, profile, target, 1)
+    assert layout_of(choice.best.config) == "nchwc" and "channel blocks of 16" in choice.explain()
+    alone = choice.in_nchw().best.config
+    assert layout_of(alone) == input_layout_of(alone) == "nchw"
+    x, w, b = layer_data(depthwise)
+    assert layout_of(compile_layer(depthwise, w, b, profile=AVX512, threads=1).config) == "nchw"
+    machine = Machine.of(profile)
+    kept, _ = choose_layout(choice, "nchwc", {"nchw": 0.0, "nchwc": 0.0}, machine)
+    assert input_layout_of(kept.config) == layout_of(kept.config) == "nchwc"
+    forced, why = choose_layout(choice, "nchwc", {"nchw": 0.0}, machine)
+    assert layout_of(forced.config) == "nchw" and "NCHW output" in why
+    costly, why = choose_layout(choice, "nchw", {"nchw": 0.0, "nchwc": 1e6}, machine)
+    assert layout_of(costly.config) == "nchw" and "transform its input" not in why
+
+
 def test_choices_differ_between_isas():
     def picks(profile: Path, target) -> list[tuple]:
         return [(c.best.config.algorithm, c.best.config.lanes, c.best.config.tile)
@@ -380,6 +462,19 @@ def test_bad_input_is_one_error_line(capsys):
                                                                           channel_axis="rows")))  # fmt: skip
     with pytest.raises(AutoconfigError, match="gemm1x1 needs a 1x1 convolution"):
         compile_layer(s, w, None, profile=AVX2, target="avx2", config=not_pointwise)
+    blocked = ConvShape(1, 8, 6, 6, 8, (3, 3), pads=(1, 1, 1, 1), group=8)
+    bx, bw, bb = layer_data(blocked)
+    on_rvv = ConvPlan(BlockedDepthwiseConfig(blocked, 4, 2, (ep.bias(),)))
+    with pytest.raises(AutoconfigError, match="channel-blocked layouts need fixed-length vectors"):
+        compile_layer(blocked, bw, bb, profile=PROFILE_OF["rvv128"], target=get_target("rvv", 128), config=on_rvv)
+    odd = ConvPlan(BlockedDirectConfig(s, 8, 2, 1, False, (ep.bias(),)))  # 6 output channels
+    with pytest.raises(AutoconfigError, match=r"needs the output channels \(6\) to be a multiple of the 8 lanes"):
+        compile_layer(s, w, b, profile=AVX2, target="avx2", config=odd)
+    wide = ConvPlan(BlockedDirectConfig(blocked, 8, 6, 1, True, (ep.bias(),)))
+    wide = replace(wide, config=replace(wide.config, shape=ConvShape(1, 8, 6, 6, 16, (3, 3), pads=(1, 1, 1, 1)), mv=2))
+    with pytest.raises(AutoconfigError, match="needs 12 accumulators .* = 20 vector registers; avx2 has 16"):
+        compile_layer(wide.shape, np.ones(wide.shape.weight_shape, np.float32), np.ones(16, np.float32),
+                      profile=AVX2, target="avx2", config=wide)
     assert cli(["explain", "conv", "1x64x56", "64x64x3x3", "--profile", str(AVX2)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 

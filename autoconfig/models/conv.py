@@ -25,6 +25,18 @@ terms are the matmul model's, counted on the convolution's loop nest:
   output vector scattered).
 - im2col: the same for Cout/G × OH·OW × Cin/G·KH·KW, after the transform and the copy
   of the windows into that matrix (written once, read by the matmul from where it lies).
+- channel-blocked (NCHW[c], `kernels.nchwc`; the target's widest vectors, whole blocks
+  of channels): depthwise tiles of output pixels × one vector of channels, each input
+  vector of a filter row loaded once for every tap that reads it; direct tiles of
+  output pixels × vectors of output channels with a broadcast per input value; gemm1x1
+  the matmul model's blocked transposed product (each output vector stored whole). The
+  same FMA, latency and load terms, no transform (borders are skipped, not padded)
+  and no line-crossing loads. Border pixels run one at a time, with their taps only.
+
+The layout is a decision too. `choose` scores every layout; a layer on its own takes
+and returns NCHW (`ConvChoice.in_nchw`); inside a model `choose_layout` takes the plan
+whose time, plus the transform of its input from the layout it is held in
+(`reblock_ns`), plus what the output's readers then pay, is least.
 
 As for matmul, compute and the largest memory term overlap (soft maximum), copies
 and calls add. Nothing is timed: the figures are the profile's.
@@ -46,14 +58,15 @@ from autoconfig.models.matmul import (
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
 from kernels.layout import PhaseSplit
-from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
-from kernels.conv import transposed_shape
+from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, Layout, WinogradConfig
+from kernels.conv import input_layout_of, layout_of, transposed_shape
+from kernels.nchwc import BlockedConfig, BlockedDepthwiseConfig, BlockedDirectConfig, Columns, Reblock
 from kernels.sizes import ceil_div, round_up
 from kernels.winograd import TRANSFORMS, applies, transform_ops
 from kernels.target import Target
 
-ConvSplit = Literal["groups", "rows", "columns"]
-DIRECT_SPLITS: tuple[ConvSplit, ...] = ("groups", "rows", "columns")
+ConvSplit = Literal["groups", "rows", "columns", "units"]
+DIRECT_SPLITS: tuple[ConvSplit, ...] = ("groups", "rows", "columns")  # NCHW direct
 
 SPLIT_LOAD_COST = 2.0
 """A vector load that crosses a cache line costs two (it reads both lines; measured on
@@ -84,7 +97,8 @@ input planes the column tiles read."""
 class ConvPlan:
     """A convolution config with how the runtime runs it: on how many threads, dividing
     what. Direct divides (image, group) pairs, row tiles (output channels) or column
-    tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns."""
+    tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns; a
+    channel-blocked kernel its (image, channel tile, output row) units."""
 
     config: ConvConfig
     threads: int = 1
@@ -93,7 +107,8 @@ class ConvPlan:
     def __post_init__(self) -> None:
         if not self.split:
             gemm = isinstance(self.config, (GemmConvConfig, WinogradConfig))
-            object.__setattr__(self, "split", "rows" if gemm else "groups")
+            blocked = isinstance(self.config, BlockedConfig)
+            object.__setattr__(self, "split", "rows" if gemm else "units" if blocked else "groups")
 
     @property
     def shape(self) -> ConvShape:
@@ -110,6 +125,8 @@ class ConvPlan:
             return self.gemm_plan().split_units()
         if isinstance(c, DepthwiseConfig):
             return c.planes()
+        if isinstance(c, BlockedConfig):
+            return c.units()
         return {"groups": c.groups(), "rows": c.row_tiles(), "columns": c.col_tiles()}[self.split]
 
     def parts(self) -> int:
@@ -149,7 +166,8 @@ def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
     if isinstance(c, WinogradConfig):
         return _winograd_prediction(plan, base)
     m = base.at(c.lanes, plan.threads)
-    terms_of = _direct_terms if isinstance(c, DirectConfig) else _depthwise_terms
+    terms_of = {DirectConfig: _direct_terms, DepthwiseConfig: _depthwise_terms,
+                BlockedDepthwiseConfig: _blocked_depthwise_terms, BlockedDirectConfig: _blocked_direct_terms}[type(c)]
     terms, params = terms_of(plan, m, busiest_share(plan.split_units(), plan.threads))
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
@@ -346,6 +364,132 @@ def depthwise_candidates(shape: ConvShape, machine: Machine, target: Target, thr
     return plans
 
 
+def _blocked_tiles(c: BlockedConfig) -> list[tuple[int, int, int]]:
+    """(count per output row, pixels, taps) of a blocked kernel's tiles: the interior in
+    tiles of nv pixels and one narrower rest, the border pixels alone with their taps."""
+    s = c.shape
+    columns = Columns.of(s.width, s.out_width, s.kernel[1], s.strides[1], s.dilations[1], s.pads[1])
+    full, rest = divmod(columns.interior_end - columns.interior_begin, c.nv)
+    kinds = [(full, c.nv, s.taps), (1 if rest else 0, rest, s.taps)]
+    kinds += [(1, 1, s.kernel[0] * len(kws)) for _, kws in columns.border if kws]
+    return [k for k in kinds if k[0] and k[1]]
+
+
+def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int) -> list[Term]:
+    """The output stored once, the epilogue, and the input, weights and output brought in
+    once from the level that holds them; no input transform: the borders are skipped,
+    not padded."""
+    s = c.shape
+    outputs = math.prod(s.output_shape)
+    terms = [Term("c tile", outputs * F32 / m.bandwidth["L1"] * share, "each output vector stored once, whole")]
+    if c.epilogue:
+        terms.append(epilogue_term(c.epilogue, outputs // c.lanes, outputs, m, share))
+    once = (math.prod(s.input_shape) + outputs) * F32 * share + weights * F32
+    level = m.holding_level(once, whole_problem=True)
+    if level != "L1":
+        terms.append(Term(f"memory {level}", once / m.bandwidth[level],
+                          f"{once / 1e6:.2f} MB: the input and output (this thread's share) and the weights once "
+                          f"from {level}"))  # fmt: skip
+    return terms
+
+
+def _blocked_tile_ns(c: BlockedConfig, m: Machine,
+                     per_step: Callable[[int], tuple[float, float, float]]) -> tuple[float, float, float]:  # fmt: skip
+    """(FMA issue, latency wait, load wait) of one output row's tiles, per step of the
+    micro-kernel (a tap, or a channel and tap): per_step(pixels) = (accumulators,
+    vector loads, broadcasts) of a tile of that many pixels."""
+    totals = [0.0, 0.0, 0.0]
+    for count, pixels, taps in _blocked_tiles(c):
+        for i, ns in enumerate(microkernel_ns(*per_step(pixels), m)):
+            totals[i] += count * taps * ns
+    return totals[0], totals[1], totals[2]
+
+
+def _blocked_params(p: ConvPlan, m: Machine, algorithm: str, layout: str) -> list[tuple[str, str]]:
+    c: BlockedConfig = p.config
+    registers, held = c.registers_needed()
+    return [("algorithm", algorithm), ("layout", layout),
+            ("tile", f"{c.tile}: {held} = {registers} of {m.registers} registers"),
+            ("epilogue", ep.describe(c.epilogue)), ("threads", _threads_reason(p))]  # fmt: skip
+
+
+def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
+    c: BlockedDepthwiseConfig = p.config
+    s = c.shape
+
+    def per_tap(pixels: int) -> tuple[float, float, float]:  # an FMA per pixel, its share of the row's loads
+        reads = BlockedDepthwiseConfig(s, c.lanes, pixels).inputs_per_row()
+        return pixels, (reads + s.kernel[1]) / s.kernel[1], 0
+
+    issue, latency, loads = _blocked_tile_ns(c, m, per_tap)
+    units = c.units() * share
+    terms = [
+        Term("fma", issue * units, f"tiles of {c.tile}, {s.taps} taps, at {m.fma_per_ns():.2f} vector FMAs/ns "
+                                   "per thread; border pixels one at a time"),
+        Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators (border pixels) "
+                                         "wait on FMA latency"),
+        Term("loads", loads * units, f"{c.inputs_per_row()} input vectors and {s.kernel[1]} weights per filter row "
+                                     "beyond the FMA time, all aligned"),
+        *_blocked_once(c, m, share, s.channels * s.taps),
+        _call_term(1, p.parts(), m),
+    ]  # fmt: skip
+    return terms, _blocked_params(p, m, "depthwise on NCHW[c]: output pixels x one vector of channels per register "
+                                        "tile", f"channel blocks of {c.lanes}: every activation load and store one "
+                                                "aligned vector")  # fmt: skip
+
+
+def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
+    c: BlockedDirectConfig = p.config
+    s = c.shape
+    vectors = min(c.mv, s.out_channels // c.lanes)
+    # per (channel, tap): an FMA per pixel and vector, mv weight loads, a broadcast per pixel
+    issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels))
+    units = c.units() * share * s.channels
+    weights = s.out_channels * s.channels * s.taps
+    terms = [
+        Term("fma", issue * units, f"tiles of {c.tile}, {s.channels} channels x {s.taps} taps, at "
+                                   f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
+        Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
+        Term("loads", loads * units, f"{vectors} weight loads and a broadcast per pixel per step beyond the FMA time"),
+        *_blocked_once(c, m, share, weights),
+        _call_term(1, p.parts(), m),
+    ]  # fmt: skip
+    tile_weights = s.channels * s.taps * vectors * c.lanes * F32
+    level = m.holding_level(tile_weights)
+    if level != "L1":  # every pixel tile streams its channel tile's weights
+        tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
+        terms.append(Term(f"weights {level}", tiles * tile_weights / m.bandwidth[level],
+                          f"{tile_weights / 1e3:.0f} kB of weights per channel tile, from {level} for every pixel tile"))
+    source = f"NCHW[{c.lanes}c]" if c.blocked_input else "NCHW"
+    return terms, _blocked_params(p, m, "direct on NCHW[c]: output pixels x vectors of output channels per register "
+                                        "tile", f"input {source}, output in channel blocks of {c.lanes}")  # fmt: skip
+
+
+MAX_PIXELS = 14
+"""Most output pixels per blocked tile the model scores: wider tiles only shorten the
+pixel loop further, and the registers run out first at 3x3 (14 + 16 inputs + 1)."""
+
+
+def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
+                       epilogue: ep.Epilogue) -> list[ConvPlan]:  # fmt: skip
+    """Every channel-blocked plan the model scores (`kernels.nchwc`), at the target's
+    widest vectors, the block size of the whole model: depthwise tiles of pixels, direct
+    tiles of pixels × channel vectors reading NCHW (`choose` adds the best one's twin
+    reading NCHW[c], which costs the same: a broadcast per input value either way)."""
+    lanes = target.f32_lanes
+    if target.scalable or lanes not in machine.fma_by_lanes or shape.out_channels % lanes:
+        return []
+    registers = min(machine.registers, target.vector_registers)
+    configs: list[BlockedConfig] = []
+    if shape.depthwise:
+        configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue) for nv in range(1, MAX_PIXELS + 1)]
+    elif shape.group == 1 and not shape.pointwise:  # a pointwise layer is gemm1x1's, blocked or not
+        configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue)
+                   for nv in range(1, MAX_PIXELS + 1) for mv in range(1, min(MAX_NV, shape.out_channels // lanes) + 1)]
+    plans = [ConvPlan(c, threads, "units") for c in configs if c.registers_needed()[0] <= registers]
+    return [p for p in plans if threads == 1 or p.split_units() > 1]
+
+
 def _threads_reason(p: ConvPlan) -> str:
     if p.parts() == 1:
         return f"{p.threads}: one block (a second would cost more in dispatch than it saves)"
@@ -468,6 +612,55 @@ def direct_candidates(shape: ConvShape, machine: Machine, target: Target, thread
     return plans
 
 
+def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, str]:
+    """Predicted time of a layout transform between NCHW and NCHW[c], with why: the
+    tensor read and written once from the level that holds it, and each L×L square
+    transposed in registers, L·log2(L) shuffles at the FMA issue rate (a shuffle per
+    FMA slot); the pixels past the last whole square gathered one load slot each."""
+    m = machine.at(config.lanes, threads)
+    share = busiest_share(config.units(), threads)
+    elements = config.batch * config.channels * config.pixels
+    lanes = config.lanes
+    squares = config.units() * (config.pixels // lanes)
+    shuffles = squares * lanes * max(1, lanes.bit_length() - 1)
+    gathered = config.units() * (config.pixels % lanes) * lanes
+    moved = 2 * elements * F32
+    ns = (m.traffic_ns(moved) + shuffles / m.fma_per_ns() + gathered / m.broadcast_loads_per_ns()) * share + m.call_ns
+    way = "to channel blocks" if config.to_blocked else "back to NCHW"
+    return ns, (f"layout transform {way}: predicted {ns / 1e3:.1f} µs = {moved / 1e6:.2f} MB read and written, "
+                f"{squares} {lanes}x{lanes} squares transposed in registers, {gathered} elements gathered, "
+                f"+ {m.call_ns / 1e3:.1f} µs call")
+
+
+def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, layout: Layout, lanes: int) -> float:
+    """The transform of a layer's input into `layout` from the other, on the plan's
+    threads, in blocks of `lanes` (the target's widest vectors: every blocked plan's)."""
+    config = Reblock(shape.batch, shape.channels, shape.height * shape.width, lanes, to_blocked=layout == "nchwc")
+    return reblock_ns(config, machine, p.plan.threads)[0]
+
+
+def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float],
+                  machine: Machine) -> tuple[Prediction, str]:  # fmt: skip
+    """The plan a layer inside a model runs: the fastest of the choice's algorithms
+    counting the transform of its input when the input is held in another layout
+    (`given`), and what the readers of its output then pay (`outputs`: the layouts it
+    may write, each with its readers' time); with the reason."""
+    s = choice.best.shape
+
+    def cost(p: Prediction) -> tuple[float, float]:
+        wanted = input_layout_of(p.config)
+        shift = 0.0 if wanted == given else transform_ns(s, p, machine, wanted, choice.target.f32_lanes)
+        return p.total_ns + shift + outputs[layout_of(p.config)], shift
+
+    options = [(cost(p), p) for p in choice.per_algorithm if layout_of(p.config) in outputs]
+    (_, shift), best = min(options, key=lambda option: option[0][0])
+    why = (f"layout: the input is held in {given}; the plan reads {input_layout_of(best.config)} and writes "
+           f"{layout_of(best.config)}" + (f", +{shift / 1e3:.1f} µs to transform its input" if shift else "")
+           + ("" if len(outputs) > 1 else "; NCHW output: a reader takes no channel blocks (or it has one pixel)")
+           + (f"; its readers then take {outputs[layout_of(best.config)] / 1e3:.1f} µs" if len(outputs) > 1 else ""))
+    return best, why
+
+
 @dataclass(frozen=True)
 class ConvChoice(Choice):
     """The model's pick for a layer, the best of each algorithm, and where each loses."""
@@ -484,8 +677,24 @@ class ConvChoice(Choice):
                 "+ call):")
 
     def runner_up(self, p: Prediction) -> str:
-        return (f"  {p.config.algorithm:<8} lanes={p.config.lanes} {p.config.tile}: {p.total_ns / 1e3:.1f} µs "
-                f"({p.gflops:.1f} GFLOP/s){_why_not(p, self.best)}")  # fmt: skip
+        return (f"  {p.config.algorithm:<8} {_layouts(p.config):<12} lanes={p.config.lanes} {p.config.tile}: "
+                f"{p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s){_why_not(p, self.best)}")  # fmt: skip
+
+    def best_in(self, inputs: tuple[Layout, ...], outputs: tuple[Layout, ...]) -> Prediction | None:
+        """The fastest prediction reading one of the `inputs` layouts and writing one of
+        the `outputs` (None if no algorithm does)."""
+        fitting = [p for p in self.per_algorithm if input_layout_of(p.config) in inputs and layout_of(p.config) in outputs]
+        return _best(fitting) if fitting else None
+
+    def in_nchw(self) -> ConvChoice:
+        """The choice among the plans that read and write NCHW (a layer on its own)."""
+        return replace(self, best=self.best_in(("nchw",), ("nchw",)))
+
+
+def _layouts(config: ConvConfig) -> str:
+    """'nchw', 'nchwc' or 'nchw>nchwc': the input's layout, then the output's if another."""
+    source, result = input_layout_of(config), layout_of(config)
+    return source if source == result else f"{source}>{result}"
 
 
 def _why_not(p: Prediction, best: Prediction) -> str:
@@ -504,9 +713,14 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)
     predictions = [predict(p, machine) for t in sorted({1, budget})
-                   for candidates in (direct_candidates, depthwise_candidates)
+                   for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
                    for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
+    # A blocked transposed product differs from the scattered one in its C stores alone,
+    # which cost the same for every tile of its one K block: the tile chosen for one is
+    # the other's, at the widest vectors.
+    lanes = target.f32_lanes
+    blocks = reads_blocked(shape, machine, target) and shape.group == 1
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
@@ -515,13 +729,32 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                              transposed=transposed).best.plan  # fmt: skip
         config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
+        if transposed and blocks:  # the same product, channel-blocked
+            if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
+                gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True).best.plan
+            blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
+            predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
-    kinds: dict[tuple[str, bool], list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways
+    kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
     for p in predictions:
-        kinds.setdefault((p.config.algorithm, _channels_in_lanes(p.config)), []).append(p)
+        key = (p.config.algorithm, _channels_in_lanes(p.config), input_layout_of(p.config), layout_of(p.config))
+        kinds.setdefault(key, []).append(p)
     per_algorithm = [_best(mine) for mine in kinds.values()]
+    plain_input = kinds.get(("direct", False, "nchw", "nchwc"))
+    if plain_input and reads_blocked(shape, machine, target):
+        twin = _best(plain_input).plan
+        per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
+
+
+def reads_blocked(shape: ConvShape, machine: Machine, target: Target) -> bool:
+    """Whether some plan of the layer reads channel blocks (`kernels.nchwc`): blocks of
+    the target's widest vectors, fixed-length, measured by the profile, filled by the
+    input and output channels, of a dense or depthwise layer."""
+    lanes = target.f32_lanes
+    return (not target.scalable and lanes in machine.fma_by_lanes and shape.channels % lanes == 0
+            and shape.out_channels % lanes == 0 and (shape.group == 1 or shape.depthwise))
 
 
 def _best(predictions: list[Prediction]) -> Prediction:
@@ -540,6 +773,8 @@ def _channels_in_lanes(config: ConvConfig) -> bool:
 def _tile_area(config: ConvConfig) -> int:
     if isinstance(config, (GemmConvConfig, WinogradConfig)):
         return config.gemm.mr * config.gemm.nv
+    if isinstance(config, BlockedConfig):
+        return config.nv * getattr(config, "mv", 1)
     return config.mr * config.nv
 
 
@@ -547,7 +782,8 @@ def validate_plan(plan: ConvPlan, target: Target) -> None:
     """Reject a forced plan the runtime cannot run."""
     plan.config.validate(target)
     allowed = {GemmConvConfig: ("rows", "columns"), WinogradConfig: ("rows", "columns"),
-               DirectConfig: DIRECT_SPLITS, DepthwiseConfig: ("groups",)}[type(plan.config)]  # fmt: skip
+               DirectConfig: DIRECT_SPLITS, DepthwiseConfig: ("groups",), BlockedDepthwiseConfig: ("units",),
+               BlockedDirectConfig: ("units",)}[type(plan.config)]  # fmt: skip
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
     if plan.threads < 1:

@@ -394,7 +394,10 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         latency += count * l * shape.k
         loads += count * ld * shape.k
     k_blocks = math.ceil(shape.k / kc)
-    if c.transposed:  # stored once per K block, gathered back for every later one
+    if c.blocked:  # each output vector stored once, whole, where it belongs
+        c_tile = Term("c tile", shape.m * shape.n * F32 / m.bandwidth["L1"] * share,
+                      "C tiles stored once as whole vectors of a channel-blocked Cᵀ")
+    elif c.transposed:  # stored once per K block, gathered back for every later one
         elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
         c_tile = Term("c tile", elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() * share,
                       f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))")  # fmt: skip
@@ -596,19 +599,23 @@ def _threads_reason(p: MatmulPlan) -> str:
 
 
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
-               epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False) -> list[MatmulPlan]:  # fmt: skip
+               epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
+               blocked: bool = False) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call. With `transposed` (operands stored
     transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
-    block: every further block would gather and scatter all of C again."""
+    block: every further block would gather and scatter all of C again; `blocked` too,
+    its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`)."""
     registers = min(machine.registers, target.vector_registers)
     configs = []
     for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
         if transposed:
+            if blocked and lanes != target.f32_lanes:
+                continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     UNROLL, transposed=True)
+                                     UNROLL, transposed=True, blocked=blocked)
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
             continue
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2)))
@@ -673,18 +680,19 @@ def vector_widths(machine: Machine, target: Target) -> list[int]:
 
 
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False) -> Choice:  # fmt: skip
+           epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
+           blocked: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
-    weights), so packed plans read it packed once; `transposed`: operands stored
-    transposed (see `candidates`)."""
+    weights), so packed plans read it packed once; `transposed`, `blocked`: operands
+    stored transposed, channel-blocked (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     predictions = [
         predict(plan, machine)
         for t in sorted({1, budget})
-        for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed)
+        for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked)
     ]
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
