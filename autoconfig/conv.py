@@ -161,7 +161,9 @@ def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strid
 
 def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations=None, group=1,
                 epilogue: ep.Epilogue = (), profile=None, target=None, threads=None) -> ConvChoice:  # fmt: skip
-    """The model's choice for a layer, without building anything."""
+    """The model's choice for a layer, without building anything, among plans in every
+    layout (`.in_nchw()`: among those reading and writing NCHW, what `compile_conv2d`
+    runs for a layer on its own)."""
     shape = conv_shape(input_shape, weight_shape, strides=strides, pads=pads, dilations=dilations, group=group)
     threads = checks.threads(threads)
     prof = resolve_profile(profile)

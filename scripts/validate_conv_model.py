@@ -6,8 +6,10 @@ stride-2 stem, dilation 2, a 1x1 image, grouped, asymmetric pads) a grid of
 configurations spanning every algorithm that applies (direct and depthwise at two
 vector widths and several register tiles; gemm1x1 and im2col with tiled and packed
 GEMMs, gemm1x1 also with output channels in the lanes; Winograd F(2,3) and F(4,3)
-with the matmul model's product) plus the model's own pick is compiled, checked
-against onnxruntime and timed
+with the matmul model's product) plus the model's own pick among the plans that read
+and write NCHW (a layer on its own; channel-blocked plans, which a model runs between
+blocked layers, are checked against measurement inside built models by
+`autoconfig run DIR --per-kernel`) is compiled, checked against onnxruntime and timed
 as a whole call (transform included), pinned to one core, round-robin in several
 passes, each configuration keeping its best sample (the matmul validation's protocol:
 scripts/validate_matmul_model.py). Per layer: the model's regret (its pick's time over
@@ -159,7 +161,7 @@ def main() -> int:
         x = rng.standard_normal(shape.input_shape, dtype=np.float32)
         w = rng.standard_normal(shape.weight_shape, dtype=np.float32)
         expected = reference(shape, x, w)
-        pick = choose(shape, profile, target, 1).best.plan
+        pick = choose(shape, profile, target, 1).in_nchw().best.plan  # the grid is NCHW, as a layer alone
         plans = grid(shape, profile, target)
         if pick not in plans:
             plans.append(pick)
