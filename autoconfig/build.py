@@ -21,7 +21,8 @@ over one arena.
 
 Layouts: a tensor between convolutions may be held channel-blocked, NCHW[c]
 (`kernels.nchwc`), where all its readers take that layout (convolutions, elementwise
-kernels, global average pools) and it has more than one pixel. Each convolution's
+kernels, global average pools, a channel Concat of such tensors, whose inputs' blocks
+are its output's) and it has more than one pixel. Each convolution's
 plan, and so the layout it writes, is chosen by `autoconfig.models.conv.choose_layout`
 counting the transform of its input from the layout it is held in and what its
 readers then pay (`_Builder.reading_ns`); an elementwise kernel keeps its input's
@@ -152,6 +153,7 @@ class _Builder:
         self.weight_floats = 0
         self.step = 0  # the kernel being lowered
         self.consumers = graph.consumers()
+        self.producer = {out: n for n in graph.nodes for out in n.outputs}
         self.choices: dict[tuple, object] = {}
         self.layouts: dict[str, kc.Layout] = {}  # values held channel-blocked (the others: NCHW)
         self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
@@ -239,22 +241,40 @@ class _Builder:
         """Whether `value` may be written channel-blocked: a 4-D tensor of whole blocks
         of channels and more than one pixel (with one, both layouts are the same memory),
         not a graph output, read only by convolutions' kernels (their input, or their
-        epilogue's residual), elementwise kernels and global average pools — any other
-        reader would need it transformed back."""
-        shape = self.graph.types[value].shape
-        lanes = self.target.f32_lanes
-        if self.target.scalable or value in self.graph.outputs or len(shape) != 4 or shape[1] % lanes or \
-                shape[2] * shape[3] == 1:
+        epilogue's residual), elementwise kernels, global average pools and channel
+        concatenations of such tensors (`concat_takes_blocks`) — any other reader would
+        need it transformed back."""
+        if not self._blockable(value):
             return False
         readers = self.consumers.get(value, [])
         return bool(readers) and all(self.anchor_of.get(n.name) == "Conv" and (n.op != "Conv" or n.inputs[0] == value)
                                      or self.anchor_of.get(n.name) == ELEMENTWISE_GROUP or n.op in BLOCKED_POOLS
-                                     for n in readers)  # fmt: skip
+                                     or self.concat_takes_blocks(n) for n in readers)  # fmt: skip
+
+    def _blockable(self, value: str) -> bool:
+        """A computed 4-D tensor of whole channel blocks and more than one pixel, not a
+        graph output."""
+        shape = self.graph.types[value].shape
+        return (not self.target.scalable and not self.graph.is_constant(value) and value not in self.graph.inputs
+                and value not in self.graph.outputs and len(shape) == 4 and shape[1] % self.target.f32_lanes == 0
+                and shape[2] * shape[3] > 1)  # fmt: skip
+
+    def concat_takes_blocks(self, node: Node) -> bool:
+        """A Concat along the channels of one image whose inputs are all blockable and
+        written by convolutions' or elementwise kernels (which may write blocks): the
+        blocks of its inputs, one after the other, are its output's blocks."""
+        if node.op != "Concat" or self.graph.types[node.outputs[0]].shape[0] != 1:
+            return False
+        if node.attrs.get("axis", 0) % len(self.graph.types[node.outputs[0]].shape) != 1:
+            return False
+        return all(self._blockable(v) and self.anchor_of.get(self.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
+                   for v in node.inputs)  # fmt: skip
 
     def reading_ns(self, value: str, layout: kc.Layout) -> float:
         """What `value`'s readers pay if it is written in `layout` (beyond a common
         part): each convolution reading it as its input runs its best plan reading that
-        layout, or the best reading the other after a transform, whichever is faster
+        layout, or the best reading the other after a transform, whichever is faster,
+        among the plans writing a layout its own readers take
         (the model's choice for it and its epilogue, the one its own kernel will use; a
         layer with no plan reading blocks pays the transform back); other readers take
         either layout at one cost (elementwise, global pools) or never see a blocked one."""
@@ -268,11 +288,12 @@ class _Builder:
                 back = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=False)
                 total += conv_model.reblock_ns(back, self.machine, self.threads)[0] if layout == "nchwc" else 0.0
                 continue
-            choice = _conv_choice(self, reader, self.after_anchor[reader.name])[0]  # its own, asked once
+            choice, chain = _conv_choice(self, reader, self.after_anchor[reader.name])  # its own, asked once
+            writes: tuple[kc.Layout, ...] = ("nchw", "nchwc") if self.may_block(chain.end) else ("nchw",)
             other: kc.Layout = "nchw" if layout == "nchwc" else "nchwc"
             costs = []
             for source in (layout, other):
-                best = choice.best_in((source,), ("nchw", "nchwc"))
+                best = choice.best_in((source,), writes)
                 if best is not None:
                     shift = 0.0 if source == layout else conv_model.transform_ns(shape, best, self.machine, source,
                                                                                  self.target.f32_lanes)
@@ -780,17 +801,23 @@ def _streaming(b: _Builder, name: str, ops: list[str], kind: str, calls: list[Ca
 
 
 def _concat(b: _Builder, node: Node) -> KernelGroup | None:
-    """Concat: its inputs placed as slices of its output where they can be, others copied."""
+    """Concat: its inputs placed as slices of its output where they can be, others copied
+    (in the output's layout: channel blocks when all inputs are held so)."""
     shape = b.graph.types[node.outputs[0]].shape
     axis = node.attrs.get("axis", 0) % len(shape)
     if math.prod(shape[:axis]) != 1:
         raise _fail(node, "Concat along an axis with more than one slice per input is not generated")
+    layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see may_block)
+    if b.concat_takes_blocks(node) and all(b.layout(v) == "nchwc" for v in node.inputs):
+        layout = "nchwc"
     out = b.write(node.outputs[0])
+    if layout != "nchw":
+        b.layouts[node.outputs[0]] = layout
     out_buffer = out.space - _VIRTUAL
     offset, copies = 0, []
     for value in node.inputs:
         size = b.graph.types[value].elements
-        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == "nchw"
+        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == layout
                    and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
                    and b.buffers[b.where[value][0]].input_index is None
                    and b.buffers[b.where[value][0]].size == size
@@ -809,7 +836,7 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     calls, modules = [], []
     for value, at, size in copies:
         config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
-        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value)), (0, 1)),)))
+        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
         modules += b.modules(ew.generate, config)
     return _streaming(b, node.name, _ops([node]), "copy", calls, modules,
                       8 * sum(size for _, _, size in copies), f"{len(copies)} input(s) copied into place")

@@ -66,12 +66,14 @@ def blocked_cnn(seed: int = 5) -> onnx.ModelProto:
     activations channel-blocked: a stem from the NCHW image, a depthwise layer, a
     squeeze-excitation scale (an elementwise kernel on blocks), a 1x1 layer adding the
     stem's output after a Relu (an epilogue whose operand follows an op without one), a
-    dense 3x3 with Mish; then a max-pool, which reads NCHW only."""
+    dense 3x3 with Mish, two layers concatenated (their blocks written into place);
+    then a max-pool, which reads NCHW only."""
     b = zoo.Builder("blocked_cnn", seed)
     x = b.cba("input", 3, 32, 3, stride=2, act="relu")
     y = depthwise_squeeze_excite(b, x, 32, 8)
     y = b.op("Add", [b.op("Relu", [b.bn(b.conv(y, 32, 32, 1), 32)]), x])
     y = b.act(b.conv(y, 32, 48, 3, bias=True), "mish")
+    y = b.op("Concat", [b.cba(y, 48, 16, 1, act="leaky"), b.cba(y, 48, 32, 3, act="relu")], axis=1)
     y = b.op("MaxPool", [y], kernel_shape=[2, 2], strides=[2, 2])
     y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
     y = b.op("Softmax", [b.gemm(y, 48, 10)], axis=-1)
