@@ -375,21 +375,27 @@ def _blocked_tiles(c: BlockedConfig) -> list[tuple[int, int, int]]:
     return [k for k in kinds if k[0] and k[1]]
 
 
-def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int) -> list[Term]:
+def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int,
+                  streamed: tuple[str, float, str] | None = None) -> list[Term]:  # fmt: skip
     """The output stored once, the epilogue, and the input, weights and output brought in
-    once from the level that holds them; no input transform: the borders are skipped,
-    not padded."""
+    once from the level that holds them, with what the kernel `streamed` besides (level,
+    bytes, why) from its level; no input transform: the borders are skipped, not padded."""
     s = c.shape
     outputs = math.prod(s.output_shape)
     terms = [Term("c tile", outputs * F32 / m.bandwidth["L1"] * share, "each output vector stored once, whole")]
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, outputs // c.lanes, outputs, m, share))
     once = (math.prod(s.input_shape) + outputs) * F32 * share + weights * F32
+    traffic: dict[str, list[tuple[float, str]]] = {}
     level = m.holding_level(once, whole_problem=True)
     if level != "L1":
-        terms.append(Term(f"memory {level}", once / m.bandwidth[level],
-                          f"{once / 1e6:.2f} MB: the input and output (this thread's share) and the weights once "
-                          f"from {level}"))  # fmt: skip
+        traffic[level] = [(once, f"{once / 1e6:.2f} MB: the input and output (this thread's share) and the weights "
+                                 f"once from {level}")]  # fmt: skip
+    if streamed is not None and streamed[0] != "L1":
+        traffic.setdefault(streamed[0], []).append(streamed[1:])
+    for name, parts in traffic.items():
+        terms.append(Term(f"memory {name}", sum(size for size, _ in parts) / m.bandwidth[name],
+                          "; ".join(why for _, why in parts)))
     return terms
 
 
@@ -446,20 +452,20 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels))
     units = c.units() * share * s.channels
     weights = s.out_channels * s.channels * s.taps
+    # every pixel tile streams its channel tile's weights from the level that holds them
+    tile_weights = s.channels * s.taps * vectors * c.lanes * F32
+    level = m.holding_level(tile_weights)
+    tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
+    streamed = (level, tiles * tile_weights, f"{tile_weights / 1e3:.0f} kB of weights per channel tile for every "
+                                             f"pixel tile from {level}")  # fmt: skip
     terms = [
         Term("fma", issue * units, f"tiles of {c.tile}, {s.channels} channels x {s.taps} taps, at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
         Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
         Term("loads", loads * units, f"{vectors} weight loads and a broadcast per pixel per step beyond the FMA time"),
-        *_blocked_once(c, m, share, weights),
+        *_blocked_once(c, m, share, weights, streamed),
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
-    tile_weights = s.channels * s.taps * vectors * c.lanes * F32
-    level = m.holding_level(tile_weights)
-    if level != "L1":  # every pixel tile streams its channel tile's weights
-        tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
-        terms.append(Term(f"weights {level}", tiles * tile_weights / m.bandwidth[level],
-                          f"{tile_weights / 1e3:.0f} kB of weights per channel tile, from {level} for every pixel tile"))
     source = f"NCHW[{c.lanes}c]" if c.blocked_input else "NCHW"
     return terms, _blocked_params(p, m, "direct on NCHW[c]: output pixels x vectors of output channels per register "
                                         "tile", f"input {source}, output in channel blocks of {c.lanes}")  # fmt: skip
