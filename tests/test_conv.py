@@ -228,6 +228,21 @@ def test_channel_blocked_layouts_match_onnxruntime(case_id, s):
             assert_close(f(x, residual), expected, what=f"{plan.config.algorithm} {plan.config.tile} lanes={lanes}")
 
 
+def test_channel_blocked_layouts_on_neon_under_emulation():
+    """The blocked kernels and 4x4 register transposes at NEON's 4 lanes (fixed-length
+    vectors; RVV's scalable ones are refused, see the bad-input test)."""
+    target = target_for("neon")
+    require_runnable(target)
+    epilogue = (ep.bias(), ep.residual(), ep.relu())
+    for s in (BLOCKED_LAYERS[1], BLOCKED_LAYERS[4], BLOCKED_LAYERS[7]):
+        x, w, b = layer_data(s)
+        residual = np.random.default_rng(7).standard_normal(s.output_shape, dtype=np.float32)
+        expected = ep.reference(epilogue, conv_reference(s, x, w, None), [b, residual, None], channel_axis=1)
+        for plan in blocked_plans(s, 4, epilogue, target.vector_registers)[:2]:
+            f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF["neon"], target=target, config=plan)
+            assert_close(f(x, residual), expected, what=f"neon {plan.config.algorithm} {plan.config.tile}")
+
+
 # Every epilogue op at once on a conv with edges in every dimension: values reach ±8,
 # so relu's zeros, the leaky slope, both clip bounds and sigmoid's tails all show.
 CONV_CHAINS = {
