@@ -159,6 +159,9 @@ class _Builder:
         self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
         self.after_anchor: dict[str, list[Node]] = {}  # an anchor -> the ops of its group after it (build_model)
         self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
+        self.transforming = False  # lowering a transform: its buffers are not the kernel's (finish_step)
+        self.touched: set[int] = set()  # buffers the kernel being lowered uses
+        self.transform_buffers: set[int] = set()  # buffers its transforms use
         for i, name in enumerate(graph.inputs):
             self.where[name] = (self._buffer(graph.types[name].elements, input_index=i), 0)
 
@@ -182,7 +185,26 @@ class _Builder:
 
     def _buffer(self, size: int, input_index: int | None = None) -> int:
         self.buffers.append(Buffer(size, self.step, self.step, input_index))
+        self._touch(len(self.buffers) - 1)
         return len(self.buffers) - 1
+
+    def _touch(self, root: int) -> None:
+        """Note a buffer the kernel being lowered (not a transform before it) uses."""
+        (self.transform_buffers if self.transforming else self.touched).add(root)
+
+    def finish_step(self) -> None:
+        """After a kernel is lowered: if it needed layout transforms, they run at this
+        step and the kernel at the next, so a tensor only a transform reads is free
+        while the kernel runs (its buffer may hold the kernel's output or scratch)."""
+        if self.pending:
+            made = {i for i in self.transform_buffers if self.buffers[i].first == self.step}  # the transforms' outputs
+            for i in self.touched:
+                b = self.buffers[i]
+                if b.first == self.step and i not in made:
+                    b.first += 1
+                b.last = max(b.last, self.step + 1)
+            self.step += 1
+        self.touched, self.transform_buffers = set(), set()
 
     def constant(self, array: np.ndarray) -> Ref:
         """`Buffers.constant`: appended to the weights, cache-line aligned."""
@@ -209,6 +231,7 @@ class _Builder:
         buffer, offset = self.where[value]
         root = self._absolute(buffer, 0)[0]
         self.buffers[root].last = max(self.buffers[root].last, self.step)
+        self._touch(root)
         return Ref(_VIRTUAL + buffer, offset)
 
     def write(self, value: str) -> Ref:
@@ -226,8 +249,10 @@ class _Builder:
         if name not in self.where:
             n, c, h, w = self.graph.types[value].shape
             config = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=layout == "nchwc")
+            self.transforming = True
             x = self.read(value, self.layout(value))
             self.where[name] = (self._buffer(self.graph.types[value].elements), 0)
+            self.transforming = False
             self.layouts[name] = layout
             threads = min(self.threads, config.units())
             predicted, why = conv_model.reblock_ns(config, self.machine, threads)
@@ -900,7 +925,8 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     kernels = []
     for members in _group_order(graph, plan.groups):
         group = _lower_group(b, [graph.nodes[v] for v in members])
-        kernels += b.pending  # layout transforms it reads, before it (at its step: their buffers stay apart)
+        kernels += b.pending  # layout transforms it reads, one step before it
+        b.finish_step()
         b.pending = []
         if group is not None:
             kernels.append(group)
