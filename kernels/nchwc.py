@@ -51,6 +51,7 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_vector_type, index, single_kernel
+from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
@@ -434,9 +435,6 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
 
-
-PREFETCH_LINE_FLOATS = 16
-"""Floats per prefetched line (64-byte lines)."""
 
 PREFETCH_ROWS_AHEAD = 2
 """How many output rows ahead the input rows are asked for (`_prefetch_next_rows`)."""
