@@ -61,18 +61,6 @@ if TYPE_CHECKING:
     from kernels.conv import ConvShape
 
 
-def to_blocked(x: np.ndarray, lanes: int) -> np.ndarray:
-    """An NCHW array as NCHW[c] (N, C/L, H, W, L), C a multiple of `lanes`."""
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def from_blocked(x: np.ndarray, shape: tuple[int, int, int, int], lanes: int) -> np.ndarray:
-    """The NCHW array of `shape` held in the NCHW[c] array (or its flat memory) x."""
-    n, c, h, w = shape
-    return np.ascontiguousarray(x.reshape(n, c // lanes, h, w, lanes).transpose(0, 1, 4, 2, 3)).reshape(shape)
-
-
 def check_blocked(target: Target, lanes: int, channels: dict[str, int]) -> None:
     """Reject a blocked layout the target or the tensors cannot have: blocks need a
     fixed vector length (a scalable vector's lanes are known only at run time), and

@@ -228,6 +228,27 @@ def test_channel_blocked_layouts_match_onnxruntime(case_id, s):
             assert_close(f(x, residual), expected, what=f"{plan.config.algorithm} {plan.config.tile} lanes={lanes}")
 
 
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+def test_layout_transform_both_ways(case_id):
+    """The layout transform against numpy's reshape: [N, C, H, W] <-> [N, C/L, H, W, L],
+    with whole L×L squares and a remainder of pixels (3x7 = 21), split among units."""
+    from kernels.library import build_library
+    from kernels.nchwc import Reblock, generate
+
+    target = target_for(case_id)
+    require_runnable(target)
+    lanes = target.f32_lanes
+    x = np.random.default_rng(8).standard_normal((2, 2 * lanes, 3, 7), dtype=np.float32)
+    blocked = x.reshape(2, 2, lanes, 3, 7).transpose(0, 1, 3, 4, 2).copy()
+    for to_blocked, source, expected in ((True, x, blocked), (False, blocked, x)):
+        config = Reblock(2, 2 * lanes, 21, lanes, to_blocked)
+        kernel = build_library(generate(config, target)).kernel(config.symbol)
+        y = np.full(x.size, np.nan, np.float32)
+        kernel(y, np.ascontiguousarray(source).ravel(), 0, 1)
+        kernel(y, np.ascontiguousarray(source).ravel(), 1, config.units())
+        np.testing.assert_array_equal(y, expected.ravel())
+
+
 def test_channel_blocked_layouts_on_neon_under_emulation():
     """The blocked kernels and 4x4 register transposes at NEON's 4 lanes (fixed-length
     vectors; RVV's scalable ones are refused, see the bad-input test)."""
