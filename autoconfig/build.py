@@ -192,11 +192,12 @@ class _Builder:
         """Note a buffer the kernel being lowered (not a transform before it) uses."""
         (self.transform_buffers if self.transforming else self.touched).add(root)
 
-    def finish_step(self) -> None:
-        """After a kernel is lowered: if it needed layout transforms, they run at this
+    def finish_step(self) -> list[KernelGroup]:
+        """After a kernel is lowered, the layout transforms it reads: they run at this
         step and the kernel at the next, so a tensor only a transform reads is free
         while the kernel runs (its buffer may hold the kernel's output or scratch)."""
-        if self.pending:
+        transforms, self.pending = self.pending, []
+        if transforms:
             made = {i for i in self.transform_buffers if self.buffers[i].first == self.step}  # the transforms' outputs
             for i in self.touched:
                 b = self.buffers[i]
@@ -205,6 +206,7 @@ class _Builder:
                 b.last = max(b.last, self.step + 1)
             self.step += 1
         self.touched, self.transform_buffers = set(), set()
+        return transforms
 
     def constant(self, array: np.ndarray) -> Ref:
         """`Buffers.constant`: appended to the weights, cache-line aligned."""
@@ -234,9 +236,11 @@ class _Builder:
         self._touch(root)
         return Ref(_VIRTUAL + buffer, offset)
 
-    def write(self, value: str) -> Ref:
-        """A new buffer for `value`, written by the current kernel."""
+    def write(self, value: str, layout: kc.Layout = "nchw") -> Ref:
+        """A new buffer for `value`, written by the current kernel in `layout`."""
         self.where[value] = (self._buffer(self.graph.types[value].elements), 0)
+        if layout != "nchw":
+            self.layouts[value] = layout
         return Ref(_VIRTUAL + self.where[value][0])
 
     def layout(self, value: str) -> kc.Layout:
@@ -247,8 +251,8 @@ class _Builder:
         before the kernel being lowered (and reused by later readers)."""
         name = f"{value} in {layout}"
         if name not in self.where:
-            n, c, h, w = self.graph.types[value].shape
-            config = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=layout == "nchwc")
+            shape = self.graph.types[value].shape
+            config = Reblock.of(shape, self.target.f32_lanes, to_blocked=layout == "nchwc")
             self.transforming = True
             x = self.read(value, self.layout(value))
             self.where[name] = (self._buffer(self.graph.types[value].elements), 0)
@@ -259,7 +263,7 @@ class _Builder:
             call = reblock_call(config, Ref(_VIRTUAL + self.where[name][0]), x, threads)
             self.pending.append(KernelGroup(f"{value}_to_{layout}", [f"{value} ({self.layout(value)} to {layout})"],
                                             "layout", [call], self.modules(nchwc.generate, config), predicted, why,
-                                            f"{n}x{c}x{h}x{w} to {layout}, {threads} thread(s)"))  # fmt: skip
+                                            f"{'x'.join(map(str, shape))} to {layout}, {threads} thread(s)"))  # fmt: skip
         return name
 
     def may_block(self, value: str) -> bool:
@@ -309,9 +313,7 @@ class _Builder:
                 continue
             shape = _conv_layer(self, reader)[0]
             if not conv_model.reads_blocked(shape, self.machine, self.target):  # NCHW, after a transform if blocked
-                n, c, h, w = shape.input_shape
-                back = Reblock(n, c, h * w, self.target.f32_lanes, to_blocked=False)
-                total += conv_model.reblock_ns(back, self.machine, self.threads)[0] if layout == "nchwc" else 0.0
+                total += self.transform_back_ns(shape.input_shape) if layout == "nchwc" else 0.0
                 continue
             choice, chain = _conv_choice(self, reader, self.after_anchor[reader.name])  # its own, asked once
             writes: tuple[kc.Layout, ...] = ("nchw", "nchwc") if self.may_block(chain.end) else ("nchw",)
@@ -325,6 +327,10 @@ class _Builder:
                     costs.append(best.total_ns + shift)
             total += min(costs)
         return total
+
+    def transform_back_ns(self, shape: tuple[int, ...]) -> float:
+        """The predicted time of a blocked tensor of NCHW `shape` transformed back."""
+        return conv_model.reblock_ns(Reblock.of(shape, self.target.f32_lanes, False), self.machine, self.threads)[0]
 
     def output_layouts(self, value: str) -> dict[kc.Layout, float]:
         """The layouts `value` may be written in, each with what its readers then pay
@@ -644,13 +650,11 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     best, why = conv_model.choose_layout(choice, given, b.output_layouts(chain.end), b.machine)
     plan = best.plan
     conv_model.validate_plan(plan, b.target)
-    x = b.read(node.inputs[0], kc.input_layout_of(plan.config))
-    operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, kc.layout_of(plan.config))
-    y = b.write(chain.end)
-    if kc.layout_of(plan.config) != "nchw":
-        b.layouts[chain.end] = kc.layout_of(plan.config)
-    calls = conv_calls(plan, x, y, weight, operands, b)
     layout = kc.layout_of(plan.config)
+    x = b.read(node.inputs[0], kc.input_layout_of(plan.config))
+    operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
+    y = b.write(chain.end, layout)
+    calls = conv_calls(plan, x, y, weight, operands, b)
     return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(kc.generate, plan.config),
                        best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
                        f"{plan.config.algorithm} {plan.config.tile}{' ' + layout if layout != 'nchw' else ''}, "
@@ -777,15 +781,11 @@ def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
     layout: kc.Layout = "nchw"
     if b.layout(start) == "nchwc":  # stay blocked unless its readers pay more than the transform back
         options = b.output_layouts(chain.end)
-        if "nchwc" in options:
-            back = conv_model.reblock_ns(Reblock(out_shape[0], out_shape[1], out_shape[2] * out_shape[3],
-                                                 b.target.f32_lanes, False), b.machine, b.threads)[0]  # fmt: skip
-            layout = "nchwc" if options["nchwc"] <= options["nchw"] + back else "nchw"
+        if "nchwc" in options and options["nchwc"] <= options["nchw"] + b.transform_back_ns(out_shape):
+            layout = "nchwc"
     x = b.read(start, layout)
     operands = chain.refs(b, layout)
-    y = b.write(chain.end)
-    if layout != "nchw":
-        b.layouts[chain.end] = layout
+    y = b.write(chain.end, layout)
     return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), operands,
                                layout == "nchwc")  # fmt: skip
 
@@ -835,9 +835,7 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see may_block)
     if b.concat_takes_blocks(node) and all(b.layout(v) == "nchwc" for v in node.inputs):
         layout = "nchwc"
-    out = b.write(node.outputs[0])
-    if layout != "nchw":
-        b.layouts[node.outputs[0]] = layout
+    out = b.write(node.outputs[0], layout)
     out_buffer = out.space - _VIRTUAL
     offset, copies = 0, []
     for value in node.inputs:
@@ -925,9 +923,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     kernels = []
     for members in _group_order(graph, plan.groups):
         group = _lower_group(b, [graph.nodes[v] for v in members])
-        kernels += b.pending  # layout transforms it reads, one step before it
-        b.finish_step()
-        b.pending = []
+        kernels += b.finish_step()  # layout transforms it reads, one step before it
         if group is not None:
             kernels.append(group)
             b.step += 1

@@ -120,19 +120,14 @@ class _NchwBoundary:
         self.after: list[Call] = []
         self.configs: dict[str, Reblock] = {}
 
-    def _reblock(self, shape: tuple[int, ...], to_blocked: bool) -> Reblock:
-        n, c, h, w = shape
-        config = Reblock(n, c, h * w, self.plan.config.lanes, to_blocked)
-        self.configs[config.symbol] = config
-        return config
-
     def convert(self, ref: Ref, shape: tuple[int, ...], layout: str, output: bool = False) -> Ref:
         """Where the kernel reads the NCHW tensor at `ref` in `layout` (or, for its
         `output`, writes what is then transformed into `ref`)."""
         if layout == "nchw":
             return ref
         blocked = self.buffers.scratch(math.prod(shape))
-        config = self._reblock(shape, to_blocked=not output)
+        config = Reblock.of(shape, self.plan.config.lanes, to_blocked=not output)
+        self.configs[config.symbol] = config
         if output:
             self.after.append(reblock_call(config, ref, blocked, self.plan.threads))
         else:

@@ -464,6 +464,12 @@ class Reblock:
     lanes: int
     to_blocked: bool
 
+    @classmethod
+    def of(cls, shape: tuple[int, ...], lanes: int, to_blocked: bool) -> Reblock:
+        """The transform of a tensor of NCHW `shape`, in blocks of `lanes` channels."""
+        n, c, h, w = shape
+        return cls(n, c, h * w, lanes, to_blocked)
+
     def units(self) -> int:
         """(image, channel block) pairs: what threads divide."""
         return self.batch * (self.channels // self.lanes)

@@ -641,7 +641,7 @@ def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, 
 def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, layout: Layout, lanes: int) -> float:
     """The transform of a layer's input into `layout` from the other, on the plan's
     threads, in blocks of `lanes` (the target's widest vectors: every blocked plan's)."""
-    config = Reblock(shape.batch, shape.channels, shape.height * shape.width, lanes, to_blocked=layout == "nchwc")
+    config = Reblock.of(shape.input_shape, lanes, to_blocked=layout == "nchwc")
     return reblock_ns(config, machine, p.plan.threads)[0]
 
 
