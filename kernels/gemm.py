@@ -217,8 +217,9 @@ class PackedB:
     vec: ir.VectorType
     lanes: int
     vectors: int  # per panel: nr = vectors·lanes
-    kc: int  # K rows per panel
+    kc: int  # K rows per panel at most (the block size; the prefetch plan's)
     k0: ir.Value  # first k of the block
+    k_hi: ir.Value  # past its last k: a panel holds k_hi - k0 rows (no zeros past K)
     col0: ir.Value  # first column of the block
     base: ir.Value | None = None  # where these panels start in `work` (None: at 0; in a B
     # packed once, the K block's panels of all column tiles, `MatmulConfig.pack_b`)
@@ -229,7 +230,8 @@ class PackedB:
 
     def at(self, col: ir.Value, k: ir.Value, v: int) -> ir.Value:
         """The workspace index of vector v of row k of the panel starting at `col`."""
-        panel = arith.muli(arith.divsi(arith.subi(col, self.col0), index(self.nr)), index(self.kc * self.nr))
+        depth = arith.subi(self.k_hi, self.k0)
+        panel = arith.muli(arith.divsi(arith.subi(col, self.col0), index(self.nr)), arith.muli(depth, index(self.nr)))
         if self.base is not None:
             panel = arith.addi(self.base, panel)
         return offset(arith.addi(panel, arith.muli(arith.subi(k, self.k0), index(self.nr))), v * self.lanes)
@@ -259,7 +261,7 @@ class PackedB:
 
         return ahead
 
-    def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], columns: int,
+    def pack(self, tiles: tuple[ir.Value, ir.Value], columns: int,
              read: Callable[[ir.Value, ir.Value, ir.Value | None], ir.Value],
              mask: Callable[[int], ir.Value]) -> None:  # fmt: skip
         """Fill the panels of column tiles [tiles) (of nr over `columns`) with rows
@@ -275,11 +277,11 @@ class PackedB:
                         column = offset(col, v * self.lanes)
                         store(read(k, column, edge), self.work, [self.at(col, k, v)])
 
-                for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), k_hi), 1, row)
+                for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), self.k_hi), 1, row)
 
             for_tiles(*tiles, self.nr, columns, panel)
 
-        for_range(self.k0, k_hi, PACK_B_ROWS, band)
+        for_range(self.k0, self.k_hi, PACK_B_ROWS, band)
 
 
 @dataclass(frozen=True)
@@ -291,14 +293,14 @@ class PackedA:
     work: ir.Value
     base: ir.Value  # where these panels start in `work` (after Bp; or in a packed A)
     mr: int
-    kc: int
     k0: ir.Value  # first k of the block
+    k_hi: ir.Value  # past its last k: a panel holds k_hi - k0 rows (no zeros past K)
     tile0: ir.Value  # first row tile of the block
 
     def at(self, row0: ir.Value, k: ir.Value, r: int) -> ir.Value:
         """The workspace index of row r of the tile starting at `row0`, at k."""
         tile = arith.subi(arith.divsi(row0, index(self.mr)), self.tile0)
-        start = arith.addi(self.base, arith.muli(tile, index(self.kc * self.mr)))
+        start = arith.addi(self.base, arith.muli(tile, arith.muli(arith.subi(self.k_hi, self.k0), index(self.mr))))
         return offset(arith.addi(start, arith.muli(arith.subi(k, self.k0), index(self.mr))), r)
 
     def loader(self, row0: ir.Value) -> LoadA:
@@ -309,8 +311,7 @@ class PackedA:
         """ahead(k) for the tile at `row0`: ask for the next tile's panel at the same k."""
         return lambda k: memref.prefetch(self.work, [self.at(offset(row0, self.mr), k, 0)], False, PREFETCH_LOCALITY, True)
 
-    def pack(self, k_hi: ir.Value, tiles: tuple[ir.Value, ir.Value], rows: int,
-             read: Callable[[ir.Value, ir.Value], ir.Value]) -> None:  # fmt: skip
+    def pack(self, tiles: tuple[ir.Value, ir.Value], rows: int, read: Callable[[ir.Value, ir.Value], ir.Value]) -> None:
         """Fill the tiles [tiles) (of mr rows over `rows`) with columns [k0, k_hi):
         read(row, k) gives A's scalar there; rows past the last are zero."""
         zero = arith.constant(ir.F32Type.get(), 0.0)
@@ -321,6 +322,6 @@ class PackedA:
                     value = read(offset(row0, r), k) if r < count else zero
                     memref.store(value, self.work, [self.at(row0, k, r)])
 
-            for_range(self.k0, k_hi, 1, column)
+            for_range(self.k0, self.k_hi, 1, column)
 
         for_tiles(*tiles, self.mr, rows, tile)

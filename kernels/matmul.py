@@ -159,21 +159,15 @@ class MatmulConfig:
 
     def a_size(self) -> int:
         """f32 elements of one product's A as the kernel reads it: M×K, or packed (every
-        K block a full kc deep, every row tile a full mr high, zeros past the ends)."""
+        row tile a full mr high, zeros past the last row)."""
         s = self.shape
-        if not self.a_packed:
-            return s.m * s.k
-        kc = self.packed_blocks()[0]
-        return ceil_div(s.k, kc) * kc * self.row_tiles() * self.mr
+        return s.k * (self.row_tiles() * self.mr if self.a_packed else s.m)
 
     def b_size(self) -> int:
         """f32 elements of one product's B as the kernel reads it: K×N, or packed when
-        transposed (every K block a full kc deep, every column tile a full nr wide)."""
+        transposed (every column tile a full nr wide, zeros past the last column)."""
         s = self.shape
-        if not self.transposed:
-            return s.k * s.n
-        kc = self.packed_blocks()[0]
-        return ceil_div(s.k, kc) * kc * self.col_tiles() * self.nr
+        return s.k * (self.col_tiles() * self.nr if self.transposed else s.n)
 
     def pack_a(self, a: np.ndarray) -> np.ndarray:
         """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
@@ -283,13 +277,15 @@ def _operands(config: MatmulConfig, op: str) -> str:
 def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
     """Stacked matrices (q × rows × K) as the micro-kernel's panels, flat:
     [q][k block][tile of `height` rows][k in the block][row in the tile], zero past the
-    last row and the last k (A's row tiles for `pack_a`, Bᵀ's column tiles for `pack_b`)."""
+    last row (A's row tiles for `pack_a`, Bᵀ's column tiles for `pack_b`). The last K
+    block is only as deep as what is left of K: padding it to kc made YOLO-V4's packed
+    weights 629 MB instead of 513."""
     q, rows, k = matrices.shape
-    tiles, k_blocks = ceil_div(rows, height), ceil_div(k, kc)
-    padded = np.zeros((q, tiles * height, k_blocks * kc), np.float32)
-    padded[:, :rows, :k] = matrices
-    blocks = padded.reshape(q, tiles, height, k_blocks, kc)
-    return np.ascontiguousarray(blocks.transpose(0, 3, 1, 4, 2)).ravel()
+    tiles = ceil_div(rows, height)
+    padded = np.zeros((q, tiles, height, k), np.float32)
+    padded.reshape(q, tiles * height, k)[:, :rows] = matrices
+    blocks = [padded[..., k0:k0 + kc].transpose(0, 1, 3, 2).reshape(q, -1) for k0 in range(0, k, kc)]
+    return np.concatenate(blocks, axis=1).ravel()
 
 
 def generate(config: MatmulConfig, target: Target) -> KernelModule:
@@ -481,20 +477,20 @@ def _blocked(kn: _Kernel) -> None:
             pc_end = arith.minsi(offset(pc, kc), index(shape.k))
             bp = None
             if cfg.transposed:  # this K block's panels of all column tiles, as pack_b laid them
-                bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, index(0),
+                bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, index(0),
                              arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
             elif packed:
-                bp = PackedB(kn.work, kn.vec, kn.lanes, cfg.nv, pkc, pc, arith.muli(jt, index(cfg.nr)))
-                bp.pack(pc_end, (jt, jt_end), shape.n, lambda k, col, mask: load(kn.vec, kn.b, [k, col], mask), kn.mask)
+                bp = PackedB(kn.work, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, arith.muli(jt, index(cfg.nr)))
+                bp.pack((jt, jt_end), shape.n, lambda k, col, mask: load(kn.vec, kn.b, [k, col], mask), kn.mask)
 
             def row_block(it: ir.Value) -> None:
                 it_end = arith.minsi(offset(it, row_tiles_per_block), kn.rows[1])
                 ap = None
                 if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
-                    ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pkc, pc, index(0))
+                    ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
                 elif packed and not cfg.transposed:
-                    ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pkc, pc, it)
-                    ap.pack(pc_end, (it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
+                    ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, it)
+                    ap.pack((it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
                 def column_tile(col0: ir.Value, columns: int) -> None:
                     def row_tile(row0: ir.Value, rows: int) -> None:
