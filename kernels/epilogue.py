@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 
 from autoconfig.errors import AutoconfigError
+from kernels.loops import maximum, minimum
 from kernels.mlir import arith, ir, math, vector
 
 EpilogueKind = Literal["bias", "scale", "residual", "product", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
@@ -169,7 +170,7 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
         elif op.operand:
             value = arith.addf(value, operand(i))
         elif op.kind == "relu":
-            value = arith.maximumf(value, _const(value, 0.0))
+            value = maximum(_const(value, 0.0), value)
         elif op.kind == "clip":
             value = _clamp(value, op.low, op.high)
         elif op.kind == "leaky_relu":
@@ -183,9 +184,9 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
             value = arith.subf(arith.mulf(_const(value, 2.0), _sigmoid(arith.addf(value, value))), _const(value, 1.0))
         elif op.kind == "softplus":  # max(y, 0) + log(1 + exp(−|y|)): no overflow either way
             tail = log(arith.addf(_const(value, 1.0), exp(arith.negf(math.absf(value)))))
-            value = arith.addf(arith.maximumf(value, _const(value, 0.0)), tail)
+            value = arith.addf(maximum(_const(value, 0.0), value), tail)
         elif op.kind == "mish":  # y·n(n+2)/(n(n+2)+2), n = e^y; the ratio is 1 in f32 beyond y = 20
-            n = exp(arith.minimumf(value, _const(value, MISH_SATURATION)))
+            n = exp(minimum(_const(value, MISH_SATURATION), value))
             top = arith.mulf(n, arith.addf(n, _const(value, 2.0)))
             value = arith.mulf(value, arith.divf(top, arith.addf(top, _const(value, 2.0))))
         elif op.kind == "hard_sigmoid":
@@ -202,7 +203,7 @@ keeps n² finite."""
 
 
 def _clamp(value: ir.Value, low: float, high: float) -> ir.Value:
-    return arith.minimumf(arith.maximumf(value, _const(value, low)), _const(value, high))
+    return minimum(_const(value, high), maximum(_const(value, low), value))
 
 
 def _sigmoid(value: ir.Value) -> ir.Value:
@@ -222,7 +223,7 @@ def exp(x: ir.Value) -> ir.Value:
     """e^x on a vector or scalar f32 without a library call (LLVM turns math.exp on a
     vector into one expf call per lane): x = n·ln2 + r, e^r by the polynomial, 2^n
     assembled in the exponent bits."""
-    x = arith.minimumf(arith.maximumf(x, _const(x, -EXP_RANGE)), _const(x, EXP_RANGE))
+    x = minimum(_const(x, EXP_RANGE), maximum(_const(x, -EXP_RANGE), x))
     n = math.floor(math.fma(x, _const(x, 1.44269504088896341), _const(x, 0.5)))
     r = math.fma(n, _const(x, -0.693359375), x)  # ln2 split in two parts so
     r = math.fma(n, _const(x, 2.12194440e-4), r)  # n·ln2 rounds exactly

@@ -13,7 +13,8 @@ point, so that a generator reads like the nest it produces:
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
   gather / a scatter);
   `prefix_mask`: the lanes below a bound;
-- `lane_sum`: several vectors added up, then across their lanes.
+- `lane_sum`: several vectors added up, then across their lanes;
+- `maximum` / `minimum`: f32 max and min as one compare-and-select (x86's MAXPS).
 """
 
 from __future__ import annotations
@@ -109,6 +110,19 @@ def equal(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
 def less(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
     """i1 ``x < y`` on indices."""
     return _compare("slt", _as_index(x), _as_index(y))
+
+
+def maximum(x: ir.Value, y: ir.Value) -> ir.Value:
+    """``x > y ? x : y`` on f32 vectors or scalars: y when either is NaN (so a NaN in y,
+    the value being bounded, propagates). One MAXPS on x86, where arith.maximumf's
+    IEEE rules (NaN from either side, −0 < +0) lower to six dependent instructions:
+    a 13x13 max pool of 512x13² measured 3.9 ms with them on Zen 5."""
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x, y), x, y)
+
+
+def minimum(x: ir.Value, y: ir.Value) -> ir.Value:
+    """``x < y ? x : y``: `maximum`'s mirror (y when either is NaN; MINPS on x86)."""
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OLT, x, y), x, y)
 
 
 def offset(base: ir.Value, delta: int) -> ir.Value:

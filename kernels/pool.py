@@ -11,7 +11,8 @@ of 64x224² on Zen 5, where its input and output stream in ~130 µs)::
     for plane in [begin, end):
       Xt = the plane, transformed                 # kernels.layout.copy_plane
       for oh:  for ow0 in 0..OW step nv·L:
-        acc[v] = max/sum over taps of Xt[tap + oh·Wq + ow0 + v·L]
+        acc[v] = max/sum over taps of Xt[tap + oh·Wq + ow0 + v·L]   # the taps dealt
+                                                        # round-robin to independent chains
         average: acc[v] *= scale[oh, ow0 + v·L]       # 1/window count, per position
         Y[plane, oh, ow0 + v·L] = acc[v]              # the row's last vector masked
 
@@ -25,6 +26,7 @@ masked), then across lanes, times 1/(H·W).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -36,11 +38,17 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
-from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, offset, prefix_mask, store
+from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, maximum, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
 from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
+
+POOL_CHAINS = 4
+"""Independent accumulators of one step at least (a step's vectors, each split into
+chains over the taps): each tap's max or add waits for the previous one on its chain
+(3-4 cycles), so one output vector's taps in one chain ran at a third of the load
+rate (13x13 windows on 13-wide rows, one vector per row)."""
 
 PoolKind = Literal["max", "average", "global_average"]
 POOL_KINDS: tuple[PoolKind, ...] = ("max", "average", "global_average")
@@ -152,6 +160,14 @@ class PoolConfig:
         """What threads divide: planes, or blocks of `lanes` planes when blocked."""
         return self.shape.planes // self.lanes if self.blocked else self.shape.planes
 
+    def loads_per_unit(self) -> int:
+        """Vector loads of one unit: a tap per output vector (windowed), or the plane's
+        (or block's) vectors (global)."""
+        s = self.shape
+        if s.windowed:
+            return s.kernel[0] * s.kernel[1] * s.out_height * ceil_div(s.out_width, self.lanes)
+        return ceil_div(s.height * s.width * (self.lanes if self.blocked else 1), self.lanes)
+
     @property
     def symbol(self) -> str:
         return config_symbol(f"ac_pool_{self.shape.kind}_f32", self)
@@ -230,7 +246,7 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
     scale = f32_memref(args["scale"], [s.out_height, s.out_width]) if "scale" in args else None
     taps = [split.tap_offset(kh * s.dilations[0], kw * s.dilations[1])
             for kh in range(s.kernel[0]) for kw in range(s.kernel[1])]  # fmt: skip
-    combine = arith.maximumf if s.kind == "max" else arith.addf
+    combine = maximum if s.kind == "max" else arith.addf
     start_value = f32_splat(target, lanes, split.fill)
 
     def plane(p: ir.Value) -> None:
@@ -242,11 +258,13 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
 
             def step(ow0: ir.Value, count: int) -> None:
                 vectors = ceil_div(count, lanes)
-                acc = [start_value] * vectors
-                for tap in taps:  # whole vectors: junk lanes read the border or the slack
-                    acc = [combine(a, load(vec, xt, [offset(arith.addi(window, ow0), tap + v * lanes)]))
-                           for v, a in enumerate(acc)]  # fmt: skip
-                for v, a in enumerate(acc):
+                chains = ceil_div(POOL_CHAINS, vectors)
+                acc = [[start_value] * chains for _ in range(vectors)]
+                for t, tap in enumerate(taps):  # whole vectors: junk lanes read the border or the slack
+                    for v in range(vectors):
+                        tapped = load(vec, xt, [offset(arith.addi(window, ow0), tap + v * lanes)])
+                        acc[v][t % chains] = combine(acc[v][t % chains], tapped)
+                for v, a in enumerate(functools.reduce(combine, partial) for partial in acc):
                     left = count - v * lanes
                     mask = tail_mask(target, lanes, left)
                     col = offset(ow0, v * lanes)

@@ -19,7 +19,7 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
-from kernels.loops import for_carry, for_range, load, store
+from kernels.loops import for_carry, for_range, load, maximum, store
 from kernels.mlir import arith, ir, vector
 from kernels.target import Target
 
@@ -73,9 +73,9 @@ def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
         def tail_of(memory: ir.Value, fill: ir.Value) -> ir.Value:
             return arith.select(mask, load(vec, memory, [r, tail_at], mask), fill)
 
-        top = for_carry(0, whole, 1, [lowest], lambda v, acc: [arith.maximumf(acc[0], load(vec, x, column(v)))])[0]
+        top = for_carry(0, whole, 1, [lowest], lambda v, acc: [maximum(acc[0], load(vec, x, column(v)))])[0]
         if tail:
-            top = arith.maximumf(top, tail_of(x, lowest))
+            top = maximum(top, tail_of(x, lowest))
         peak = vector.broadcast(vec, vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top))
 
         def exponent(v: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:

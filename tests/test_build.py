@@ -21,6 +21,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
+from autoconfig.machine import Machine
 from autoconfig.profile import load_profile
 from kernels.cache import default_cache
 from kernels.target import get_target
@@ -330,3 +331,20 @@ def test_a_pool_window_onnx_and_onnxruntime_size_differently_is_refused(tmp_path
     with pytest.raises(AutoconfigError, match=r"onnx's shape inference gives \(1, 3, 6, 6\), but onnxruntime"):
         autoconfig.compile_model(path, tmp_path / "out", profile=PROFILES["avx2"], target="avx2")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_wide_pooling_window_is_priced_by_its_loads():
+    """A 13x13 max pool of a 13² image reads each input value 169 times from L1: its
+    prediction is its loads' time, not its bytes' (which a 2x2/2 pool of the same image
+    moves as many of)."""
+    b = zoo.Builder("spp", 0)
+    wide = b.op("MaxPool", ["input"], kernel_shape=[13, 13], strides=[1, 1], pads=[6, 6, 6, 6])
+    small = b.op("MaxPool", ["input"], kernel_shape=[2, 2], strides=[2, 2])
+    profile = load_profile(PROFILES["avx512"])
+    graph = import_model(b.model("input", [1, 64, 13, 13], [(wide, None), (small, None)]))
+    pools = {k.name: k for k in build_model(graph, profile, get_target("avx512"), threads=1).kernels}
+    wide_pool, small_pool = (pools[graph.producers()[value].name] for value in (wide, small))
+    loads = 169 * 64 * 13  # taps × planes × rows, one 16-lane vector per 13-wide row
+    assert "load-bound" in wide_pool.explain
+    assert wide_pool.predicted_ns > loads / Machine.of(profile).vector_loads_per_ns()
+    assert wide_pool.predicted_ns > 10 * small_pool.predicted_ns

@@ -286,14 +286,20 @@ def _tiles_ns(rows: tuple[int, int], columns: tuple[int, int, int], m: Machine,
     edge_vectors = ceil_div(edge_cols, lanes)
     kinds = [(full_rows * full_cols, mr, nv), (full_rows, mr, edge_vectors),
              (full_cols, edge_rows, nv), (1, edge_rows, edge_vectors)]  # fmt: skip
-    crossing = _line_crossings(lanes, m)
     issue = latency = wait = 0.0
     for count, r, v in kinds:
         if count and r and v:
             vector_loads, broadcasts = loads(r, v)
-            i, lat, ld = microkernel_ns(r * v, vector_loads * (1 + crossing * (SPLIT_LOAD_COST - 1)), broadcasts, m)
+            i, lat, ld = microkernel_ns(r * v, vector_loads * unaligned_load_cost(lanes, m), broadcasts, m)
             issue, latency, wait = issue + count * i, latency + count * lat, wait + count * ld
     return issue, latency, wait
+
+
+def unaligned_load_cost(lanes: int, m: Machine) -> float:
+    """What a vector load at an arbitrary float offset costs on average, in aligned
+    loads: a line-crossing one costs SPLIT_LOAD_COST (pooling windows, read this way,
+    use it too)."""
+    return 1 + _line_crossings(lanes, m) * (SPLIT_LOAD_COST - 1)
 
 
 def _line_crossings(lanes: int, m: Machine) -> float:
