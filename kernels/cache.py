@@ -37,6 +37,7 @@ from kernels.target import Target
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
 
 
+@functools.cache  # asked once per kernel; reading package metadata took 0.4 s of a warm YOLO-V4 build
 def toolchain_version() -> str:
     """What besides the MLIR text decides the object: package versions, the pipeline,
     and the source of the LLVM step."""

@@ -282,10 +282,13 @@ def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
     weights 629 MB instead of 513."""
     q, rows, k = matrices.shape
     tiles = ceil_div(rows, height)
-    padded = np.zeros((q, tiles, height, k), np.float32)
-    padded.reshape(q, tiles * height, k)[:, :rows] = matrices
-    blocks = [padded[..., k0:k0 + kc].transpose(0, 1, 3, 2).reshape(q, -1) for k0 in range(0, k, kc)]
-    return np.concatenate(blocks, axis=1).ravel()
+    padded = np.pad(matrices, ((0, 0), (0, tiles * height - rows), (0, 0))).reshape(q, tiles, height, k)
+    whole = k // kc * kc  # the full K blocks, then what is left
+    out = np.empty((q, tiles * height * k), np.float32)
+    out[:, :tiles * height * whole] = padded[..., :whole].reshape(q, tiles, height, whole // kc, kc) \
+        .transpose(0, 3, 1, 4, 2).reshape(q, -1)
+    out[:, tiles * height * whole:] = padded[..., whole:].transpose(0, 1, 3, 2).reshape(q, -1)
+    return out.ravel()
 
 
 def generate(config: MatmulConfig, target: Target) -> KernelModule:
