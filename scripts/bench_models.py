@@ -16,7 +16,9 @@ process' maximum resident set after its first run, one model per process: Python
 the library, the weights, the arena), our build times, kernels per inference, predicted latency over
 measured (pred/dp) and Spearman's rank correlation of each kernel's predicted and
 measured time (rho: medians of 10 runs, dp); the ratios onnxruntime/ours and
-none/greedy/dp. JSON and a plot of the latencies.
+none/greedy/dp, marked where the build is dp's program byte for byte (the same fusion
+plan: then the ratio measures only the run-to-run noise). JSON and a plot of the
+latencies.
 
 Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
        [--models mobilenet_v1 ...] [--cold] [--json F] [--plot F] [--no-pin]
@@ -153,11 +155,18 @@ def build_all(models: list[str], thread_counts: list[int], profile: str | None, 
                 dirs[peer][str(threads)] = str(out)
                 builds[f"{fusion}/{threads}"] = {"seconds": round(seconds, 2), "kernels": len(manifest["kernels"]),
                                                  "compiled": manifest["kernel_objects"]["compiled"],
-                                                 "predicted_ms": manifest["predicted_ns"] / 1e6}  # fmt: skip
+                                                 "predicted_ms": manifest["predicted_ns"] / 1e6,
+                                                 "program": program_digest(manifest)}  # fmt: skip
                 print(f"  built {name} {fusion} {threads}T: {seconds:.1f} s, {len(manifest['kernels'])} kernels, "
                       f"{manifest['kernel_objects']['compiled']} compiled", file=sys.stderr, flush=True)  # fmt: skip
         tasks.append(files | {"dirs": dirs, "builds": builds})
     return tasks
+
+
+def program_digest(manifest: dict) -> str:
+    """The built files' hashes but the report's (which names the fusion strategy): two
+    builds with the same digest are the same program, byte for byte."""
+    return "".join(f"{name}:{digest};" for name, digest in sorted(manifest["files"].items()) if name != "report.md")
 
 
 def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> list[dict]:
@@ -172,6 +181,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
             "rss_mb": {p: timed[p][i]["info"]["peak_rss_mb"] for p in PEERS},
             "kernels": {f: task["builds"][f"{f}/{threads}"]["kernels"] for f in FUSIONS},
             "build_s": {f: task["builds"][f"{f}/{threads}"]["seconds"] for f in FUSIONS},
+            "same_as_dp": {f: task["builds"][f"{f}/{threads}"]["program"] == dp["program"] for f in FUSIONS[1:]},
             "predicted_ms": dp["predicted_ms"],
             "spearman": timed["autoconfig-dp"][i]["info"]["spearman"],
         })  # fmt: skip
@@ -186,10 +196,14 @@ def table(rows: list[dict]) -> list[str]:
     for r in rows:
         ms = r["ms"]
         dp = ms["autoconfig-dp"]
+
+        def same(fusion: str) -> str:  # '=' marks a program byte-identical to dp's: its ratio is noise
+            return f"{ms[f'autoconfig-{fusion}'] / dp:.2f}{'=' if r['same_as_dp'][fusion] else ' '}"
+
         lines.append(
             f"{r['model']:<16}{dp:>9.2f}{ms['autoconfig-greedy']:>9.2f}{ms['autoconfig-none']:>9.2f}"
-            f"{ms['onnxruntime']:>9.2f}{ms['onnxruntime'] / dp:>8.2f}{ms['autoconfig-greedy'] / dp:>10.2f}"
-            f"{ms['autoconfig-none'] / dp:>8.2f}{r['predicted_ms'] / dp:>8.2f}{r['spearman']:>6.2f}"
+            f"{ms['onnxruntime']:>9.2f}{ms['onnxruntime'] / dp:>8.2f}{same('greedy'):>10}{same('none'):>8}"
+            f"{r['predicted_ms'] / dp:>8.2f}{r['spearman']:>6.2f}"
             f"{r['rss_mb']['autoconfig-dp']:>8.0f}"
             f"{r['rss_mb']['onnxruntime']:>8.0f}{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
@@ -244,7 +258,8 @@ def main() -> int:
             print("\n" + report.heading(threads, {p: timed[p][0]["versions"] for p in PEERS}))
             print(f"latency: median of {args.rounds} processes x {args.reps} samples per peer; RSS: peak resident "
                   "MB of the peer's process; build s: this run's builds (the first of a model "
-                  f"{'from an empty kernel cache' if args.cold else 'with the kernel cache as found'})")  # fmt: skip
+                  f"{'from an empty kernel cache' if args.cold else 'with the kernel cache as found'}); "
+                  "'=': the same program as dp's, byte for byte (its ratio is run-to-run noise)")  # fmt: skip
             print("\n".join(table(rows)), flush=True)
             report.tables.append({"threads": threads, "rows": rows})
             for r in rows:
