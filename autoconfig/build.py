@@ -823,15 +823,17 @@ def _streaming(b: _Builder, name: str, ops: list[str], kind: str, calls: list[Ca
     of the level that holds them, plus the call — or, where it reads cached data many
     times over (a pooling window's taps: `loads` vector loads per thread, a
     line-crossing one counted as two), those loads at the profile's L1 load rate if
-    they take longer. Bandwidth alone predicted 6.7 µs
-    for YOLO-V4's 13x13 max pool of 512x13², which issues 1.1 M loads (273 µs)."""
-    traffic, reading = b.machine.traffic_ns(moved), loads / b.machine.vector_loads_per_ns()
+    they take longer. Bandwidth alone predicted 6.7 µs for YOLO-V4's 13x13 max pool of
+    512x13², which issues 1.1 M loads (273 µs measured)."""
+    rate = b.machine.vector_loads_per_ns()
+    traffic, reading = b.machine.traffic_ns(moved), loads / rate
     predicted = max(traffic, reading) + b.machine.call_ns
-    bound = (f"load-bound, predicted {predicted / 1e3:.1f} µs = {loads} vector loads per thread (line-crossing ones "
-             f"counted twice) at "
-             f"{b.machine.vector_loads_per_ns():.2f}/ns" if reading > traffic else
-             f"bandwidth-bound, predicted {predicted / 1e3:.1f} µs = {moved / 1e3:.1f} kB moved at the bandwidth "
-             f"of the level holding them")  # fmt: skip
+    if reading > traffic:
+        bound = (f"load-bound, predicted {predicted / 1e3:.1f} µs = {loads} vector loads per thread "
+                 f"(line-crossing ones counted twice) at {rate:.2f}/ns")  # fmt: skip
+    else:
+        bound = (f"bandwidth-bound, predicted {predicted / 1e3:.1f} µs = {moved / 1e3:.1f} kB moved at the "
+                 "bandwidth of the level holding them")  # fmt: skip
     why = f"{kind} {summary}: {bound} + {b.machine.call_ns / 1e3:.1f} µs call"
     return KernelGroup(name, ops, kind, calls, modules, predicted, why, summary)
 

@@ -278,8 +278,8 @@ def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
     """Stacked matrices (q × rows × K) as the micro-kernel's panels, flat:
     [q][k block][tile of `height` rows][k in the block][row in the tile], zero past the
     last row (A's row tiles for `pack_a`, Bᵀ's column tiles for `pack_b`). The last K
-    block is only as deep as what is left of K: padding it to kc made YOLO-V4's packed
-    weights 629 MB instead of 513."""
+    block is only as deep as what is left of K: padding it to kc made YOLO-V4's weights
+    629 MB instead of 518."""
     q, rows, k = matrices.shape
     tiles = ceil_div(rows, height)
     padded = np.pad(matrices, ((0, 0), (0, tiles * height - rows), (0, 0))).reshape(q, tiles, height, k)
