@@ -123,8 +123,8 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
         return [*calls, Call(c.symbol, tuple(parts))]
     if isinstance(c, WinogradConfig):  # input transform, the T² products, output transform
         u = buffers.constant(_gemm_weights(c.gemm, c.filter_transform(weight), 1))  # U = G g Gᵀ, once
-        v = buffers.scratch(c.transformed_size() * s.channels)
-        m = buffers.scratch(c.transformed_size() * s.out_channels)
+        v = buffers.scratch(c.v_size())
+        m = buffers.scratch(c.m_size())
         return [*calls, _planes_call(c.input_signature().symbol, (v, xt), planes, threads),
                 matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
                 _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]

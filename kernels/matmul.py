@@ -104,6 +104,8 @@ class MatmulConfig:
     batch: int = 1  # independent products C[q] = A[q]·B[q], each operand stacked q-major
     # (a Winograd convolution's one product per transform position); the tile ranges
     # apply within each product
+    product_strides: tuple[int, int] = (0, 0)  # floats from one product's B to the next's
+    # and from one C (and residual) to the next; 0: back to back (K·N, M·N)
     a_packed: bool = False  # packed only: A arrives in the layout `pack_a` makes (a
     # constant A, a layer's weights, packed once when the layer is built, not per call)
     transposed: bool = False  # packed only: every operand stored transposed — `a` holds
@@ -217,6 +219,9 @@ class MatmulConfig:
             raise AutoconfigError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
         if self.batch < 1:
             raise AutoconfigError(f"batch must be >= 1, got {self.batch}")
+        if self.b_stride() < self.shape.k * self.shape.n or self.c_stride() < self.shape.m * self.shape.n:
+            raise AutoconfigError(f"product strides {self.product_strides} are shorter than B ({self.shape.k}x"
+                                  f"{self.shape.n}) or C ({self.shape.m}x{self.shape.n})")  # fmt: skip
         if self.channel_axis not in ("columns", "rows"):
             raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
         if self.a_packed and self.algorithm != "packed":
@@ -234,6 +239,14 @@ class MatmulConfig:
         s = self.shape
         return [s.n * s.m] if self.transposed else [s.m, s.n]
 
+    def b_stride(self) -> int:
+        """Floats from one product's B to the next."""
+        return self.product_strides[0] or self.shape.k * self.shape.n
+
+    def c_stride(self) -> int:
+        """Floats from one product's C (or residual) to the next."""
+        return self.product_strides[1] or self.shape.m * self.shape.n
+
     def channel_count(self) -> int:
         """Values a channel operand (bias) holds: one per column, or one per row."""
         return self.shape.n if self.channel_axis == "columns" else self.shape.m
@@ -247,12 +260,13 @@ def signature(config: MatmulConfig) -> KernelSignature:
     m, n, k = config.shape.m, config.shape.n, config.shape.k
     q = config.batch
     params = [
-        Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * m * n,)),
+        Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * config.c_stride(),)),
         Param("a", Role.IN, extent=(q * config.a_size(),)),
-        Param("b", Role.IN, extent=(q * config.b_size(),)),
+        Param("b", Role.IN, extent=(q * (config.b_stride() if q > 1 else config.b_size()),)),
     ]
     for _, name, operand in ep.operand_names(config.epilogue):
-        params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel" else q * m * n,)))
+        params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel"
+                                                   else q * config.c_stride(),)))  # fmt: skip
     if config.workspace():
         params.append(Param("work", Role.OUT, extent=(config.workspace(),)))
     params += [Param(name, Role.SIZE) for name in SIZES]
@@ -310,8 +324,8 @@ def _product(config: MatmulConfig, args: dict, q: ir.Value) -> dict:
     """The kernel arguments of product q of a batch: C, A, B and a residual advanced to
     their q-th matrix; channel operands, workspace and ranges shared."""
     s = config.shape
-    sizes = {"c": s.m * s.n, "a": config.a_size(), "b": s.k * s.n}
-    sizes |= {name: s.m * s.n for _, name, kind in ep.operand_names(config.epilogue) if kind == "output"}
+    sizes = {"c": config.c_stride(), "a": config.a_size(), "b": config.b_stride()}
+    sizes |= {name: config.c_stride() for _, name, kind in ep.operand_names(config.epilogue) if kind == "output"}
     return {name: offset_pointer(value, arith.muli(q, index(sizes[name]))) if name in sizes else value
             for name, value in args.items()}  # fmt: skip
 

@@ -28,7 +28,7 @@ rounding (its points ±2, ±½), so results differ from a direct sum by ~1e-4 re
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,6 +39,7 @@ from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
+from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.layout import PhaseSplit, generate_phase_split
 from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when
 from kernels.mlir import arith, ir, memref, vector
@@ -79,6 +80,26 @@ def transform_ops(matrix: Matrix) -> int:
     """Vector adds and multiplies one 1-D pass of `matrix` costs (zeros skipped, ±1 a
     plain add): the models count a 2-D transform as 2·T passes."""
     return sum(sum(1 for c in row if c) - 1 + sum(1 for c in row if abs(c) not in (0, 1)) for row in matrix)
+
+
+def product_strides(shape: ConvShape, m: int) -> tuple[int, int]:
+    """Floats from one of the T² matrices of V (Cin × tiles) to the next, and of M
+    (Cout × tiles): the matrix rounded up to an odd number of cache lines, so that the
+    T² vectors one tile vector writes to V (reads from M) fall in T² different L1 sets.
+    Back to back, 64 channels of 52² tiles put all 36 in one set (the matrices 169
+    pages apart): the input transform of 64x208² took 3606 µs on Zen 5, 2315 for
+    64x204² (tiles 51², 8 sets), where the work is the same; with these strides 2555
+    and 1801, the output transforms 1543 -> 1204 and 1212 -> 996 µs (each call alone).
+    The whole layer of 64x208² gained less, 9.90-10.14 -> 9.54-9.85 ms, and 64x224²
+    nothing beyond its noise: in sequence, V's trip through memory dominates."""
+    columns = shape.batch * ceil_div(shape.out_height, m) * ceil_div(shape.out_width, m)
+    return tuple((ceil_div(rows * columns, PREFETCH_LINE_FLOATS) | 1) * PREFETCH_LINE_FLOATS
+                 for rows in (shape.channels, shape.out_channels))  # type: ignore[return-value]
+
+
+def batched(gemm: mm.MatmulConfig, shape: ConvShape, m: int) -> mm.MatmulConfig:
+    """One product's GEMM config as F(m×m, 3×3) runs it: T² of them, `product_strides` apart."""
+    return replace(gemm, batch=(m + 2) ** 2, product_strides=product_strides(shape, m))
 
 
 @dataclass(frozen=True)
@@ -129,9 +150,17 @@ class WinogradConfig:
                           (s.pads[0], s.pads[1], max(bottom, s.pads[2]), max(right, s.pads[3])), 0.0,
                           self.lanes, 2 * self.lanes)  # fmt: skip
 
-    def transformed_size(self) -> int:
-        """f32 elements of V (and of M, with Cout for Cin)."""
-        return self.t**2 * self.shape.batch * self.tiles
+    def product_strides(self) -> tuple[int, int]:
+        """`product_strides` of this layer."""
+        return product_strides(self.shape, self.m)
+
+    def v_size(self) -> int:
+        """f32 elements of V, the T² transformed input matrices."""
+        return self.t**2 * self.product_strides()[0]
+
+    def m_size(self) -> int:
+        """f32 elements of M, the T² products."""
+        return self.t**2 * self.product_strides()[1]
 
     @property
     def symbol(self) -> str:
@@ -148,8 +177,10 @@ class WinogradConfig:
             raise AutoconfigError(f"winograd output tiles are 2 or 4, got {self.m}")
         check_lanes(target, self.lanes)
         g = self.gemm
-        if g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate:
-            raise AutoconfigError(f"winograd's product is {self.gemm_shape()} x {self.t**2}, without epilogue")
+        if (g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate
+                or g.product_strides != self.product_strides()):
+            raise AutoconfigError(f"winograd's product is {self.gemm_shape()} x {self.t**2}, strides "
+                                  f"{self.product_strides()}, without epilogue (see batched)")  # fmt: skip
         g.validate(target)
 
     def filter_transform(self, weight: np.ndarray) -> np.ndarray:
@@ -169,7 +200,7 @@ class WinogradConfig:
         s = self.shape
         return KernelSignature(
             self.symbol + "_in",
-            (Param("v", Role.OUT, extent=(self.transformed_size() * s.channels,)),
+            (Param("v", Role.OUT, extent=(self.v_size(),)),
              Param("xt", Role.IN, extent=(self.split().size,)),
              Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)),
             f"Winograd F({self.m},3) input transform of {s.describe()}, planes [plane_begin, plane_end).",
@@ -179,7 +210,7 @@ class WinogradConfig:
         s = self.shape
         outputs = math.prod(s.output_shape)
         params = [Param("y", Role.OUT, extent=(outputs,)),
-                  Param("mm", Role.IN, extent=(self.transformed_size() * s.out_channels,))]  # fmt: skip
+                  Param("mm", Role.IN, extent=(self.m_size(),))]  # fmt: skip
         for _, name, operand in ep.operand_names(self.epilogue):
             params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
         params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
@@ -228,7 +259,8 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
     vec = f32_vector_type(target, lanes)
     xt = f32_memref(args["xt"], [split.size])
     columns = s.batch * cfg.tiles
-    v = f32_memref(args["v"], [t * t * s.channels, columns])  # rows: (ξν, c)
+    v = f32_memref(args["v"], [cfg.v_size()])  # matrix ξν (product_strides apart), row c
+    stride = cfg.product_strides()[0]
     taps = [[split.tap_offset(i, j) for j in range(t)] for i in range(t)]
     zero = f32_splat(target, lanes, 0.0)
     b_t = TRANSFORMS[cfg.m][0]
@@ -246,10 +278,10 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
                 start = arith.addi(window, tx0)
                 d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
                 transformed = _two_sided(b_t, d, zero)
+                at = arith.addi(arith.muli(c, index(columns)), arith.addi(tile, tx0))
                 for xi in range(t):
                     for nu in range(t):
-                        row = arith.addi(arith.muli(index(xi * t + nu), index(s.channels)), c)
-                        store(transformed[xi][nu], v, [row, arith.addi(tile, tx0)], mask)
+                        store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
 
             for_tiles(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, step)
 
@@ -277,7 +309,8 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
     s, lanes, t, m = cfg.shape, cfg.lanes, cfg.t, cfg.m
     vec = f32_vector_type(target, lanes)
     columns = s.batch * cfg.tiles
-    products = f32_memref(args["mm"], [t * t * s.out_channels, columns])  # rows: (ξν, k)
+    products = f32_memref(args["mm"], [cfg.m_size()])  # matrix ξν (product_strides apart), row k
+    stride = cfg.product_strides()[1]
     oh_, ow_ = s.out_height, s.out_width
     y = f32_memref(args["y"], [s.batch * s.out_channels * oh_, ow_])
     operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [s.batch * s.out_channels * oh_, ow_])
@@ -295,8 +328,9 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
             def step(tx0: ir.Value, count: int) -> None:
                 mask = tail_mask(target, lanes, count)
                 at = arith.addi(tile, tx0)
-                grid = [[load(vec, products, [arith.addi(arith.muli(index(xi * t + nu), index(s.out_channels)), k), at],
-                              mask) for nu in range(t)] for xi in range(t)]  # fmt: skip
+                first = arith.addi(arith.muli(k, index(columns)), at)
+                grid = [[load(vec, products, [offset(first, (xi * t + nu) * stride)], mask) for nu in range(t)]
+                        for xi in range(t)]  # fmt: skip
                 out = _two_sided(a_t, grid, zero)
                 x0 = arith.muli(tx0, index(m))
                 for i in range(m):

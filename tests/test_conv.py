@@ -110,8 +110,8 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     if winograd.applies(s, get_target("avx2")):
         for m, (algorithm, mr, nv) in ((2, ("tiled", 3, 2)), (4, ("packed", 2, 2))):
             gemm_shape = WinogradConfig(s, m, lanes, None).gemm_shape()
-            gemm_config = mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5, batch=(m + 2) ** 2,
-                                          a_packed=algorithm == "packed")  # fmt: skip
+            gemm_config = winograd.batched(mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5,
+                                                           a_packed=algorithm == "packed"), s, m)  # fmt: skip
             plans.append(ConvPlan(WinogradConfig(s, m, lanes, gemm_config, epilogue), 2, "columns"))
     kinds = ["im2col", "gemm1x1"] if s.pointwise else ["im2col"]
     for algorithm in kinds:

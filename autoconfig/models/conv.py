@@ -62,7 +62,7 @@ from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, G
 from kernels.conv import input_layout_of, layout_of, transposed_shape
 from kernels.nchwc import BlockedConfig, BlockedDepthwiseConfig, BlockedDirectConfig, Columns, Reblock
 from kernels.sizes import ceil_div, round_up
-from kernels.winograd import TRANSFORMS, applies, transform_ops
+from kernels.winograd import TRANSFORMS, applies, batched, transform_ops
 from kernels.target import Target
 
 ConvSplit = Literal["groups", "rows", "columns", "units"]
@@ -546,7 +546,7 @@ def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
              for t in gemm.terms]  # fmt: skip
     m = base.at(c.lanes, p.threads)
     b_t, _, a_t = TRANSFORMS[c.m]
-    v_bytes, m_bytes = c.transformed_size() * s.channels * F32, c.transformed_size() * s.out_channels * F32
+    v_bytes, m_bytes = c.v_size() * F32, c.m_size() * F32
     outputs = math.prod(s.output_shape)
     passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), c.split().size * F32 + v_bytes, "input"),
               ("transform out", s.out_channels, (c.t + c.m) * transform_ops(a_t), m_bytes + outputs * F32, "output"))
@@ -599,7 +599,7 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     for m in TRANSFORMS:
         probe = WinogradConfig(shape, m, 1, None)  # for its product's shape
         gemm = choose_matmul(probe.gemm_shape(), profile, target, threads, a_constant=True).best.plan
-        config = WinogradConfig(shape, m, gemm.config.lanes, replace(gemm.config, batch=(m + 2) ** 2), epilogue)
+        config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue)
         plans.append(ConvPlan(config, gemm.threads, gemm.split))
     return plans
 
