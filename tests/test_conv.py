@@ -342,6 +342,18 @@ def test_every_pooling_variant_matches_onnxruntime(pool, hw):
     assert_close(f(x), pool_reference(f.shape, x), 1e-5, f.shape.describe())
 
 
+def test_winograd_matrices_fall_in_different_cache_sets():
+    """V's and M's T² matrices start an odd number of lines apart, so one tile vector's
+    T² stores land in T² different L1 sets (64 sets of 64-byte lines), even where the
+    matrices back to back would be a whole number of pages apart (64 channels x 52²)."""
+    shape = ConvShape(1, 64, 208, 208, 96, (3, 3), pads=(1, 1, 1, 1))
+    for m in (2, 4):
+        columns = (208 // m) ** 2
+        for stride, rows in zip(winograd.product_strides(shape, m), (64, 96), strict=True):
+            assert stride >= rows * columns and stride % 16 == 0
+            assert len({(t * stride * 4 // 64) % 64 for t in range((m + 2) ** 2)}) == (m + 2) ** 2
+
+
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 def test_a_max_is_one_instruction(case_id, tmp_path):
     """A max pool's and a Relu's max are MAXPS alone: arith.maximumf's NaN and −0 rules
