@@ -53,7 +53,9 @@ the panels is on its way before the hardware prefetchers, which stop at page
 boundaries, would start it. Measured on Zen 4 (1×1 convolutions, weights in L3, six
 layers called in turn): 1024→1024 at 7² 1268 → 1130 µs, 512→1024 at 7² 662 → 565 µs,
 512→512 at 14² 997 → 970 µs, with warm weights unchanged; into L2 (locality 2) gained
-nothing, and a burst of prefetches for a whole panel before each tile lost 3%."""
+nothing, and a burst of prefetches for a whole panel before each tile lost 3%. The
+blocked direct convolution asks for its next input rows into L1 with it too
+(`kernels.nchwc`)."""
 
 
 PREFETCH_LINE_FLOATS = 16

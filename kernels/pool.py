@@ -44,12 +44,6 @@ from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
-POOL_CHAINS = 4
-"""Independent accumulators of one step at least (a step's vectors, each split into
-chains over the taps): each tap's max or add waits for the previous one on its chain.
-Where a row is one vector (13x13 windows on 13-wide rows, Zen 5, 512x13²) one chain
-took 345 µs, four 260; 9x9 144 and 135 µs; steps of several vectors are unchanged."""
-
 PoolKind = Literal["max", "average", "global_average"]
 POOL_KINDS: tuple[PoolKind, ...] = ("max", "average", "global_average")
 
@@ -148,6 +142,8 @@ class PoolConfig:
     shape: PoolShape
     lanes: int
     nv: int = 1
+    chains: int = 1  # windowed: independent accumulators per step at least (its vectors,
+    # each split into chains over the taps), so a max or add need not wait for the last
     blocked: bool = False  # global only: the input channel-blocked, NCHW[c] with c = lanes
     # (`kernels.nchwc`); each block's pixels summed as whole vectors, the output (one value
     # per channel) the same memory in either layout
@@ -187,9 +183,11 @@ class PoolConfig:
             if self.shape.windowed:
                 raise AutoconfigError("only a global average pool reads a channel-blocked input")
             check_blocked(target, self.lanes, {"the channels": self.shape.channels})
-        if self.nv + 2 > target.vector_registers:
-            raise AutoconfigError(f"pooling with nv={self.nv} needs {self.nv + 2} vector registers; "
-                                  f"{target.name} has {target.vector_registers}")  # fmt: skip
+        if self.chains < 1:
+            raise AutoconfigError(f"chains must be >= 1, got {self.chains}")
+        if self.nv + self.chains + 1 > target.vector_registers:
+            raise AutoconfigError(f"pooling with nv={self.nv}, chains={self.chains} needs {self.nv + self.chains + 1} "
+                                  f"vector registers; {target.name} has {target.vector_registers}")  # fmt: skip
 
     def workspace(self) -> int:
         """f32 elements of one thread's scratch plane (its slack included); 0 for a
@@ -258,7 +256,7 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
 
             def step(ow0: ir.Value, count: int) -> None:
                 vectors = ceil_div(count, lanes)
-                chains = ceil_div(POOL_CHAINS, vectors)
+                chains = ceil_div(cfg.chains, vectors)
                 acc = [[start_value] * chains for _ in range(vectors)]
                 for t, tap in enumerate(taps):  # whole vectors: junk lanes read the border or the slack
                     for v in range(vectors):
