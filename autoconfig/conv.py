@@ -31,6 +31,7 @@ from kernels.conv import ConvShape, generate, input_layout_of, layout_of
 from kernels.emit import KernelModule
 from kernels.nchwc import Reblock
 from kernels.library import build_library
+from kernels.lower import start_backends
 from kernels.target import Target
 
 
@@ -197,6 +198,7 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
     tgt = checks.target_for(resolve_target(target, prof), prof)
     threads = checks.threads_within(threads, prof)
     choice = None
+    start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
     if config is None:  # a layer on its own reads and writes NCHW: the model's best in it
         choice = choose(shape, prof, tgt, threads, epilogue).in_nchw()
         plan = choice.best.plan
@@ -285,4 +287,5 @@ def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, p
     prof = resolve_profile(profile)
     tgt = checks.target_for(resolve_target(target, prof), prof)
     threads = checks.threads_within(threads, prof) or int(prof.cores)
+    start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
     return CompiledPool(pool_config(shape, tgt, lanes), tgt, threads)

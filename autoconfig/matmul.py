@@ -20,6 +20,7 @@ from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.library import KernelLibrary, build_library
+from kernels.lower import start_backends
 from kernels.target import Target
 
 
@@ -128,6 +129,7 @@ def compile_matmul(
     tgt = checks.target_for(resolve_target(target, prof), prof)
     threads = checks.threads_within(threads, prof)
     choice = None
+    start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
     if config is None:
         choice = choose(shape, prof, tgt, threads, tuple(epilogue))
         plan = choice.best.plan

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
-from kernels.lower import PIPELINE, ObjectFile, compile_object, parse_mlir, to_llvm_ir
+from kernels.lower import PIPELINE, ObjectFile, compile_object, parse_mlir, start_backends, to_llvm_ir
 from kernels.target import Target
 
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
@@ -142,16 +142,16 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     keyed: dict[str, KernelModule] = {}
     for module in modules:
         keyed.setdefault(cache.key(module.text, target), module)
-    objects: dict[str, ObjectFile] = {}
+    objects = {key: hit for key in keyed if (hit := cache.get(key, out_dir, target)) is not None}
+    workers = max(1, min(len(keyed) - len(objects), os.cpu_count() or 1))
+    if len(objects) < len(keyed):
+        start_backends(workers)  # LLVM children start while the MLIR below is lowered
     pending: dict[str, str] = {}  # key -> LLVM IR
     for key, module in keyed.items():
-        hit = cache.get(key, out_dir, target)
-        if hit is not None:
-            objects[key] = hit
-        else:
+        if key not in objects:
             mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
             pending[key] = to_llvm_ir(mlir)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(pending), os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
                         pending.items())  # fmt: skip
         for count, (key, obj) in enumerate(done, 1):

@@ -1,17 +1,24 @@
 """Lowering: MLIR (scf, vector, memref, arith, math) → LLVM dialect → LLVM IR → object.
 
 The MLIR part runs in-process with the bindings' pass manager. The LLVM part runs in
-a child process with llvmlite (`kernels.llvm_backend`), because a fatal LLVM error
-aborts its process: here it becomes an AutoconfigError naming the target.
+child processes with llvmlite (`kernels.llvm_backend`), because a fatal LLVM error
+aborts its process: here it becomes an AutoconfigError naming the target. The
+children are kept for the next kernel (one per thread compiling at once) and end
+with this process.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 import re
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,22 +103,107 @@ def exact_float_literals(llvm_ir: str) -> str:
 
 
 def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "kernels") -> ObjectFile:
-    """Compile LLVM IR for `target` into ``out_dir/stem.o`` in a child process."""
+    """Compile LLVM IR for `target` into ``out_dir/stem.o`` in an LLVM child process."""
     ir_path = out_dir / f"{stem}.ll"
     obj_path = out_dir / f"{stem}.o"
     asm_path = out_dir / f"{stem}.s"
     ir_path.write_text(llvm_ir)
-    command = [
-        sys.executable, "-m", "kernels.llvm_backend", str(ir_path),
-        "--triple", target.triple, "--cpu", target.cpu,
-        "--features", target.features, "--abi", target.abi,
-        "--object", str(obj_path), "--assembly", str(asm_path),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        detail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        if done.returncode < 0:
-            name = signal.Signals(-done.returncode).name
-            raise AutoconfigError(f"LLVM aborted ({name}) compiling for {target.name}: {detail}")
+    request = {"ir": str(ir_path), "triple": target.triple, "cpu": target.cpu, "features": target.features,
+               "abi": target.abi, "object": str(obj_path), "assembly": str(asm_path)}  # fmt: skip
+    backend = _Backends.take()
+    answer = backend.ask(request)
+    if answer is None:
+        detail, code = backend.last_words()
+        if code is not None and code < 0:
+            raise AutoconfigError(f"LLVM aborted ({signal.Signals(-code).name}) compiling for {target.name}: {detail}")
         raise AutoconfigError(f"LLVM could not compile for {target.name}: {detail}")
+    _Backends.give_back(backend)
+    if "error" in answer:
+        raise AutoconfigError(f"LLVM could not compile for {target.name}: {answer['error']}")
     return ObjectFile(path=obj_path, assembly=asm_path.read_text(), target=target)
+
+
+def start_backends(count: int = 1) -> None:
+    """Start up to `count` LLVM children ahead of need (without waiting for them): their
+    start-up then overlaps the caller's decision and MLIR lowering."""
+    _Backends.start(count)
+
+
+class _Backend:
+    """One ``python -m kernels.llvm_backend`` child, answering a JSON line per request;
+    its stderr goes to a temporary file, read when it dies."""
+
+    def __init__(self) -> None:
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen([sys.executable, "-m", "kernels.llvm_backend"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
+
+    def ask(self, request: dict) -> dict | None:
+        """The child's answer, or None if it died (a fatal LLVM error aborts it)."""
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            return None
+        line = self.process.stdout.readline()
+        return json.loads(line) if line else None
+
+    def last_words(self) -> tuple[str, int | None]:
+        """A dead child's last stderr line and exit status."""
+        code = self.process.wait()
+        self.stderr.seek(0)
+        lines = self.stderr.read().strip().splitlines()
+        return (lines[-1] if lines else "no message"), code
+
+    def close(self) -> None:
+        """End the child: it exits when its stdin closes."""
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+        self.stderr.close()
+
+
+class _Backends:
+    """The idle LLVM children of this process, shared by the threads that compile."""
+
+    idle: list[_Backend] = []
+    lock = threading.Lock()
+
+    @classmethod
+    def take(cls) -> _Backend:
+        """An idle child, or a new one when none is idle."""
+        with cls.lock:
+            if cls.idle:
+                return cls.idle.pop()
+        return _Backend()
+
+    @classmethod
+    def give_back(cls, backend: _Backend) -> None:
+        """Keep a child that answered for the next request."""
+        with cls.lock:
+            cls.idle.append(backend)
+
+    @classmethod
+    def start(cls, count: int) -> None:
+        """Start children until `count` are idle."""
+        with cls.lock:
+            cls.idle += [_Backend() for _ in range(count - len(cls.idle))]
+
+    @classmethod
+    def close_all(cls) -> None:
+        """End every idle child (at exit)."""
+        with cls.lock:
+            backends, cls.idle = cls.idle, []
+        for backend in backends:
+            backend.close()
+
+    @classmethod
+    def forget(cls) -> None:
+        """In a forked child: the parent's children are the parent's."""
+        cls.idle, cls.lock = [], threading.Lock()
+
+
+atexit.register(_Backends.close_all)
+os.register_at_fork(after_in_child=_Backends.forget)

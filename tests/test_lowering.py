@@ -6,7 +6,7 @@ import llvmlite.binding as llvm
 import pytest
 
 from autoconfig.errors import AutoconfigError
-from kernels import fma
+from kernels import fma, lower
 from kernels.lower import compile_object, parse_mlir, to_llvm_ir
 from tests.conftest import CASE_IDS_ALL, target_for
 
@@ -55,6 +55,20 @@ def test_scalable_vectors_compile_for_rvv(tmp_path):
 
 
 def test_llvm_abort_in_the_child_becomes_an_error(tmp_path):
-    # x86 has no scalable vectors: LLVM's backend aborts; the caller gets one clear line.
+    # x86 has no scalable vectors: LLVM's backend aborts; the caller gets one clear line,
+    # and the next kernel compiles in a fresh child.
     with pytest.raises(AutoconfigError, match=r"^LLVM (aborted|could not compile).* for avx2"):
         compile_object(to_llvm_ir(parse_mlir(SCALABLE)), target_for("avx2"), tmp_path)
+    target = target_for("avx2")
+    assert compile_object(to_llvm_ir(fma.generate(fma.FmaConfig.widest(target), target).module), target,
+                          tmp_path).path.stat().st_size > 0  # fmt: skip
+
+
+def test_llvm_children_are_kept_for_the_next_kernel(tmp_path):
+    target = target_for("avx2")
+    llvm_ir = to_llvm_ir(fma.generate(fma.FmaConfig.widest(target), target).module)
+    compile_object(llvm_ir, target, tmp_path, "first")
+    children = {id(backend.process) for backend in lower._Backends.idle}
+    compile_object(llvm_ir, target, tmp_path, "second")
+    assert children and {id(backend.process) for backend in lower._Backends.idle} == children
+    assert all(backend.process.poll() is None for backend in lower._Backends.idle)
