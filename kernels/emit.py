@@ -212,5 +212,10 @@ def tail_mask(target: Target, lanes: int, count: int) -> ir.Value | None:
 
 def f32_splat(target: Target, lanes: int, value: float) -> ir.Value:
     """A vector of `lanes` copies of `value`."""
-    return vector.broadcast(f32_vector_type(target, lanes), arith.constant(ir.F32Type.get(), value))
+    return splat(f32_vector_type(target, lanes), value)
+
+
+def splat(vector_type: ir.Type, value: float) -> ir.Value:
+    """`value` in every lane of an f32 vector of `vector_type`."""
+    return vector.broadcast(vector_type, arith.constant(ir.F32Type.get(), float(value)))
 

@@ -38,7 +38,7 @@ from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
-from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
+from kernels.emit import config_symbol, mask_type, new_module, splat, tail_mask, verify
 from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.layout import PhaseSplit, generate_phase_split
 from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when
@@ -77,9 +77,12 @@ def applies(shape: ConvShape, target: Target) -> bool:
 
 
 def transform_ops(matrix: Matrix) -> int:
-    """Vector adds and multiplies one 1-D pass of `matrix` costs (zeros skipped, ±1 a
-    plain add): the models count a 2-D transform as 2·T passes."""
-    return sum(sum(1 for c in row if c) - 1 + sum(1 for c in row if abs(c) not in (0, 1)) for row in matrix)
+    """Vector operations one 1-D pass of `matrix` costs, as `_combine` emits it: per row,
+    an add or FMA per nonzero beyond the first, and a multiply for the first unless a
+    coefficient is +1 (an add and a multiply per coefficient other than ±1, the first
+    form, counted 28 operations for F(4,3)'s input pass; this is 16). The models count
+    a 2-D transform as 2·T passes."""
+    return sum(sum(1 for c in row if c) - (1 in row) for row in matrix if any(row))
 
 
 def product_strides(shape: ConvShape, m: int) -> tuple[int, int]:
@@ -234,17 +237,20 @@ def generate(config: WinogradConfig, target: Target) -> list[KernelModule]:
 
 
 def _combine(coefficients: tuple[float, ...], values: list[ir.Value], zero: ir.Value) -> ir.Value:
-    """Σ coefficient·value with zeros skipped and ±1 as adds and subtracts."""
-    total = None
-    for c, v in zip(coefficients, values, strict=True):
-        if not c:
-            continue
-        term = v if abs(c) == 1 else arith.mulf(v, vector.broadcast(v.type, arith.constant(ir.F32Type.get(), float(abs(c)))))
-        if total is None:
-            total = term if c > 0 else arith.negf(term)
+    """Σ coefficient·value with zeros skipped: a +1 term first (it costs nothing), ±1
+    terms as adds and subtracts, the others as FMAs; `transform_ops` counts these."""
+    terms = sorted(((c, v) for c, v in zip(coefficients, values, strict=True) if c), key=lambda term: term[0] != 1)
+    if not terms:
+        return zero
+    (first, total), rest = terms[0], terms[1:]
+    if first != 1:
+        total = arith.mulf(total, splat(total.type, first))
+    for c, v in rest:
+        if abs(c) == 1:
+            total = arith.addf(total, v) if c > 0 else arith.subf(total, v)
         else:
-            total = arith.addf(total, term) if c > 0 else arith.subf(total, term)
-    return zero if total is None else total
+            total = vector.fma(v, splat(v.type, c), total)
+    return total
 
 
 def _two_sided(left: Matrix, d: list[list[ir.Value]], zero: ir.Value) -> list[list[ir.Value]]:
