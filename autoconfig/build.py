@@ -147,6 +147,7 @@ class _Builder:
         self.cache = cache
         self.decisions = DecisionCache(cache.root / "decisions") if cache else None
         self.machine = Machine.of(profile)
+        self.model_weights = sum(value.nbytes for value in graph.constants.values())  # what the models see of the rest
         self.buffers: list[Buffer] = []
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
         self.weights: list[np.ndarray] = []
@@ -165,14 +166,15 @@ class _Builder:
         for i, name in enumerate(graph.inputs):
             self.where[name] = (self._buffer(graph.types[name].elements, input_index=i), 0)
 
-    def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue):
+    def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue, **options: object):
         """`model.choose` for this build's profile, target and threads, once per distinct
-        (shape, epilogue): a model's layers repeat (EfficientNet-B0's 82 convolutions
-        and matmuls are 47 distinct ones), and its choice depends on nothing else; with a
-        decision cache, once across builds."""
-        key = (model, shape, epilogue)
+        (shape, epilogue, options): a model's layers repeat (EfficientNet-B0's 82
+        convolutions and matmuls are 47 distinct ones), and its choice depends on nothing
+        else; with a decision cache, once across builds."""
+        key = (model, shape, epilogue, *sorted(options.items()))
         if key not in self.choices:
-            self.choices[key] = ask(self.decisions, model, shape, self.profile, self.target, self.threads, epilogue)
+            self.choices[key] = ask(self.decisions, model, shape, self.profile, self.target, self.threads, epilogue,
+                                    **options)  # fmt: skip
         return self.choices[key]
 
     def modules(self, generate: Callable, config: object) -> list[KernelModule]:
@@ -639,7 +641,8 @@ def _conv_choice(b: _Builder, node: Node, after: list[Node]) -> tuple[conv_model
     first), and the matched chain."""
     shape, _, bias = _conv_layer(b, node)
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=1)
-    return b.choose(conv_model.choose, shape, tuple([ep.bias()] if bias else []) + tuple(chain.ops)), chain
+    epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
+    return b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights), chain
 
 
 def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:

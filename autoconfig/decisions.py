@@ -46,16 +46,16 @@ class DecisionCache:
     root: Path
 
     def choose(self, model: Callable, problem: object, profile: HardwareProfile, target: Target,
-               threads: int, epilogue: tuple) -> object:  # fmt: skip
-        """`model(problem, profile, target, threads, epilogue)`, from the disk when an
-        identical question was answered before."""
-        path = self.root / f"{self.key(model, problem, profile, target, threads, epilogue)}.pickle"
+               threads: int, epilogue: tuple, **options: object) -> object:  # fmt: skip
+        """`model(problem, profile, target, threads, epilogue, **options)`, from the disk
+        when an identical question was answered before."""
+        path = self.root / f"{self.key(model, problem, profile, target, threads, epilogue, options)}.pickle"
         try:
             with open(path, "rb") as saved:
                 return pickle.load(saved)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
             pass  # not there, or written by other code: ask the model
-        choice = model(problem, profile, target, threads, epilogue)
+        choice = model(problem, profile, target, threads, epilogue, **options)
         try:
             write_atomically(path, pickle.dumps(choice, protocol=4))
         except OSError:  # an unwritable cache only costs the next build the time
@@ -64,13 +64,15 @@ class DecisionCache:
 
     @staticmethod
     def key(model: Callable, problem: object, profile: HardwareProfile, target: Target, threads: int,
-            epilogue: tuple) -> str:  # fmt: skip
+            epilogue: tuple, options: dict | None = None) -> str:  # fmt: skip
         question = "\n".join([models_version(), generators_version(), f"{model.__module__}.{model.__qualname__}",
                               repr(problem), json.dumps(profile_to_dict(profile), sort_keys=True),
-                              target_settings(target), str(threads), repr(epilogue)])  # fmt: skip
+                              target_settings(target), str(threads), repr(epilogue),
+                              repr(sorted((options or {}).items()))])  # fmt: skip
         return hashlib.sha256(question.encode()).hexdigest()
 
 
-def ask(decisions: DecisionCache | None, model: Callable, *question: object) -> object:
-    """`model(*question)`: through `decisions` when there is a cache, else asked directly."""
-    return decisions.choose(model, *question) if decisions else model(*question)
+def ask(decisions: DecisionCache | None, model: Callable, *question: object, **options: object) -> object:
+    """`model(*question, **options)`: through `decisions` when there is a cache, else asked
+    directly."""
+    return decisions.choose(model, *question, **options) if decisions else model(*question, **options)

@@ -91,6 +91,7 @@ class Machine:
     dispatch_ns: float = THREAD_DISPATCH_NS
     lanes: int = 0  # the vector width of this view (0: the widest)
     threads: int = 1  # threads running at once in this view
+    constants_level: str | None = None  # where constant operands wait: None, the level holding them
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # _per_view's figures of this view
@@ -209,6 +210,17 @@ class Machine:
         if figures.loads is not None:
             return float(figures.loads)
         return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
+
+    def in_model(self, weights: int) -> Machine:
+        """This view for a layer inside a model with `weights` bytes of constants: each is
+        read once per inference, and when all of them outgrow the L3, the rest of the
+        inference has evicted a layer's weights by the time it runs again, so they come
+        from DRAM. A layer called again and again (`in_model(0)`) finds them where they fit."""
+        return replace(self, constants_level="DRAM") if self.holding_level(weights, True) == "DRAM" else self
+
+    def constants_at(self, size: float) -> str:
+        """The level a kernel reads `size` bytes of constant operands from."""
+        return self.constants_level or self.holding_level(size, whole_problem=True)
 
     @_per_view
     def capacities(self, whole_problem: bool = False) -> list[tuple[str, int]]:

@@ -18,6 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 import autoconfig
 from autoconfig.cli import main as cli
 from autoconfig.errors import AutoconfigError
+from autoconfig.machine import Machine
+from autoconfig.models import conv as conv_model
 from autoconfig.models.conv import ConvPlan, choose
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
@@ -559,3 +561,17 @@ def test_a_layer_writes_into_out_when_given():
         pool(x, out=np.empty((1, 4, 4, 5), np.float32))
     with pytest.raises(AutoconfigError, match="out overlaps x"):
         pool(x, out=x.reshape(-1)[:64].reshape(1, 4, 4, 4))
+
+
+
+def test_winograd_filters_of_a_large_model_are_fetched_from_dram():
+    """Inside a model whose weights outgrow the L3, a Winograd layer's transformed
+    filters come from DRAM, not from the L3 that holds them for a layer on its own."""
+    shape = ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1))
+    profile = load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")
+    machine = Machine.of(profile)
+    for plan in conv_model.winograd_plans(shape, profile, get_target("avx512"), 1):
+        alone = {t.name: t for t in conv_model.predict(plan, machine).terms}["filters"]
+        inside = {t.name: t for t in conv_model.predict(plan, machine.in_model(528_000_000)).terms}["filters"]
+        assert "from L3" in alone.why and "from DRAM (the model's weights outgrow the L3" in inside.why
+        assert inside.ns > alone.ns

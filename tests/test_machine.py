@@ -64,3 +64,24 @@ def test_ties_go_to_fewer_instructions_per_flop() -> None:
     # 10% faster on Zen 4)
     pick = choose(MatmulShape(4, 512, 512), load_profile(ZEN4), get_target("avx512"), threads=1).best.config
     assert pick.lanes == 16
+
+
+XEON = PROFILES / "intel-xeon-model167-avx512.yaml"  # reports 480 MiB of L3; bandwidth falls past 68 MB
+
+
+def test_caches_hold_what_the_probe_measured_not_what_they_report() -> None:
+    profile = load_profile(XEON)
+    machine = Machine.of(profile)
+    knees = profile.bandwidth.single_thread.knees
+    capacity = dict(machine.capacities(True))
+    assert capacity["L3"] <= float(knees["L3"]) < int(profile.cache(3).size) / 4
+    assert machine.holding_level(411e6, whole_problem=True) == "DRAM"  # VGG-16's fc6 weights
+    assert capacity["L2"] <= int(profile.cache(2).size)
+
+
+def test_a_models_weights_come_from_dram_when_they_outgrow_the_l3() -> None:
+    machine = Machine.of(load_profile(XEON))
+    assert machine.constants_at(37.7e6) == "L3"  # a layer called again and again
+    assert machine.in_model(20_000_000).constants_at(37.7e6) == "L3"  # MobileNet-sized weights stay
+    assert machine.in_model(528_000_000).constants_at(37.7e6) == "DRAM"  # VGG-16's do not
+    assert machine.in_model(528_000_000).at(16, 2).constants_level == "DRAM"

@@ -578,15 +578,19 @@ def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
     filters (Cout × Cin) it takes from the level holding them alone. The products stream
     U once, a broadcast per FMA with few tile columns, and wait on it: on Zen 5, 512->512
     channels on 14² (U 37.7 MB, past the L3) measured 2329 µs where the products and
-    transforms predicted 1474; fetching U from DRAM adds 877."""
+    transforms predicted 1474; fetching U from DRAM adds 877. Inside a model whose
+    weights outgrow the L3, U comes from DRAM whatever its size (`Machine.in_model`): on an
+    Intel Xeon VM (L3 68 MB to one thread), VGG-16's 512->512 layers on 14² ran 6.9 ms
+    inside the model where U from the L3 predicted 3.1."""
     product = c.gemm_shape()
     one = product.m * product.k * F32
     whole = c.t**2 * one
-    level_one, level_whole = m.holding_level(one, whole_problem=True), m.holding_level(whole, whole_problem=True)
+    level_one, level_whole = m.holding_level(one, whole_problem=True), m.constants_at(whole)
     read = whole * (busiest_share(c.gemm.row_tiles(), p.threads) if p.split == "rows" else 1.0)
     extra = read * (1 / m.bandwidth[level_whole] - 1 / m.bandwidth[level_one])
-    return Term("filters", max(0.0, extra), f"U ({whole / 1e6:.1f} MB) from {level_whole}, where one product's "
-                                            f"filters ({one / 1e6:.2f} MB) were taken from {level_one}")
+    evicted = " (the model's weights outgrow the L3: the rest of an inference evicts them)" if m.constants_level else ""
+    return Term("filters", max(0.0, extra), f"U ({whole / 1e6:.1f} MB) from {level_whole}{evicted}, where one "
+                                            f"product's filters ({one / 1e6:.2f} MB) were taken from {level_one}")
 
 
 def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int,
@@ -720,9 +724,10 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = ()) -> ConvChoice:  # fmt: skip
-    """The plan with the lowest predicted time using at most `threads` threads."""
-    machine = Machine.of(profile)
+           epilogue: ep.Epilogue = (), model_weights: int = 0) -> ConvChoice:  # fmt: skip
+    """The plan with the lowest predicted time using at most `threads` threads, for a layer
+    on its own or inside a model holding `model_weights` bytes of constants."""
+    machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
     predictions = [predict(p, machine) for t in sorted({1, budget})
                    for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
