@@ -200,10 +200,16 @@ class Machine:
 
     @_per_view
     def broadcast_loads_per_ns(self) -> float:
-        """Scalar broadcast loads (a register tile's A elements) per ns: as many as the
-        narrowest measured vector loads (one load slot each, no wider than any vector);
-        on Zen 4, 8x1 tiles of 512-bit vectors (8 broadcasts per B load) measured
-        fastest on half the validation shapes, which the 512-bit rate called load-bound."""
+        """Scalar broadcast loads (a register tile's A elements) per ns: the probe's rate
+        of broadcasts into this view's width where it measured one (an Intel Xeon, model
+        167, completes 5.8 per ns at 512 bits where its narrow loads reach 6.9: its 8x1
+        tiles of 512x16x512 ran 70 µs where the narrow rate predicted 50); else as many
+        as the narrowest measured vector loads (one load slot each, no wider than any
+        vector): on Zen 4, 8x1 tiles of 512-bit vectors (8 broadcasts per B load)
+        measured fastest on half the validation shapes, which the 512-bit rate called
+        load-bound."""
+        if self.fma.broadcasts is not None:
+            return float(self.fma.broadcasts)
         return self._loads_per_ns(min(self.fma_by_lanes.values(), key=lambda f: f.lanes))
 
     def _loads_per_ns(self, figures: FmaFigures) -> float:

@@ -18,7 +18,8 @@ Schema version 1::
     vector: {bits: Figure(bit), registers: Figure(count), scalable: bool}
     caches: [{level, kind, size: B, line: B, ways, sets, shared_by: count}]
     fma: [{vector_bits, latency: ns, throughput, throughput_all: vfma/ns,
-           loads: vload/ns (optional: L1 loads of this width per ns, one thread)}]
+           loads: vload/ns (optional: L1 loads of this width per ns, one thread),
+           broadcasts: bload/ns (optional: L1 scalars broadcast to this width and FMA'd per ns)}]
     bandwidth: {single_thread, all_threads} each
         {threads, curve: [{working_set: B, bandwidth: GB/s}],
          levels: {L1.., DRAM: GB/s}, knees: {L1..: B}}   # levels from LEVELS
@@ -106,6 +107,8 @@ class FmaFigures:
     throughput_all: Figure = unit("vfma/ns")  # the same, all hardware threads together
     # L1 vector loads of this width per ns, one thread (measured; absent in datasheets)
     loads: Figure | None = unit("vload/ns", optional=True)
+    # scalar loads broadcast to this width and FMA'd, per ns, one thread, from L1 (measured)
+    broadcasts: Figure | None = unit("bload/ns", optional=True)
 
     @property
     def lanes(self) -> int:

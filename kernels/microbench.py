@@ -18,6 +18,11 @@ Streaming loads (bandwidth of the level holding `data`)::
             for j in 0 .. accumulators: acc[j] += data[i + j*step : ... + step]
     out[0] = sum over accumulators and lanes of acc   # data past the last block is not read
 
+or, with `broadcast`, each element broadcast to a vector and multiplied into its
+accumulator by an FMA, as a register tile uses A's elements (block = accumulators)::
+
+            for j in 0 .. accumulators: acc[j] = fma(broadcast(data[i + j]), data[0], acc[j])
+
 `step` is the run-time vector length (lanes, or a multiple of vscale on RVV) and the
 result is one scalar, so both kernels are correct on any VLEN.
 """
@@ -65,19 +70,21 @@ class FmaChainConfig:
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Sum `data` with `accumulators` independent vector adds of `lanes` f32."""
+    """Sum `data` with `accumulators` independent vector adds of `lanes` f32, or (with
+    `broadcast`) FMAs of each element broadcast to `lanes`."""
 
     lanes: int
     accumulators: int
+    broadcast: bool = False
 
     @property
     def symbol(self) -> str:
-        return f"ac_stream_f32_l{self.lanes}a{self.accumulators}"
+        return f"ac_stream_f32_l{self.lanes}a{self.accumulators}{'b' if self.broadcast else ''}"
 
     @property
     def block(self) -> int:
         """Elements read per inner-loop trip."""
-        return self.lanes * self.accumulators
+        return self.accumulators if self.broadcast else self.lanes * self.accumulators
 
 
 def fma_chain_signature(config: FmaChainConfig) -> KernelSignature:
@@ -154,13 +161,17 @@ def generate_stream(config: StreamConfig, target: Target) -> KernelModule:
             out = f32_memref(args["out"], [1])
             data = f32_memref(args["data"], [args["n"]])
             count = index(args["n"])
-            step = lane_step(target, config.lanes)
+            step = index(1) if config.broadcast else lane_step(target, config.lanes)
             block = arith.muli(step, index(config.accumulators))
             full = arith.subi(count, arith.remui(count, block))
             zero = f32_splat(target, config.lanes, 0.0)
+            scale = vector.broadcast(vec, memref.load(data, [index(0)]))  # a run-time value: no fma(x, 1) folding
+
             def sweep(i: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                return [arith.addf(a, load(vec, data, [arith.addi(i, arith.muli(step, index(j)))]))
-                        for j, a in enumerate(acc)]  # fmt: skip
+                at = [arith.addi(i, arith.muli(step, index(j))) for j in range(len(acc))]
+                if config.broadcast:
+                    return [vector.fma(vector.broadcast(vec, memref.load(data, [k])), scale, a) for k, a in zip(at, acc)]
+                return [arith.addf(a, load(vec, data, [k])) for k, a in zip(at, acc)]
 
             def one_pass(_: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                 return for_carry(0, full, block, acc, sweep)

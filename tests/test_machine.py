@@ -85,3 +85,11 @@ def test_a_models_weights_come_from_dram_when_they_outgrow_the_l3() -> None:
     assert machine.in_model(20_000_000).constants_at(37.7e6) == "L3"  # MobileNet-sized weights stay
     assert machine.in_model(528_000_000).constants_at(37.7e6) == "DRAM"  # VGG-16's do not
     assert machine.in_model(528_000_000).at(16, 2).constants_level == "DRAM"
+
+
+def test_broadcast_loads_come_from_the_probe_where_it_measured_them() -> None:
+    profile = load_profile(XEON)
+    machine = Machine.of(profile)
+    for figures in profile.fma:
+        assert machine.at(figures.lanes, 1).broadcast_loads_per_ns() == float(figures.broadcasts)
+    assert float(profile.widest_fma().broadcasts) < float(min(profile.fma, key=lambda f: f.lanes).loads)

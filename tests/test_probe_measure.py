@@ -54,6 +54,19 @@ def test_stream_kernel_sums_whole_blocks(case_id):
     assert out[0] == 2 * data[:full].sum()
 
 
+@pytest.mark.parametrize("case_id", CASE_IDS_ALL)
+def test_broadcast_stream_fmas_every_element_into_all_lanes(case_id):
+    target = target_for(case_id)
+    require_runnable(target)
+    config = mb.StreamConfig(lanes=target.f32_lanes, accumulators=3, broadcast=True)
+    kernel = build_library(mb.generate_stream(config, target)).kernel(config.symbol)
+    data = (np.arange(1000, dtype=np.float32) % 7) + 2  # data[0] = 2 scales every product
+    out = np.zeros(1, np.float32)
+    kernel(out, data, 1000, 2)
+    full = 1000 - 1000 % config.block
+    assert out[0] == 2 * 2 * target.f32_lanes * data[:full].sum()
+
+
 def test_fma_chains_must_fit_the_registers():
     with pytest.raises(AutoconfigError, match="exceed avx2's 16 vector registers"):
         mb.generate_fma_chain(mb.FmaChainConfig(8, 15), target_for("avx2"))

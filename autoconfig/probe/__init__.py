@@ -122,7 +122,7 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
     )  # fmt: skip
     thread_counts = (1, static.threads)
     curve_steps = settings.sweeps * len(sizes) * len(thread_counts)
-    total = len(widths) * (bench.fma_steps(target) + 1) + curve_steps  # + an L1 load rate per width
+    total = len(widths) * (bench.fma_steps(target) + 2) + curve_steps  # + L1 load and broadcast rates per width
     with tqdm(total=total, desc="probe", unit="step", disable=not progress, leave=False) as bar:
         fma = [
             bench.measure_fma(target, bits, static.threads, settings, lambda: bar.update())
@@ -134,10 +134,11 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
         for why in fma_scaling(fma).values():
             tqdm.write(f"autoconfig: warning: {why}; another process may have shared the cores", file=sys.stderr)
         l1 = next(int(c.size) for c in caches if c.level == 1)
-        loads = {}
+        loads, broadcasts = {}, {}
         for bits in widths:
             loads[bits] = bench.l1_loads_per_ns(target, bits, l1, settings)
-            bar.update()
+            broadcasts[bits] = bench.l1_broadcasts_per_ns(target, bits, l1, settings)
+            bar.update(2)
         best = {(threads, size): 0.0 for threads in thread_counts for size in sizes}
         for _ in range(settings.sweeps):
             for threads, size in best:
@@ -147,7 +148,7 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
         _bandwidth([(size, best[threads, size]) for size in sizes], threads, len(caches) + 1)
         for threads in thread_counts
     ]
-    return _profile(static, target, fma, loads, BandwidthFigures(*curves))
+    return _profile(static, target, fma, loads, broadcasts, BandwidthFigures(*curves))
 
 
 SCALING_AGREEMENT = 0.75
@@ -187,6 +188,7 @@ def _bandwidth(points: list[tuple[int, float]], threads: int, levels: int) -> Ba
 
 def _profile(
     static: StaticInfo, target: Target, fma: list[bench.FmaMeasurement], loads: dict[int, float],
+    broadcasts: dict[int, float],
     bw: BandwidthFigures,
 ) -> HardwareProfile:
     def stat(value: float, unit: str) -> F:
@@ -214,6 +216,7 @@ def _profile(
                 throughput=F(round(m.throughput_per_ns, 4), "vfma/ns", "measured"),
                 throughput_all=F(round(m.throughput_all_per_ns, 4), "vfma/ns", "measured"),
                 loads=F(round(loads[m.vector_bits], 4), "vload/ns", "measured"),
+                broadcasts=F(round(broadcasts[m.vector_bits], 4), "bload/ns", "measured"),
             )
             for m in fma
         ),

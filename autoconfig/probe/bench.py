@@ -144,6 +144,17 @@ def l1_loads_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: S
     return gbps / (vector_bits // 8)
 
 
+def l1_broadcasts_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: Settings) -> float:
+    """Scalar loads broadcast into `vector_bits` vectors and FMA'd, per ns, by one thread
+    streaming half of L1: what a register tile's A elements cost. Cores differ: an Intel
+    Xeon (model 167) completes 5.8 per ns at 512 bits where it completes 6.8 FMAs and
+    7.1 narrow loads; Zen 4's 8x1 tiles ran as if each cost one narrow load."""
+    bench = BandwidthBench(target, settings, vector_bits // 32, broadcast=True)
+    size = max(bench.block_bytes, l1_bytes // 2 // bench.block_bytes * bench.block_bytes)
+    gbps = max(bench.gbps(size, 1) for _ in range(settings.sweeps))
+    return gbps / 4
+
+
 def _timed(calls: list[Callable[[], object]], repetitions: int) -> float:
     """Best seconds of one call, or of all calls at once on their own threads."""
     if len(calls) == 1:
@@ -165,10 +176,10 @@ def working_sets(smallest: int, largest: int, points_per_octave: int, block_byte
 class BandwidthBench:
     """Load bandwidth over a working set, one thread or all threads (each its own copy)."""
 
-    def __init__(self, target: Target, settings: Settings, lanes: int | None = None):
+    def __init__(self, target: Target, settings: Settings, lanes: int | None = None, broadcast: bool = False):
         self.settings = settings
         accumulators = 8 if target.vector_registers <= 16 else 16
-        self.config = microbench.StreamConfig(lanes or target.f32_lanes, accumulators)
+        self.config = microbench.StreamConfig(lanes or target.f32_lanes, accumulators, broadcast)
         library = build_library(microbench.generate_stream(self.config, target))
         self.kernel = library.kernel(self.config.symbol)
 
