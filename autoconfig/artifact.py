@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -48,12 +49,14 @@ from kernels.runner import HEADER, MODEL_HEADER, RunnerConfig, driver_source, mo
 
 def _write_weights(pieces: tuple[np.ndarray, ...], path: Path) -> str:
     """Write the float32 pieces one after another (little-endian) and return the file's
-    SHA-256, computed on the way rather than by reading the file back."""
+    SHA-256, computed on the way rather than by reading the file back, in a thread of its
+    own while the pieces are written (both release the GIL: hashing YOLO-V4's 518 MB took
+    0.7 s of a warm build, writing them 1.5 s)."""
     digest = hashlib.sha256()
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, ThreadPoolExecutor(max_workers=1) as hasher:  # one worker: pieces in order
         for piece in pieces:
             data = memoryview(np.ascontiguousarray(piece, "<f4")).cast("B")
-            digest.update(data)
+            hasher.submit(digest.update, data)
             f.write(data)
     return digest.hexdigest()
 

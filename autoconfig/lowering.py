@@ -161,7 +161,8 @@ def _gemm_weights(gemm: MatmulConfig, weight: np.ndarray, groups: int) -> np.nda
     if not (gemm.a_packed or gemm.transposed):
         return weight
     pack = gemm.pack_b if gemm.transposed else gemm.pack_a
-    return np.concatenate([pack(g) for g in weight.reshape(groups, -1)])
+    packed = [pack(g) for g in weight.reshape(groups, -1)]
+    return packed[0] if groups == 1 else np.concatenate(packed)
 
 
 def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:

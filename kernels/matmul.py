@@ -293,15 +293,23 @@ def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
     [q][k block][tile of `height` rows][k in the block][row in the tile], zero past the
     last row (A's row tiles for `pack_a`, Bᵀ's column tiles for `pack_b`). The last K
     block is only as deep as what is left of K: padding it to kc made YOLO-V4's weights
-    629 MB instead of 518."""
+    629 MB instead of 518. Each element is copied once, straight into its place (a padded
+    copy and a transposed one first made YOLO-V4's panels take 1.9 s of a warm build)."""
     q, rows, k = matrices.shape
     tiles = ceil_div(rows, height)
-    padded = np.pad(matrices, ((0, 0), (0, tiles * height - rows), (0, 0))).reshape(q, tiles, height, k)
     whole = k // kc * kc  # the full K blocks, then what is left
-    out = np.empty((q, tiles * height * k), np.float32)
-    out[:, :tiles * height * whole] = padded[..., :whole].reshape(q, tiles, height, whole // kc, kc) \
-        .transpose(0, 3, 1, 4, 2).reshape(q, -1)
-    out[:, tiles * height * whole:] = padded[..., whole:].transpose(0, 1, 3, 2).reshape(q, -1)
+    out = np.zeros((q, tiles * height * k), np.float32)
+    blocks = out[:, :tiles * height * whole].reshape(q, whole // kc, tiles, kc, height)
+    rest = out[:, tiles * height * whole:].reshape(q, tiles, k - whole, height)
+    full = rows // height
+    for first, count, filled in ((0, full, height), (full, 1, rows - full * height)):  # whole tiles, the last rows
+        if not count or not filled:
+            continue
+        source = matrices[:, first * height:first * height + count * filled]
+        blocks[:, :, first:first + count, :, :filled] = \
+            source[..., :whole].reshape(q, count, filled, whole // kc, kc).transpose(0, 3, 1, 4, 2)
+        rest[:, first:first + count, :, :filled] = \
+            source[..., whole:].reshape(q, count, filled, k - whole).transpose(0, 1, 3, 2)
     return out.ravel()
 
 
