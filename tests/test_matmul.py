@@ -14,7 +14,8 @@ import pytest
 
 from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
-from autoconfig.models.matmul import MatmulPlan, choose, predict
+from autoconfig.machine import Machine
+from autoconfig.models.matmul import MatmulPlan, _best, candidates, choose, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -315,3 +316,17 @@ def test_unknown_split_rejected():
     with pytest.raises(AutoconfigError, match="unknown split 'diagonal': rows, columns"):
         compile_matmul(16, 16, 16, profile=HOST_PROFILE, config=mm.MatmulConfig(SQUARE16, "tiled", 8),
                        split_by="diagonal")  # fmt: skip
+
+
+@pytest.mark.parametrize("mnk", [(512, 16, 512), (1, 1000, 1024), (196, 672, 112), (3, 5, 7)])
+def test_the_choice_skips_only_plans_that_cannot_win(mnk):
+    """choose() leaves out plans whose FMA floor exceeds their algorithm's best: each
+    algorithm's best must be what scoring every candidate gives."""
+    profile = load_profile(Path(__file__).parent.parent / "hwprofiles" / "intel-xeon-model167-avx512.yaml")
+    target, machine, shape = target_for("avx512"), Machine.of(profile), mm.MatmulShape(*mnk)
+    every = [predict(p, machine) for t in (1, 2) for p in candidates(shape, machine, target, t)]
+    chosen = choose(shape, profile, target, 2)
+    for best in chosen.per_algorithm:
+        same = [p for p in every if p.config.algorithm == best.config.algorithm]
+        assert best.plan == _best(same).plan
+    assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
