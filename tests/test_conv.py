@@ -575,3 +575,22 @@ def test_winograd_filters_of_a_large_model_are_fetched_from_dram():
         inside = {t.name: t for t in conv_model.predict(plan, machine.in_model(528_000_000)).terms}["filters"]
         assert "from L3" in alone.why and "from DRAM (the model's weights outgrow the L3" in inside.why
         assert inside.ns > alone.ns
+
+
+@pytest.mark.parametrize("s", [ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1)),
+                               ConvShape(1, 32, 112, 112, 32, (3, 3), pads=(1, 1, 1, 1), group=32),
+                               ConvShape(1, 17, 30, 30, 33, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))],
+                         ids=ConvShape.describe)  # fmt: skip
+def test_the_conv_choice_skips_only_plans_that_cannot_win(s):
+    """choose() leaves out direct, depthwise and blocked plans whose FMA floor exceeds
+    their kind's best so far: each kind's best must be what scoring every one gives."""
+    profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
+    machine = Machine.of(profile)
+    every = [conv_model.predict(p, machine) for t in (1, 2)
+             for candidates in (conv_model.direct_candidates, conv_model.depthwise_candidates,
+                                conv_model.blocked_candidates)
+             for p in candidates(s, machine, target, t, ())]  # fmt: skip
+    kinds = {conv_model._kind(p.config) for p in every}
+    chosen = {conv_model._kind(p.config): p for p in choose(s, profile, target, 2).per_algorithm}
+    for kind in kinds:
+        assert chosen[kind].plan == conv_model._best([p for p in every if conv_model._kind(p.config) == kind]).plan

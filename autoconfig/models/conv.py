@@ -729,9 +729,10 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     on its own or inside a model holding `model_weights` bytes of constants."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
-    predictions = [predict(p, machine) for t in sorted({1, budget})
-                   for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
-                   for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
+    plans = [p for t in sorted({1, budget})
+             for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
+             for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
+    predictions = _scored(plans, machine, shape.flops / 2)
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
@@ -755,14 +756,39 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
     kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
     for p in predictions:
-        key = (p.config.algorithm, _channels_in_lanes(p.config), input_layout_of(p.config), layout_of(p.config))
-        kinds.setdefault(key, []).append(p)
+        kinds.setdefault(_kind(p.config), []).append(p)
     per_algorithm = [_best(mine) for mine in kinds.values()]
     plain_input = kinds.get(("direct", False, "nchw", "nchwc"))
     if plain_input and reads_blocked(shape, machine, target):
         twin = _best(plain_input).plan
         per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
+
+
+def _scored(plans: list[ConvPlan], machine: Machine, multiply_adds: float) -> list[Prediction]:
+    """The predictions that can be the best of their kind (algorithm and layouts, as
+    `choose` groups them), scored from the most promising width and thread count down: a
+    plan whose multiply-adds alone, as full vectors at its threads' FMA rate, take longer
+    than its kind's best so far (within RESOLUTION, the tie-break's) is left out, as the
+    matmul model does; every term of a direct or depthwise plan counts at least those."""
+    def floor(p: ConvPlan) -> float:
+        lanes = p.config.lanes
+        return multiply_adds / lanes / machine.at(lanes, p.threads).fma_per_ns() / p.threads
+
+    predictions: list[Prediction] = []
+    fastest: dict[tuple, float] = {}
+    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
+        kind = _kind(plan.config)
+        if low > fastest.get(kind, math.inf) * (1 + RESOLUTION):
+            continue
+        predictions.append(predict(plan, machine))
+        fastest[kind] = min(fastest.get(kind, math.inf), predictions[-1].total_ns)
+    return predictions
+
+
+def _kind(config: ConvConfig) -> tuple:
+    """What `choose` keeps the best of: the algorithm, channels in lanes or not, the layouts."""
+    return config.algorithm, _channels_in_lanes(config), input_layout_of(config), layout_of(config)
 
 
 def reads_blocked(shape: ConvShape, machine: Machine, target: Target) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from autoconfig.errors import AutoconfigError
@@ -615,19 +615,21 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             if blocked and lanes != target.f32_lanes:
                 continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     UNROLL, transposed=True, blocked=blocked)
+                                     UNROLL, epilogue=epilogue, transposed=True, blocked=blocked)
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
             continue
-        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2)))
+        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
+                                    epilogue=epilogue))
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
-            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u)
+            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
                 kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
-                configs += [MatmulConfig(shape, "tiled", lanes, mr, nv, kc, mc, nc, UNROLL),
-                            MatmulConfig(shape, "packed", lanes, mr, nv, kc, mc, nc, UNROLL, a_packed=a_constant)]
-    configs = [replace(c, epilogue=epilogue) for c in configs if c.registers_needed()[0] <= registers]
+                configs += [MatmulConfig(shape, "tiled", lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue),
+                            MatmulConfig(shape, "packed", lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue,
+                                         a_packed=a_constant)]  # fmt: skip
+    configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
     return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
@@ -697,9 +699,9 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     # half of the predictions (EfficientNet-B0's decisions at 2 threads: 70867 of them).
     predictions: list[Prediction] = []
     fastest: dict[str, float] = {}
-    for plan in sorted(plans, key=lambda p: fma_floor_ns(p, machine)):
+    for floor, plan in sorted(((fma_floor_ns(p, machine), p) for p in plans), key=lambda fp: fp[0]):
         algorithm = plan.config.algorithm
-        if fma_floor_ns(plan, machine) > fastest.get(algorithm, math.inf) * (1 + RESOLUTION):
+        if floor > fastest.get(algorithm, math.inf) * (1 + RESOLUTION):
             continue
         predictions.append(predict(plan, machine))
         fastest[algorithm] = min(fastest.get(algorithm, math.inf), predictions[-1].total_ns)
