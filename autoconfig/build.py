@@ -147,7 +147,7 @@ class _Builder:
         self.cache = cache
         self.decisions = DecisionCache(cache.root / "decisions") if cache else None
         self.machine = Machine.of(profile)
-        self.model_weights = sum(value.nbytes for value in graph.constants.values())  # what the models see of the rest
+        self.model_weights = sum(value.nbytes for value in graph.constants.values())  # do they outgrow the L3?
         self.buffers: list[Buffer] = []
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
         self.weights: list[np.ndarray] = []

@@ -222,7 +222,8 @@ class Machine:
         read once per inference, and when all of them outgrow the L3, the rest of the
         inference has evicted a layer's weights by the time it runs again, so they come
         from DRAM. A layer called again and again (`in_model(0)`) finds them where they fit."""
-        return replace(self, constants_level="DRAM") if self.holding_level(weights, True) == "DRAM" else self
+        evicted = self.holding_level(weights, whole_problem=True) == "DRAM"
+        return replace(self, constants_level="DRAM") if evicted else self
 
     def constants_at(self, size: float) -> str:
         """The level a kernel reads `size` bytes of constant operands from."""

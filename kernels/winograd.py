@@ -77,11 +77,11 @@ def applies(shape: ConvShape, target: Target) -> bool:
 
 
 def transform_ops(matrix: Matrix) -> int:
-    """Vector operations one 1-D pass of `matrix` costs, as `_combine` emits it: per row,
-    an add or FMA per nonzero beyond the first, and a multiply for the first unless a
-    coefficient is +1 (an add and a multiply per coefficient other than ±1, the first
-    form, counted 28 operations for F(4,3)'s input pass; this is 16). The models count
-    a 2-D transform as 2·T passes."""
+    """Vector operations one 1-D pass of `matrix` costs, as `_combine` emits it: per
+    nonzero row, an add or FMA per nonzero beyond the first, and a multiply for the first
+    unless the row has a +1 (F(4,3)'s input pass: 16; as a multiply and an add per
+    coefficient other than ±1, which `_combine` emitted before, 28). The models count a
+    2-D transform as 2·T passes."""
     return sum(sum(1 for c in row if c) - (1 in row) for row in matrix if any(row))
 
 

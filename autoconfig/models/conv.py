@@ -53,7 +53,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models.matmul import (
     MAX_MR, MAX_NV, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
-    epilogue_term, microkernel_ns, predict as predict_matmul, total_ns, vector_widths,
+    epilogue_term, microkernel_ns, predict as predict_matmul, promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
@@ -732,7 +732,8 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
-    predictions = _scored(plans, machine, shape.flops / 2)
+    predictions = promising_predictions(plans, shape.flops / 2, lambda p: _kind(p.config),
+                                        lambda p: predict(p, machine), machine)  # fmt: skip
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
@@ -763,27 +764,6 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
         twin = _best(plain_input).plan
         per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
-
-
-def _scored(plans: list[ConvPlan], machine: Machine, multiply_adds: float) -> list[Prediction]:
-    """The predictions that can be the best of their kind (algorithm and layouts, as
-    `choose` groups them), scored from the most promising width and thread count down: a
-    plan whose multiply-adds alone, as full vectors at its threads' FMA rate, take longer
-    than its kind's best so far (within RESOLUTION, the tie-break's) is left out, as the
-    matmul model does; every term of a direct or depthwise plan counts at least those."""
-    def floor(p: ConvPlan) -> float:
-        lanes = p.config.lanes
-        return multiply_adds / lanes / machine.at(lanes, p.threads).fma_per_ns() / p.threads
-
-    predictions: list[Prediction] = []
-    fastest: dict[tuple, float] = {}
-    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
-        kind = _kind(plan.config)
-        if low > fastest.get(kind, math.inf) * (1 + RESOLUTION):
-            continue
-        predictions.append(predict(plan, machine))
-        fastest[kind] = min(fastest.get(kind, math.inf), predictions[-1].total_ns)
-    return predictions
 
 
 def _kind(config: ConvConfig) -> tuple:

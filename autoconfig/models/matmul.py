@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
@@ -693,18 +694,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked)]  # fmt: skip
-    # Scored from the most promising width and thread count down; a plan whose FMAs alone
-    # take longer than its algorithm's best so far (within the tie-break's RESOLUTION) is
-    # not scored: no term it has could bring it back. The same choice, from a third to a
-    # half of the predictions (EfficientNet-B0's decisions at 2 threads: 70867 of them).
-    predictions: list[Prediction] = []
-    fastest: dict[str, float] = {}
-    for floor, plan in sorted(((fma_floor_ns(p, machine), p) for p in plans), key=lambda fp: fp[0]):
-        algorithm = plan.config.algorithm
-        if floor > fastest.get(algorithm, math.inf) * (1 + RESOLUTION):
-            continue
-        predictions.append(predict(plan, machine))
-        fastest[algorithm] = min(fastest.get(algorithm, math.inf), predictions[-1].total_ns)
+    predictions = promising_predictions(plans, shape.m * shape.n * shape.k, lambda p: p.config.algorithm,
+                                        lambda p: predict(p, machine), machine)  # fmt: skip
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     per_algorithm = tuple(
@@ -713,12 +704,30 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     return Choice(_best(per_algorithm), per_algorithm, profile, target)
 
 
-def fma_floor_ns(plan: MatmulPlan, machine: Machine) -> float:
-    """A floor under `predict`'s total: the problem's multiply-adds as full vectors of the
-    plan's width, shared evenly by its threads, at their FMA issue rate (every algorithm's
-    'fma' term counts at least these, and the total is at least its compute terms)."""
-    s, lanes = plan.shape, plan.config.lanes
-    return s.m * s.n * s.k / lanes / machine.at(lanes, plan.threads).fma_per_ns() / plan.threads
+Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
+
+
+def promising_predictions(plans: Sequence[Plan], multiply_adds: float, kind: Callable[[Plan], Hashable],
+                          score: Callable[[Plan], Prediction], machine: Machine) -> list[Prediction]:  # fmt: skip
+    """`score` of the plans that can be the best of their `kind` (what a model keeps the
+    best of), from the most promising width and thread count down: a plan whose
+    `multiply_adds` alone, as full vectors of its width shared evenly by its threads at
+    their FMA issue rate, take longer than its kind's best so far (within the tie-break's
+    RESOLUTION) is not scored. Every plan's 'fma' term counts at least those, and its
+    total is at least its compute terms, so the choice is the same: EfficientNet-B0's
+    decisions at 2 threads made 70867 matmul predictions before, 44141 after."""
+    def floor(plan: Plan) -> float:
+        lanes, threads = plan.config.lanes, plan.threads
+        return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads
+
+    predictions: list[Prediction] = []
+    fastest: dict[Hashable, float] = {}
+    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
+        if low > fastest.get(kind(plan), math.inf) * (1 + RESOLUTION):
+            continue
+        predictions.append(score(plan))
+        fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
+    return predictions
 
 
 def instructions_per_flop(config: MatmulConfig) -> float:

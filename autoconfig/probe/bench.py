@@ -138,10 +138,7 @@ def l1_loads_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: S
     """Vector loads of `vector_bits` completed per ns by one thread streaming half of L1:
     load ports count instructions up to some width and bytes beyond it (Zen 4 loads
     256-bit vectors twice as often as 512-bit ones), which one width cannot show."""
-    bench = BandwidthBench(target, settings, vector_bits // 32)
-    size = max(bench.block_bytes, l1_bytes // 2 // bench.block_bytes * bench.block_bytes)
-    gbps = max(bench.gbps(size, 1) for _ in range(settings.sweeps))
-    return gbps / (vector_bits // 8)
+    return _l1_gbps(target, vector_bits, l1_bytes, settings, broadcast=False) / (vector_bits // 8)
 
 
 def l1_broadcasts_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: Settings) -> float:
@@ -149,10 +146,14 @@ def l1_broadcasts_per_ns(target: Target, vector_bits: int, l1_bytes: int, settin
     streaming half of L1: what a register tile's A elements cost. Cores differ: an Intel
     Xeon (model 167) completes 5.8 per ns at 512 bits where it completes 6.8 FMAs and
     7.1 narrow loads; Zen 4's 8x1 tiles ran as if each cost one narrow load."""
-    bench = BandwidthBench(target, settings, vector_bits // 32, broadcast=True)
+    return _l1_gbps(target, vector_bits, l1_bytes, settings, broadcast=True) / 4
+
+
+def _l1_gbps(target: Target, vector_bits: int, l1_bytes: int, settings: Settings, broadcast: bool) -> float:
+    """GB/s of one thread streaming half of L1 with the stream kernel (best of the sweeps)."""
+    bench = BandwidthBench(target, settings, vector_bits // 32, broadcast)
     size = max(bench.block_bytes, l1_bytes // 2 // bench.block_bytes * bench.block_bytes)
-    gbps = max(bench.gbps(size, 1) for _ in range(settings.sweeps))
-    return gbps / 4
+    return max(bench.gbps(size, 1) for _ in range(settings.sweeps))
 
 
 def _timed(calls: list[Callable[[], object]], repetitions: int) -> float:
