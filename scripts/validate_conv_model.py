@@ -82,7 +82,7 @@ def grid(shape, profile, target) -> list:
     """Plans spanning every algorithm that applies to `shape`, one thread."""
     from autoconfig.machine import Machine
     from autoconfig.models.conv import ConvPlan, channel_block, winograd_plans
-    from autoconfig.models.matmul import UNROLL, block_sizes
+    from autoconfig.models.matmul import UNROLL, block_sizes, blockings
     from kernels import matmul as mm
     from kernels.conv import DepthwiseConfig, DirectConfig, GemmConvConfig, transposed_shape
 
@@ -104,10 +104,11 @@ def grid(shape, profile, target) -> list:
         for algorithm in kinds:
             for mr, nv in GEMM_TILES:
                 if mr * nv + nv + 1 <= target.vector_registers:
-                    kc, mc, nc, _ = block_sizes(gemm, mr, nv * lanes, m)
-                    for kind in ("tiled", "packed"):
-                        config = mm.MatmulConfig(gemm, kind, lanes, mr, nv, kc, mc, nc, UNROLL, channel_axis="rows")
-                        plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
+                    for kc, kinds in blockings(gemm, mr, nv * lanes, m):
+                        _, mc, nc, _ = block_sizes(gemm, mr, nv * lanes, m, kc)
+                        for kind in kinds:
+                            config = mm.MatmulConfig(gemm, kind, lanes, mr, nv, kc, mc, nc, UNROLL, channel_axis="rows")
+                            plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
                     if algorithm == "gemm1x1":  # output channels in the lanes, in one K block
                         _, mc, nc, _ = block_sizes(transposed_shape(gemm), mr, nv * lanes, m)
                         config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, mr, nv, 0, mc, nc, UNROLL,

@@ -15,7 +15,8 @@ import pytest
 from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
-from autoconfig.models.matmul import MatmulPlan, _best, candidates, choose, predict
+from autoconfig.models.matmul import C_PASSES_TERM, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, _best, block_sizes, blockings
+from autoconfig.models.matmul import Term, candidates, choose, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -330,3 +331,26 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
         same = [p for p in every if p.config.algorithm == best.config.algorithm]
         assert best.plan == _best(same).plan
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
+
+
+@pytest.mark.parametrize("name, lanes", [("intel-xeon-model167-avx512", 16), ("amd-epyc-zen4-avx512", 16),
+                                         ("amd-epyc", 8)])  # fmt: skip
+def test_streamed_k_blocks_are_packed_and_cut_the_c_passes(name, lanes):
+    """A longer K block is offered to packed plans only and keeps its B block in half
+    the L2; each K block after the first is charged a pass over C, one block none."""
+    machine = Machine.of(load_profile(PROFILES / f"{name}.yaml")).at(lanes, 1)
+    shape, nr = mm.MatmulShape(1024, 256, 2048), 4 * lanes
+    (l1_kc, both), *streamed = blockings(shape, 6, nr, machine)
+    assert both == ("tiled", "packed") and l1_kc < shape.k
+    assert streamed and all(kinds == ("packed",) and kc > l1_kc for kc, kinds in streamed)
+    l2 = dict(machine.capacities())["L2"]
+    assert all(kc * shape.n * 4 <= l2 * STREAMED_B_BLOCK_L2_SHARE for kc, _ in streamed)
+
+    def c_passes(kc: int) -> Term:
+        _, mc, nc, _ = block_sizes(shape, 6, nr, machine, kc)
+        config = mm.MatmulConfig(shape, "packed", lanes, 6, 4, kc, mc, nc, 4)
+        return next(t for t in predict(MatmulPlan(config), machine).terms if t.name == C_PASSES_TERM)
+
+    assert c_passes(shape.k).ns == 0
+    for kc in (shape.k // 2, streamed[0][0], l1_kc):
+        assert c_passes(kc).ns > 0 and c_passes(kc).why.startswith(f"{-(-shape.k // kc) - 1} more K block(s)")

@@ -689,7 +689,7 @@ class ConvChoice(Choice):
         return " (the layer's direct flops over the time, also for Winograd, which does fewer)"
 
     def formula(self) -> str:
-        return ("terms (ns; total = softmax(compute, largest memory) + transform + im2col + filters + l1 misses + packing "
+        return ("terms (ns; total = softmax(compute, largest memory) + transform + im2col + filters + l1 misses + c passes + packing "
                 "+ call):")
 
     def runner_up(self, p: Prediction) -> str:

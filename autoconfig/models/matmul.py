@@ -45,7 +45,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from kernels import epilogue as ep
-from kernels.matmul import ALGORITHMS, MatmulConfig, MatmulShape
+from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
@@ -157,13 +157,61 @@ class Prediction:
 # ---------------------------------------------------------------- parameters
 
 
-def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, int, int, list[tuple[str, str]]]:
-    """(kc, mc, nc) from the cache geometry, with the reason for each."""
+def _l1_kc(nr: int, mr: int, m: Machine) -> tuple[int, int]:
+    """(kc, ways): the longest K block whose B micro-panel (kc x nr) fits its share of
+    L1's ways, the one left for the rest split between A and B by their widths."""
     b_ways = max(1, math.floor((m.l1_ways - 1) / (1 + mr / nr)))
-    kc = max(UNROLL, b_ways * m.l1_sets * m.line // (nr * F32) // UNROLL * UNROLL)
-    kc_why = f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways"
+    return max(UNROLL, b_ways * m.l1_sets * m.line // (nr * F32) // UNROLL * UNROLL), b_ways
+
+
+def kc_options(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, ...]:
+    """The K blocks scored for an mr x nr tile: the one whose B micro-panel stays in L1
+    and, when K is longer, a packed-only one whose micro-panels stream from L2 instead
+    (STREAMED_B_BLOCK_L2_SHARE), in equal blocks: each K block beyond the first passes
+    over C again (C_PASSES_TERM). Unpacked (tiled) panels are N floats a row apart, and
+    longer ones are not streamed: 49x1024x1024 tiled 7x3 measured 112 GFLOP/s with
+    kc=192 and 63 with kc=1024 (B rows a page apart)."""
+    kc, _ = _l1_kc(nr, mr, m)
     if kc >= shape.k:
-        kc, kc_why = shape.k, f"{shape.k} = K: all of K fits B's L1 share ({b_ways} of {m.l1_ways} ways)"
+        return (shape.k,)
+    l2 = dict(m.capacities()).get("L2", 0)
+    longest = int(l2 * STREAMED_B_BLOCK_L2_SHARE) // (round_up(shape.n, nr) * F32) // UNROLL * UNROLL
+    if longest <= kc:
+        return (kc,)
+    streamed = round_up(ceil_div(shape.k, ceil_div(shape.k, longest)), UNROLL)
+    return (kc,) if streamed <= kc else (kc, min(shape.k, streamed))
+
+
+def blockings(shape: MatmulShape, mr: int, nr: int, m: Machine) -> list[tuple[int, tuple[Algorithm, ...]]]:
+    """(kc, the blocked algorithms scored with it): tiled and packed with the L1 rule's
+    kc, packed alone with a streamed one."""
+    first, *streamed = kc_options(shape, mr, nr, m)
+    return [(first, ("tiled", "packed"))] + [(kc, ("packed",)) for kc in streamed]
+
+
+STREAMED_B_BLOCK_L2_SHARE = 0.5
+"""A streamed K block keeps its whole packed B block (kc x N) in this much of the
+L2's effective capacity, so that every row tile after the first reads its micro-panel
+from L2 (the A block's panels pass through the rest). On the Intel Xeon (model 167)
+VM, one thread: 512³ measured 169 GFLOP/s tiled 6x4 with the L1 rule's kc=160, 193
+packed 6x4 with kc=256; 1024³ 164 packed 5x5 with kc=128, 186 packed 6x4 with kc=256;
+but 49x1024x1024 packed 7x3 fell from 162 to 122 with kc=1024, its B block (4 MB) out
+of L2 and each micro-panel's first row tile waiting on L3."""
+
+
+def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
+                kc: int | None = None) -> tuple[int, int, int, list[tuple[str, str]]]:  # fmt: skip
+    """(kc, mc, nc) from the cache geometry, with the reason for each; `kc` one of
+    `kc_options` (default: the first, the L1 rule's)."""
+    l1_kc, b_ways = _l1_kc(nr, mr, m)
+    if kc is None or kc <= l1_kc:
+        kc = min(l1_kc, shape.k)
+        kc_why = (f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways" if kc < shape.k
+                  else f"{shape.k} = K: all of K fits B's L1 share ({b_ways} of {m.l1_ways} ways)")  # fmt: skip
+    else:
+        kc_why = (f"{kc}{' = K' if kc == shape.k else ''}: B micro-panel {kc}x{nr}x{F32} B streamed from L2 "
+                  f"(its B block in {STREAMED_B_BLOCK_L2_SHARE:.0%} of L2), {math.ceil(shape.k / kc)} K block(s) "
+                  f"instead of {math.ceil(shape.k / l1_kc)}")  # fmt: skip
 
     l2_way = m.l2_sets * m.line
     b_in_l2 = math.ceil(2 * kc * nr * F32 / l2_way)
@@ -281,12 +329,22 @@ Packed kernels read B along whole rows while packing, broadcast along whole rows
 STALL_TERM = "l1 misses"
 """Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
 
+C_PASSES_TERM = "c passes"
+"""C brought back for every K block after the first, from wherever C's column block
+lies by then, and written back: priced as a stall, not as traffic overlapping the
+FMAs. On the Intel Xeon (model 167) VM, where L3 moves 28 GB/s, packed 6x4 at 1024³
+measured 12.72 ms with kc=192 (6 K blocks) and 11.45 ms with kc=384 (3): 1.27 ms
+for 24 MB more of C, whose L3 time is 0.86 ms; priced as overlapping traffic the
+passes changed no prediction by 1%. 2704x128x256, tiled 6x4: 98 µs between kc=160 and
+kc=256 (C from L3: 100 µs)."""
+
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
-SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "filters", "call", STALL_TERM)
+SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "filters", "call", STALL_TERM,
+                C_PASSES_TERM)  # fmt: skip
 """Terms that do not overlap the kernel: a copy done before it (packing, a layout
-transform), a stall on its critical path (evicted B panels, Winograd filters fetched
-from farther than priced), the call itself."""
+transform), a stall on its critical path (evicted B panels, C brought back per K
+block, Winograd filters fetched from farther than priced), the call itself."""
 
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
@@ -431,6 +489,9 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                       else "; every way of those sets: lines A and C evict come back from L2 alongside the FMAs")
         elif panel != "kept":  # every micro-kernel re-reads its B micro-panel from L2, stalling
             stall = reread / m.bandwidth["L2"]
+    elif c.algorithm == "packed" and kc > _l1_kc(nr, c.mr, m)[0]:  # a streamed K block (kc_options)
+        per_level["L2"] = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32 * share
+        b_why = "B micro-panels re-read from L2 for every row tile, contiguous, alongside the FMAs"
     once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
     for level, size, once in ((a_level, a_bytes, shape.m * shape.k * F32), (b_level, b_bytes, shape.k * shape.n * F32)):
         if level == once_level:  # the first of these reads is the first touch, counted once below
@@ -462,6 +523,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                              if segment_lines and level == once_level else "")))  # fmt: skip
     if c.algorithm == "tiled":
         terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}"))
+    terms.append(_c_passes(p, m, share, k_blocks))
     if c.transposed:
         terms.append(Term("packing", 0.0, "none: B was packed when built, A is read in place"))
     elif c.algorithm == "packed":
@@ -486,7 +548,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         whose = (f"{b_whose} (A was packed when built)" if c.a_packed
                  else f"{b_whose} and {a_whose} (A once per column block)")
         terms.append(Term("packing", pack_ns, f"each thread packs {whose} into zero-padded panels"))  # fmt: skip
-    *derived, reasons = block_sizes(shape, c.mr, nr, m)
+    *derived, reasons = block_sizes(shape, c.mr, nr, m, kc if kc in kc_options(shape, c.mr, nr, m) else None)
     blocks = [
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
@@ -495,6 +557,23 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         blocks[0] = ("kc", f"{shape.k} = K: one block, since every further one gathers and scatters all of C again")
     return terms, _parameters(p, ("tile", _register_budget(c, m)), *blocks,
                               ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
+
+
+def _c_passes(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term:
+    """C read back and written again for each K block after the first (C_PASSES_TERM),
+    from the level holding what a thread touches between two visits of a C tile: its
+    C column block, the A block and B block of one K block."""
+    if k_blocks == 1:
+        return Term(C_PASSES_TERM, 0.0, "one K block: each C tile written once")
+    shape, c = p.shape, p.config
+    kc, _, nc = c.blocks()
+    row_share, col_share = _row_and_column_shares(p, share)
+    rows, columns = shape.m * row_share, min(nc, round_up(shape.n, c.nr) * col_share)
+    level = m.holding_level((rows * columns + rows * kc + kc * columns) * F32)
+    passes = (k_blocks - 1) * 2 * shape.m * shape.n * F32 * share
+    ns = 0.0 if level == "L1" else passes / m.bandwidth[level]
+    return Term(C_PASSES_TERM, ns, f"{k_blocks - 1} more K block(s) read and write C back: "
+                                   f"{passes / 1e6:.2f} MB from {level}")  # fmt: skip
 
 
 def _parameters(p: MatmulPlan, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
@@ -626,10 +705,10 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
-                kc, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m)
-                configs += [MatmulConfig(shape, "tiled", lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue),
-                            MatmulConfig(shape, "packed", lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue,
-                                         a_packed=a_constant)]  # fmt: skip
+                for kc, kinds in blockings(shape, mr, nv * lanes, m):
+                    _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
+                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue,
+                                             a_packed=a_constant and kind == "packed") for kind in kinds]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
@@ -666,7 +745,7 @@ class Choice:
 
     def formula(self) -> str:
         return (f"terms (ns; total = softmax{OVERLAP:g}(fma+latency+loads+edges+c tile+epilogue, largest "
-                "memory) + l1 misses + packing + call):")
+                "memory) + l1 misses + c passes + packing + call):")
 
     def runner_up(self, p: Prediction) -> str:
         """One algorithm's best: its configuration and predicted time."""
