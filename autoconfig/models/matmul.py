@@ -534,14 +534,21 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         columns = round_up(shape.n, nr) * col_share
         b_pack = shape.k * columns
         a_pack = 0 if c.a_packed else round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
-        b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
-        b_ns = b_pack * 2 * F32 / m.bandwidth_one[b_held]
-        a_ns = max(a_pack * 2 * F32 / m.bandwidth_one[b_held], a_pack / m.broadcast_loads_per_ns())
+        # Each copy reads its operand where it lies and writes the panels where its
+        # packed block stays (B's in b_level, A's in a_level). Reading and writing at the
+        # rate of the level B lies in (the earlier form) predicted 324 µs of packing for
+        # 49x1024x1024 on the Intel Xeon (model 167) VM, B 4 MB in an L3 moving 28 GB/s,
+        # where packed 7x3 measured 636 µs in all, 166 over its FMA time; this form: 188.
         # A is copied one scalar at a time: a load and a store per element, the store on
         # its own port, so one load slot per element (or its bytes, if longer). Two load
-        # slots plus the bytes again (the earlier form) predicted 63.6 µs of packing at
+        # slots plus the bytes again (an earlier form) predicted 63.6 µs of packing at
         # 3136x64x64 on Zen 4, where packed tiles measured 20 µs slower than the same
         # tiles unpacked; this form predicts 28 µs.
+        b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
+        a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
+        b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
+        a_ns = max(a_pack * F32 * (1 / m.bandwidth_one[a_held] + 1 / m.bandwidth_one[a_level]),
+                   a_pack / m.broadcast_loads_per_ns())
         pack_ns = b_ns + a_ns
         b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
         a_whose = {"rows": "its rows of A", "columns": "all of A"}[p.split]
@@ -605,10 +612,13 @@ def _broadcast_terms(p: MatmulPlan, m: Machine, share: float):
         terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns() * share,
                           f"masked B/C accesses where N={shape.n} is not a multiple of {lanes}"))
     traffic: dict[str, tuple[float, str]] = {}  # level: (bytes, why)
-    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 1), whole_problem=True)
+    # C's lines come in (read for ownership) and go back, as for the blocked kernels:
+    # counted once, 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM was
+    # predicted 308 µs against tiled 4x6's 386 and measured 470 against 353-400.
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
     if once_level != "L1":
-        traffic[once_level] = (_first_touch_bytes(p, share, 1),
-                               f"A, B, C once from {once_level} ({_first_touch_why(p)})")  # fmt: skip
+        traffic[once_level] = (_first_touch_bytes(p, share, 2),
+                               f"A, B, C once from {once_level} ({_first_touch_why(p)}), C in and out")  # fmt: skip
     if b_level != "L1":  # B from b_level for every row: its first read is one of them
         first_b = shape.k * shape.n * F32 * _row_and_column_shares(p, share)[1]
         size, why = traffic.get(b_level, (first_b, ""))
