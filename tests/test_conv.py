@@ -446,7 +446,7 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
     memory = {split: sum(t.ns for t in predict(ConvPlan(config, 2, split), Machine.of(profile)).terms
                          if t.name.startswith("memory"))
               for split in ("rows", "columns")}  # fmt: skip
-    assert memory["rows"] > 1.2 * memory["columns"]
+    assert memory["rows"] > 1.1 * memory["columns"]  # the input (0.6 MB) once more; output 1.6 MB in and out
     assert choose(shape, profile, get_target("avx512"), 2).best.plan.split != "rows"
 
 

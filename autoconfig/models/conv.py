@@ -52,7 +52,7 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models.matmul import (
-    MAX_MR, MAX_NV, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
+    MAX_MR, MAX_NV, OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
     epilogue_term, microkernel_ns, predict as predict_matmul, promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
@@ -242,11 +242,11 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     if once_level != "L1":
         input_share, weights_share = _operand_shares(p, share)
         traffic[once_level] = traffic.get(once_level, 0.0) + (split.size * F32 * input_share + weights * weights_share
-                                                              + out_bytes * share)  # fmt: skip
+                                                              + OUTPUT_TRANSFERS * out_bytes * share)  # fmt: skip
     for level, size in traffic.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.2f} MB: weights ({w_level}) per column tile, output per channel "
-                          f"block, input, weights and output once from {once_level}"))  # fmt: skip
+                          f"block, input and weights once and the output in and out from {once_level}"))  # fmt: skip
     terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
@@ -335,9 +335,11 @@ def _depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term],
         terms.append(epilogue_term(c.epilogue, ceil_div(padded_out, lanes), outputs, m, share))
     once = c.split().size * F32 + outputs * F32
     once_level = m.holding_level(once, whole_problem=True)
+    moved = once + (OUTPUT_TRANSFERS - 1) * outputs * F32
     if once_level != "L1":
-        terms.append(Term(f"memory {once_level}", once * share / m.bandwidth[once_level],
-                          f"{once / 1e6:.2f} MB: the transformed input and the output once from {once_level}"))
+        terms.append(Term(f"memory {once_level}", moved * share / m.bandwidth[once_level],
+                          f"{moved / 1e6:.2f} MB: the transformed input once and the output in and out, "
+                          f"from {once_level}"))
     terms.append(_transform_term(c.split(), m, share))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
@@ -392,11 +394,12 @@ def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int,
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, outputs // c.lanes, outputs, m, share))
     once = (math.prod(s.input_shape) + outputs) * F32 * share + weights * F32
+    moved = once + (OUTPUT_TRANSFERS - 1) * outputs * F32 * share
     traffic: dict[str, list[tuple[float, str]]] = {}
     level = m.holding_level(once, whole_problem=True)
     if level != "L1":
-        traffic[level] = [(once, f"{once / 1e6:.2f} MB: the input and output (this thread's share) and the weights "
-                                 f"once from {level}")]  # fmt: skip
+        traffic[level] = [(moved, f"{moved / 1e6:.2f} MB: the input and weights once and the output in and out "
+                                  f"(this thread's share) from {level}")]  # fmt: skip
     if streamed is not None and streamed[0] != "L1":
         traffic.setdefault(streamed[0], []).append(streamed[1:])
     for name, parts in traffic.items():

@@ -317,6 +317,15 @@ apart stall (at N=1024 a tiled kernel measured half its predicted speed without 
 stall), and so does a panel larger than L1 (N=255, rows straddling lines: packed
 measured 5-15% faster than tiled)."""
 
+L1_TLB_PAGES = 64
+"""Pages the first-level data TLB maps (64 on Intel's cores since Skylake and on Arm's
+Neoverse N1, 72 on AMD Zen 4): an unpacked B micro-panel whose kc rows each lie on
+their own page, more of them than this, misses it on every row, as if evicted from L1.
+On the Intel Xeon (model 167) VM, 1x1 convolutions 256->255 on 52² (GEMM rows 10.8 KB
+apart, kc=256) ran every tiled tile 1.3-1.4x its prediction with the panel counted as
+kept: 0.7-1.3 ns more per k step; packed tiles measured within 5%. At 1x1 convolutions
+with K=32 (32 pages) tiled stayed faster than packed on Zen 4 (463 vs 500 µs)."""
+
 SEGMENT_START_LINES = 1.0
 """Extra line transfers per B row segment that an unpacked (tiled) kernel streams in
 from beyond L2: it reads B as kc row segments of one column tile's width, and the
@@ -351,6 +360,14 @@ def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
     """The busiest thread's fractions of the rows (A) and of the columns (B) it works
     on: the split dimension is shared out, the other is whole."""
     return (share, 1.0) if p.split == "rows" else (1.0, share)
+
+
+OUTPUT_TRANSFERS = 2
+"""Times an output's bytes cross from the level holding it on its first touch: a
+write-allocating cache reads each line in for ownership and writes it back. Counting the
+output once, broadcast at 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM
+was predicted 308 µs, measured 470 (twice: 426), and a direct 1x1 convolution 24->144
+on 56² 137.5 µs, measured 179."""
 
 
 def _first_touch_bytes(p: MatmulPlan, share: float, c_passes: int, b_segment_lines: int = 0) -> float:
@@ -423,6 +440,8 @@ def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[st
     one-line count kept this tiled panel "in L1" where packed measured 5-15% faster).
     """
     stride = shape.n * F32
+    if stride >= PAGE_BYTES and kc > L1_TLB_PAGES:
+        return "conflicts", f"row stride {stride} B puts its {kc} rows on {kc} pages, more than L1's TLB holds"
     lines = _panel_lines(stride, nr * F32, kc, m.line)
     sets = m.l1_sets
     if stride % m.line == 0:
@@ -492,7 +511,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     elif c.algorithm == "packed" and kc > _l1_kc(nr, c.mr, m)[0]:  # a streamed K block (kc_options)
         per_level["L2"] = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32 * share
         b_why = "B micro-panels re-read from L2 for every row tile, contiguous, alongside the FMAs"
-    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, OUTPUT_TRANSFERS), whole_problem=True)
     for level, size, once in ((a_level, a_bytes, shape.m * shape.k * F32), (b_level, b_bytes, shape.k * shape.n * F32)):
         if level == once_level:  # the first of these reads is the first touch, counted once below
             size -= once  # (counted twice, Zen 4's 1x1000x1024 ranked at Spearman 0.85, now 0.90)
@@ -502,7 +521,8 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     if c.algorithm == "tiled" and once_level not in ("L1", "L2"):
         segment_lines = math.ceil(min(nr, shape.n) * F32 / m.line)
     if once_level != "L1":
-        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, 2, segment_lines)
+        once_bytes = _first_touch_bytes(p, share, OUTPUT_TRANSFERS, segment_lines)
+        per_level[once_level] = per_level.get(once_level, 0.0) + once_bytes
     terms = [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread"),
@@ -612,12 +632,9 @@ def _broadcast_terms(p: MatmulPlan, m: Machine, share: float):
         terms.append(Term("edges", steps * 3 * (MASKED_LOAD_COST - 1) / m.vector_loads_per_ns() * share,
                           f"masked B/C accesses where N={shape.n} is not a multiple of {lanes}"))
     traffic: dict[str, tuple[float, str]] = {}  # level: (bytes, why)
-    # C's lines come in (read for ownership) and go back, as for the blocked kernels:
-    # counted once, 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM was
-    # predicted 308 µs against tiled 4x6's 386 and measured 470 against 353-400.
-    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 2), whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, OUTPUT_TRANSFERS), whole_problem=True)
     if once_level != "L1":
-        traffic[once_level] = (_first_touch_bytes(p, share, 2),
+        traffic[once_level] = (_first_touch_bytes(p, share, OUTPUT_TRANSFERS),
                                f"A, B, C once from {once_level} ({_first_touch_why(p)}), C in and out")  # fmt: skip
     if b_level != "L1":  # B from b_level for every row: its first read is one of them
         first_b = shape.k * shape.n * F32 * _row_and_column_shares(p, share)[1]
@@ -654,12 +671,12 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
                                                  + (f"; masked loads where K={shape.k} is not a multiple of "
                                                     f"{lanes}" if masked else "")),
     ]  # fmt: skip
-    once_level = m.holding_level(_first_touch_bytes(p, 1.0, 1), whole_problem=True)
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, OUTPUT_TRANSFERS), whole_problem=True)
     b_bytes = shape.k * F32
     b_level = m.holding_level(b_bytes, whole_problem=True)
     traffic: dict[str, float] = {}
     if once_level != "L1":
-        traffic[once_level] = _first_touch_bytes(p, share, 1)
+        traffic[once_level] = _first_touch_bytes(p, share, OUTPUT_TRANSFERS)
     if b_level != "L1":  # B's column again for every further row tile
         traffic[b_level] = traffic.get(b_level, 0.0) + (tiles * share - 1) * b_bytes
     for level, size in traffic.items():
