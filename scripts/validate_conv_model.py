@@ -81,7 +81,7 @@ def shape_of(entry):
 def grid(shape, profile, target) -> list:
     """Plans spanning every algorithm that applies to `shape`, one thread."""
     from autoconfig.machine import Machine
-    from autoconfig.models.conv import ConvPlan, channel_block, winograd_plans
+    from autoconfig.models.conv import ConvPlan, channel_blocks, winograd_plans
     from autoconfig.models.matmul import UNROLL, block_sizes, blockings
     from kernels import matmul as mm
     from kernels.conv import DepthwiseConfig, DirectConfig, GemmConvConfig, transposed_shape
@@ -93,8 +93,8 @@ def grid(shape, profile, target) -> list:
         m = machine.at(lanes, 1)
         for mr, nv in DIRECT_TILES:
             if mr * nv + nv + 1 <= target.vector_registers and (nv - 1) * lanes < shape.out_width:
-                kc, _ = channel_block(shape, mr, nv * lanes, m)
-                plans.append(ConvPlan(DirectConfig(shape, lanes, mr, nv, kc)))
+                plans += [ConvPlan(DirectConfig(shape, lanes, mr, nv, kc))
+                          for kc in channel_blocks(shape, mr, nv * lanes, m)]  # fmt: skip
         if shape.depthwise:
             plans += [ConvPlan(DepthwiseConfig(shape, lanes, mr, nv)) for mr, nv in DEPTHWISE_TILES
                       if mr * nv + 2 <= target.vector_registers and (nv - 1) * lanes < shape.out_width]  # fmt: skip

@@ -594,3 +594,19 @@ def test_the_conv_choice_skips_only_plans_that_cannot_win(s):
     chosen = {conv_model._kind(p.config): p for p in choose(s, profile, target, 2).per_algorithm}
     for kind in kinds:
         assert chosen[kind].plan == conv_model._best([p for p in every if conv_model._kind(p.config) == kind]).plan
+
+
+def test_direct_layers_may_take_all_input_channels_in_one_block():
+    """Where the L1 rule splits the input channels, the direct model also scores one
+    block of all of them; each further block passes over the output again, priced."""
+    machine = Machine.of(load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")).at(16, 1)
+    shape = ConvShape(1, 32, 208, 208, 64, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    split, whole = conv_model.channel_blocks(shape, 6, 64, machine)
+    assert split < whole == 32
+
+    def passes(kc: int) -> float:
+        return conv_model.predict(ConvPlan(DirectConfig(shape, 16, 6, 4, kc)), machine).term("c passes")
+
+    assert passes(whole) == 0 < passes(split)
+    assert {p.config.kc for p in conv_model.direct_candidates(shape, machine, target_for("avx512"), 1, ())
+            if p.config.tile == "6x4" and p.config.lanes == 16} == {split, whole}  # fmt: skip
