@@ -158,8 +158,8 @@ def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strid
 def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations=None, group=1,
                 epilogue: ep.Epilogue = (), profile=None, target=None, threads=None) -> ConvChoice:  # fmt: skip
     """The model's choice for a layer, without building anything, among plans in every
-    layout (`.in_nchw()`: among those reading and writing NCHW, what `compile_conv2d`
-    runs for a layer on its own)."""
+    layout (`.at_nchw_boundary()`: with the transforms a channel-blocked plan needs to
+    take and return NCHW, what `compile_conv2d` runs for a layer on its own)."""
     shape = conv_shape(input_shape, weight_shape, strides=strides, pads=pads, dilations=dilations, group=group)
     threads = checks.threads(threads)
     prof = resolve_profile(profile)
@@ -199,8 +199,8 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
     threads = checks.threads_within(threads, prof)
     choice = None
     start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
-    if config is None:  # a layer on its own reads and writes NCHW: the model's best in it
-        choice = choose(shape, prof, tgt, threads, epilogue).in_nchw()
+    if config is None:  # a layer on its own reads and writes NCHW: blocked plans pay the transforms
+        choice = choose(shape, prof, tgt, threads, epilogue).at_nchw_boundary()
         plan = choice.best.plan
     else:
         if not isinstance(config, ConvPlan):

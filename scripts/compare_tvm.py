@@ -268,7 +268,7 @@ def our_build_times(task: dict, threads: int) -> dict:
     else:
         choice = autoconfig.plan_conv2d(task["input"], task["weight"], strides=task["strides"], pads=task["pads"],
                                       dilations=task["dilations"], group=task["group"], profile=task["profile"],
-                                      threads=threads).in_nchw()  # what compile_conv2d runs: NCHW in and out
+                                      threads=threads).at_nchw_boundary()  # what compile_conv2d runs: NCHW in and out
     decision, plan = time.perf_counter() - start, choice.best.plan
     start = time.perf_counter()
     if task["kind"] == "matmul":

@@ -6,11 +6,11 @@ stride-2 stem, dilation 2, a 1x1 image, grouped, asymmetric pads) a grid of
 configurations spanning every algorithm that applies (direct and depthwise at two
 vector widths and several register tiles; gemm1x1 and im2col with tiled and packed
 GEMMs, gemm1x1 also with output channels in the lanes; Winograd F(2,3) and F(4,3)
-with the matmul model's product) plus the model's own pick among the plans that read
-and write NCHW (a layer on its own; channel-blocked plans, which a model runs between
-blocked layers, are checked against measurement inside built models by
-`autoconfig run DIR --per-kernel`) is compiled, checked against onnxruntime and timed
-as a whole call (transform included), pinned to one core, round-robin in several
+with the matmul model's product) plus the model's own pick for a layer on its own
+(NCHW in and out; a channel-blocked pick is timed and priced with its transforms into
+and out of blocks; channel-blocked plans between blocked layers are checked against
+measurement inside built models by `autoconfig run DIR --per-kernel`) is compiled,
+checked against onnxruntime and timed as a whole call (transforms included), pinned to one core, round-robin in several
 passes, each configuration keeping its best sample (the matmul validation's protocol:
 scripts/validate_matmul_model.py). Per layer: the model's regret (its pick's time over
 the grid's best, minus 1) and the Spearman correlation of predicted and measured
@@ -145,7 +145,8 @@ def main() -> int:
     args = parser.parse_args()
 
     import autoconfig
-    from autoconfig.models.conv import choose, predict
+    from autoconfig.machine import Machine
+    from autoconfig.models.conv import choose, nchw_boundary, predict
     from autoconfig.resolve import resolve_profile, target_for_profile
 
     profile = resolve_profile(args.profile)
@@ -162,7 +163,7 @@ def main() -> int:
         x = rng.standard_normal(shape.input_shape, dtype=np.float32)
         w = rng.standard_normal(shape.weight_shape, dtype=np.float32)
         expected = reference(shape, x, w)
-        pick = choose(shape, profile, target, 1).in_nchw().best.plan  # the grid is NCHW, as a layer alone
+        pick = choose(shape, profile, target, 1).at_nchw_boundary().best.plan  # as a layer alone
         plans = grid(shape, profile, target)
         if pick not in plans:
             plans.append(pick)
@@ -189,7 +190,8 @@ def main() -> int:
     regrets, rhos, picked = [], [], Counter()
     for name, (shape, pick, _, times) in layers.items():
         plans = list(times)
-        predicted = {p: predict(p, profile).total_ns for p in plans}
+        machine = Machine.of(profile)  # a layer alone: a channel-blocked pick pays its transforms
+        predicted = {p: nchw_boundary(predict(p, profile), machine, target.f32_lanes).total_ns for p in plans}
         best = min(times, key=times.get)
         regret = times[pick] / times[best] - 1
         rho = spearman([predicted[p] for p in plans], [times[p] for p in plans])

@@ -453,7 +453,7 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
 def test_the_model_prices_channel_blocked_layouts():
     """On MobileNet-V1's first depthwise layer the model prefers channel blocks (aligned
     whole-vector loads, no input transform); a layer on its own, which takes and returns
-    NCHW, runs the best NCHW plan; inside a model the layout follows the input's and
+    NCHW, counts the transforms into and out of blocks and runs NCHW; inside a model the layout follows the input's and
     what the output's readers can take, each transform priced."""
     from autoconfig.machine import Machine
     from autoconfig.models.conv import choose_layout
@@ -463,8 +463,10 @@ def test_the_model_prices_channel_blocked_layouts():
     depthwise = ZOO_LAYERS[4]
     choice = choose(depthwise, profile, target, 1)
     assert layout_of(choice.best.config) == "nchwc" and "channel blocks of 16" in choice.explain()
-    alone = choice.in_nchw().best.config
-    assert layout_of(alone) == input_layout_of(alone) == "nchw"
+    alone = choice.at_nchw_boundary()
+    blocked = [p for p in alone.per_algorithm if "nchwc" in (input_layout_of(p.config), layout_of(p.config))]
+    assert blocked and all(p.term("reblock out") > 0 for p in blocked if layout_of(p.config) == "nchwc")
+    assert layout_of(alone.best.config) == input_layout_of(alone.best.config) == "nchw"  # transforms cost more
     x, w, b = layer_data(depthwise)
     assert layout_of(compile_layer(depthwise, w, b, profile=AVX512, threads=1).config) == "nchw"
     machine = Machine.of(profile)
@@ -610,3 +612,16 @@ def test_direct_layers_may_take_all_input_channels_in_one_block():
     assert passes(whole) == 0 < passes(split)
     assert {p.config.kc for p in conv_model.direct_candidates(shape, machine, target_for("avx512"), 1, ())
             if p.config.tile == "6x4" and p.config.lanes == 16} == {split, whole}  # fmt: skip
+
+
+def test_a_layer_alone_may_run_in_channel_blocks_with_its_transforms_priced():
+    """A strided layer on its own (NCHW in and out) may run a channel-blocked plan when
+    its transforms cost less than the blocks save: its prediction carries the output's
+    transform back to NCHW, and the result is onnxruntime's."""
+    require_runnable(get_target("avx512"))
+    shape = ConvShape(1, 32, 30, 30, 64, (3, 3), (2, 2), (1, 1, 1, 1))
+    x, w, b = layer_data(shape)
+    f = compile_layer(shape, w, b, profile=AVX512, threads=1)
+    assert isinstance(f.config, BlockedDirectConfig) and f.prediction.term("reblock out") > 0
+    assert "reblock out" in f.explain()
+    assert_close(f(x), conv_reference(shape, x, w, b), what="blocked plan at an NCHW boundary")

@@ -349,10 +349,10 @@ kc=256 (C from L3: 100 µs)."""
 
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
-SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "im2col", "filters", "call", STALL_TERM,
-                C_PASSES_TERM)  # fmt: skip
-"""Terms that do not overlap the kernel: a copy done before it (packing, a layout
-transform), a stall on its critical path (evicted B panels, C brought back per K
+SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
+                "filters", "call", STALL_TERM, C_PASSES_TERM)  # fmt: skip
+"""Terms that do not overlap the kernel: a copy done before or after it (packing, a
+layout transform), a stall on its critical path (evicted B panels, C brought back per K
 block, Winograd filters fetched from farther than priced), the call itself."""
 
 
