@@ -32,6 +32,7 @@ import numpy as np
 
 import harness
 from autoconfig.accuracy import spearman
+from kernels.conv import DirectConfig, input_layout_of, layout_of
 from validate_matmul_model import measure_round_robin
 
 LAYERS = {  # name: (input NCHW, weight shape, strides, pads (top, left, bottom, right), dilations, group)
@@ -118,8 +119,12 @@ def grid(shape, profile, target) -> list:
 
 
 def describe(plan) -> str:
+    """'direct 6x4/16 kc=32', 'direct 5 pixels x 64 channels/16 blocked' (channel blocks and
+    their transforms), 'gemm1x1 packed 5x5/16'."""
     c = plan.config
-    return f"{c.algorithm} {c.tile}/{c.lanes}" + (f" kc={c.kc}" if c.algorithm == "direct" else "")
+    blocked = "nchwc" in (input_layout_of(c), layout_of(c))
+    return (f"{c.algorithm} {c.tile}/{c.lanes}" + (" blocked" if blocked else "")
+            + (f" kc={c.kc}" if isinstance(c, DirectConfig) else ""))  # fmt: skip
 
 
 def reference(shape, x, w) -> np.ndarray:
