@@ -193,12 +193,18 @@ def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
     at 256 on Zen 4 (the traffic predicted them alike); with masked loads the model's
     512-bit pick there measured within 0.3% of the best configuration of the grid
     (scripts/validate_conv_model.py: 147.2 vs 146.8 µs)."""
-    moved = (split.planes * split.height * split.width + split.size) * F32
+    read, written = split.planes * split.height * split.width * F32, split.size * F32
+    moved = read + written
     gathered = split.gathered_lanes(m.scalable)
     why = (f"the input copied into padded planes split by stride {split.strides[0]}x{split.strides[1]} "
            f"phases ({moved / 1e6:.2f} MB read and written"
            + (f"; {gathered / split.planes:.0f} lanes per plane gathered)" if gathered else ")"))  # fmt: skip
-    return Term("transform", (m.traffic_ns(moved) + gathered / m.broadcast_loads_per_ns()) * share, why)
+    # Read where the input lies, written where the planes stay, each at its own level, as
+    # packing is: the two together priced from the level holding both predicted 119 µs
+    # for 128 planes of 56² (3.3 MB, "L3" at 28 GB/s) on the Intel Xeon (model 167) VM,
+    # where the transform and the stride-2 depthwise layer after it took 92 µs in all.
+    ns = m.traffic_ns(read) + m.traffic_ns(written)
+    return Term("transform", (ns + gathered / m.broadcast_loads_per_ns()) * share, why)
 
 
 def _call_term(calls: int, parts: int, m: Machine) -> Term:
