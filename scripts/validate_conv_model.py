@@ -10,11 +10,12 @@ with the matmul model's product) plus the model's own pick for a layer on its ow
 (NCHW in and out; a channel-blocked pick is timed and priced with its transforms into
 and out of blocks; channel-blocked plans between blocked layers are checked against
 measurement inside built models by `autoconfig run DIR --per-kernel`) is compiled,
-checked against onnxruntime and timed as a whole call (transforms included), pinned to one core, round-robin in several
-passes, each configuration keeping its best sample (the matmul validation's protocol:
-scripts/validate_matmul_model.py). Per layer: the model's regret (its pick's time over
-the grid's best, minus 1) and the Spearman correlation of predicted and measured
-times; then the summary and which algorithms the model picked.
+checked against onnxruntime and timed as a whole call (transforms included), pinned to
+one core, round-robin in several passes, each configuration keeping its best sample
+(the matmul validation's protocol: scripts/validate_matmul_model.py). Per layer: the
+model's regret (its pick's time over the grid's best, minus 1) and the Spearman
+correlation of predicted and measured times; then the summary and which algorithms the
+model picked.
 
 Usage: python scripts/validate_conv_model.py [--profile P] [--reps 5] [--passes 3] [--quick]
        [--layer NAME]   (one layer, every configuration's predicted and measured time)
@@ -100,9 +101,9 @@ def grid(shape, profile, target) -> list:
             plans += [ConvPlan(DepthwiseConfig(shape, lanes, mr, nv)) for mr, nv in DEPTHWISE_TILES
                       if mr * nv + 2 <= target.vector_registers and (nv - 1) * lanes < shape.out_width]  # fmt: skip
         gemm = shape.gemm_shape()
-        kinds = (["gemm1x1"] if shape.pointwise else []) + (
+        gemm_algorithms = (["gemm1x1"] if shape.pointwise else []) + (
             ["im2col"] if gemm.k * gemm.n * 4 * shape.batch * shape.group <= IM2COL_LIMIT and shape.group < 8 else [])
-        for algorithm in kinds:
+        for algorithm in gemm_algorithms:
             for mr, nv in GEMM_TILES:
                 if mr * nv + nv + 1 <= target.vector_registers:
                     for kc, kinds in blockings(gemm, mr, nv * lanes, m):

@@ -453,8 +453,9 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
 def test_the_model_prices_channel_blocked_layouts():
     """On MobileNet-V1's first depthwise layer the model prefers channel blocks (aligned
     whole-vector loads, no input transform); a layer on its own, which takes and returns
-    NCHW, counts the transforms into and out of blocks and runs NCHW; inside a model the layout follows the input's and
-    what the output's readers can take, each transform priced."""
+    NCHW, counts the transforms into and out of blocks and runs NCHW; inside a model the
+    layout follows the input's and what the output's readers can take, each transform
+    priced."""
     from autoconfig.machine import Machine
     from autoconfig.models.conv import choose_layout
     from kernels.conv import input_layout_of, layout_of

@@ -53,8 +53,9 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models.matmul import (
-    C_PASSES_TERM, MAX_MR, MAX_NV, OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share, choose as choose_matmul,
-    epilogue_term, microkernel_ns, predict as predict_matmul, promising_predictions, total_ns, vector_widths,
+    MAX_MR, MAX_NV, OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share,
+    choose as choose_matmul, epilogue_term, microkernel_ns, output_passes, predict as predict_matmul,
+    promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
@@ -144,7 +145,7 @@ def window_bytes(shape: ConvShape, nr: int) -> int:
 def channel_blocks(shape: ConvShape, mr: int, nr: int, m: Machine) -> tuple[int, ...]:
     """The input-channel blocks scored for a direct tile: `channel_block`'s and, when it
     splits the channels, all of them in one block, whose window streams from L2 but
-    whose output is written once (C_PASSES_TERM: YOLO-V4's 32->64 3x3/2 on 208² on the
+    whose output is written once (`output_passes`: YOLO-V4's 32->64 3x3/2 on 208² on the
     Intel Xeon (model 167) VM, 6x4 tiles: 4088 µs with kc=15, 3567 with all 32)."""
     kc, _ = channel_block(shape, mr, nr, m)
     return (kc,) if kc == shape.in_per_group else (kc, shape.in_per_group)
@@ -212,18 +213,6 @@ def _call_term(calls: int, parts: int, m: Machine) -> Term:
     return Term("call", ns, f"one call, {calls} kernel(s)" + (" each dispatched to the threads" if parts > 1 else ""))
 
 
-def _output_passes(blocks: int, out_bytes: float, m: Machine) -> Term:
-    """The output read back and written again for every input-channel block after the
-    first, from the level that holds it: a stall, as the matmul model's C passes."""
-    if blocks == 1:
-        return Term(C_PASSES_TERM, 0.0, "one channel block: each output tile written once")
-    level = m.holding_level(out_bytes, whole_problem=True)
-    moved = 2 * out_bytes * (blocks - 1)
-    ns = 0.0 if level == "L1" else moved / m.bandwidth[level]
-    return Term(C_PASSES_TERM, ns, f"{blocks - 1} more channel block(s) read and write the output back: "
-                                   f"{moved / 1e6:.2f} MB from {level}")  # fmt: skip
-
-
 def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
     c: DirectConfig = p.config
     s = c.shape
@@ -276,7 +265,8 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
                           f"{size / 1e6:.2f} MB: weights ({w_level}) per column tile, the window per row "
                           f"tile if it leaves L1, input and weights once and the output in and out from "
                           f"{once_level}"))  # fmt: skip
-    terms.append(_output_passes(blocks, out_bytes * share, m))
+    output = out_bytes * share  # its passes per channel block, from where it lies
+    terms.append(output_passes(blocks, "channel", output, m.holding_level(output, whole_problem=True), m))
     terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
@@ -722,9 +712,8 @@ class ConvChoice(Choice):
         return " (the layer's direct flops over the time, also for Winograd, which does fewer)"
 
     def formula(self) -> str:
-        return ("terms (ns; total = softmax(compute, largest memory) + transform + reblock + im2col + filters + l1 misses "
-                "+ c passes + packing "
-                "+ call):")
+        return ("terms (ns; total = softmax(compute, largest memory) + transform + reblock + im2col + filters "
+                "+ l1 misses + c passes + packing + call):")
 
     def runner_up(self, p: Prediction) -> str:
         return (f"  {p.config.algorithm:<8} {_layouts(p.config):<12} lanes={p.config.lanes} {p.config.tile}: "

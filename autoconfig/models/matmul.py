@@ -9,7 +9,9 @@ Parameters (the BLIS analytic model, Low et al., ACM TOMS 2016, with corrections
 - kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
   ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. The paper's form
   ⌊(W−1)/(1+nr/mr)⌋ gave kc=64 on the development machine, measured 0.68× OpenBLAS at
-  1024³ against 0.96× for kc=256 (this rule: kc=320);
+  1024³ against 0.96× for kc=256 (this rule: kc=320). Packed plans are also scored
+  with a longer K block whose B block streams from L2 (`kc_options`), since every K
+  block after the first passes over C again;
 - mc: the A block (mc×kc) fills the L2 ways left after two B micro-panels, counted
   on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
   (random 4 KiB page placement conflicts in a physically indexed L2 before it is
@@ -21,8 +23,8 @@ Parameters (the BLIS analytic model, Low et al., ACM TOMS 2016, with corrections
 
 Time terms (ns): the micro-kernel's FMA issue, its latency floor and its loads
 (L1 bandwidth); masked edge loads; data traffic per memory level against that
-level's bandwidth (the largest is the memory term); packing; C tile load/store; call
-and thread dispatch. Inputs are taken as warm, as in a model run where each layer's
+level's bandwidth (the largest is the memory term); packing; C tile load/store; C's
+passes per K block; call and thread dispatch. Inputs are taken as warm, as in a model run where each layer's
 operands were just produced or are reused: the whole problem is read once from the
 innermost level that holds it (charging DRAM for a 4 MB problem predicted 127 µs
 where the measured best was 106 µs, and tied every configuration).
@@ -587,20 +589,26 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
 
 
 def _c_passes(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term:
-    """C read back and written again for each K block after the first (C_PASSES_TERM),
-    from the level holding what a thread touches between two visits of a C tile: its
-    C column block, the A block and B block of one K block."""
-    if k_blocks == 1:
-        return Term(C_PASSES_TERM, 0.0, "one K block: each C tile written once")
+    """C's passes per K block (`output_passes`), from the level holding what a thread
+    touches between two visits of a C tile: its C column block, the A block and B block
+    of one K block."""
     shape, c = p.shape, p.config
     kc, _, nc = c.blocks()
     row_share, col_share = _row_and_column_shares(p, share)
     rows, columns = shape.m * row_share, min(nc, round_up(shape.n, c.nr) * col_share)
     level = m.holding_level((rows * columns + rows * kc + kc * columns) * F32)
-    passes = (k_blocks - 1) * 2 * shape.m * shape.n * F32 * share
-    ns = 0.0 if level == "L1" else passes / m.bandwidth[level]
-    return Term(C_PASSES_TERM, ns, f"{k_blocks - 1} more K block(s) read and write C back: "
-                                   f"{passes / 1e6:.2f} MB from {level}")  # fmt: skip
+    return output_passes(k_blocks, "K", shape.m * shape.n * F32 * share, level, m)
+
+
+def output_passes(blocks: int, block: str, output_bytes: float, level: str, m: Machine) -> Term:
+    """The output read back and written again (OUTPUT_TRANSFERS) for every `block`
+    block after the first, from `level` (C_PASSES_TERM): a stall."""
+    if blocks == 1:
+        return Term(C_PASSES_TERM, 0.0, f"one {block} block: each output tile written once")
+    moved = (blocks - 1) * OUTPUT_TRANSFERS * output_bytes
+    ns = 0.0 if level == "L1" else moved / m.bandwidth[level]
+    return Term(C_PASSES_TERM, ns, f"{blocks - 1} more {block} block(s) read and write the output back: "
+                                   f"{moved / 1e6:.2f} MB from {level}")  # fmt: skip
 
 
 def _parameters(p: MatmulPlan, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
