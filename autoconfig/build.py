@@ -324,8 +324,7 @@ class _Builder:
             for source in (layout, other):
                 best = choice.best_in((source,), writes)
                 if best is not None:
-                    shift = 0.0 if source == layout else conv_model.transform_ns(shape, best, self.machine, source,
-                                                                                 self.target.f32_lanes)
+                    shift = conv_model.transform_ns(shape, best, self.machine, layout, source, self.target.f32_lanes)
                     costs.append(best.total_ns + shift)
             total += min(costs)
         return total

@@ -127,7 +127,7 @@ class _NchwBoundary:
         if layout == "nchw":
             return ref
         blocked = self.buffers.scratch(math.prod(shape))
-        config = Reblock.of(shape, self.plan.config.lanes, to_blocked=not output)
+        config = Reblock.of(shape, self.plan.config.lanes, to_blocked=not output, layout=layout)
         self.configs[config.symbol] = config
         if output:
             self.after.append(reblock_call(config, ref, blocked, self.plan.threads))

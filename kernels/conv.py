@@ -368,14 +368,17 @@ class DepthwiseConfig:
 
 
 ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig | nchwc.BlockedConfig
-Layout = Literal["nchw", "nchwc"]
+Layout = Literal["nchw", "nchwc", "nhwc"]
 
 
 def layout_of(config: ConvConfig) -> Layout:
-    """The layout a config writes its output in: NCHW, or channel-blocked NCHW[c] with
-    c = its lanes (`kernels.nchwc`)."""
-    blocked = isinstance(config, nchwc.BlockedConfig) or isinstance(config, GemmConvConfig) and config.gemm.blocked
-    return "nchwc" if blocked else "nchw"
+    """The layout a config writes its output in: NCHW, channel-blocked NCHW[c] with
+    c = its lanes, or NHWC (`kernels.nchwc`)."""
+    if isinstance(config, nchwc.BlockedConfig):
+        return config.layout
+    if isinstance(config, GemmConvConfig) and config.gemm.blocked:
+        return "nhwc" if config.gemm.nhwc else "nchwc"
+    return "nchw"
 
 
 def input_layout_of(config: ConvConfig) -> Layout:

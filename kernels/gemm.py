@@ -147,11 +147,15 @@ class BlockedTile(OutputTile):
     """The same tile of a C stored transposed in blocks of L columns (Cᵀ as an NCHW[c]
     image with c = L lanes, in a flat memref, `stride` = C's row count): vector v of row
     r, columns cols[v] .. +L of one block, is the contiguous Cᵀ[cols[v] div L][rows[r]][·]
-    at cols[v]·stride + rows[r]·L (the columns of a vector start a block)."""
+    at cols[v]·stride + rows[r]·L (the columns of a vector start a block). With
+    `row_length` N, one block holds every column (NHWC): C row-major, rows[r]·N + cols[v]."""
 
     stride: int
+    row_length: int = 0
 
     def at(self, r: int, v: int) -> ir.Value:
+        if self.row_length:
+            return arith.addi(arith.muli(self.rows[r], index(self.row_length)), self.cols[v])
         lanes = ir.VectorType(self.vec).shape[0]
         return arith.addi(arith.muli(self.cols[v], index(self.stride)), arith.muli(self.rows[r], index(lanes)))
 

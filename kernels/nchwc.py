@@ -34,8 +34,14 @@ fill a block) or blocked; the output is blocked::
           acc[j][v] += X[n, c, ih, iw(j, kw)] · W[c, kh, kw, co0 + v·L : +L]
         Y[n, co0/L + v, oh, ow0 + j, :] = epilogue(acc[j][v])
 
-reblock: the layout transform between NCHW and NCHW[c], either way: squares of L
-pixels × L channels transposed in registers.
+NHWC: the same kernels on a tensor held [N, H, W, C] — NCHW[c] with one block of all C
+channels (`Blocks`: NCHW is b = 1, NCHW[c] b = L, NHWC b = C). A pixel's channels are
+then one contiguous run whatever the vectors' width, so the layout does not tie a
+tensor's producer and readers to one lane count, and a pixel tile's inputs are a few
+contiguous rows instead of one stretch per channel block (`layout`).
+
+reblock: the layout transform between NCHW and NCHW[c] or NHWC, either way: squares of
+L pixels × L channels transposed in registers.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -60,6 +66,46 @@ from kernels.target import Target
 
 if TYPE_CHECKING:
     from kernels.conv import ConvShape
+
+
+BlockedLayout = Literal["nchwc", "nhwc"]
+
+
+def layout_name(layout: str, lanes: int) -> str:
+    """'NCHW', 'NCHW[16c]' or 'NHWC', for signatures and reports."""
+    return {"nchw": "NCHW", "nchwc": f"NCHW[{lanes}c]", "nhwc": "NHWC"}[layout]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Where element (n, c, h, w) of an [N, C, H, W] tensor lies when it is held as
+    [N, C/b, H, W, b]: b = 1 is NCHW, b = the lanes NCHW[c], b = C NHWC."""
+
+    channels: int
+    height: int
+    width: int
+    block: int
+
+    @classmethod
+    def of(cls, layout: str, shape: tuple[int, ...], lanes: int) -> Blocks:
+        """The addressing of a tensor of NCHW `shape` held in `layout`."""
+        _, c, h, w = shape
+        return cls(c, h, w, {"nchw": 1, "nchwc": lanes, "nhwc": c}[layout])
+
+    @property
+    def step(self) -> int:
+        """Floats between horizontally adjacent pixels of one channel."""
+        return self.block
+
+    def at(self, n: ir.Value, c: ir.Value, h: ir.Value, w: ir.Value) -> ir.Value:
+        """The flat index of (n, c, h, w)."""
+        b, pixel = self.block, arith.addi(arith.muli(h, index(self.width)), w)
+        if b == self.channels:  # NHWC: one block
+            image = arith.addi(arith.muli(n, index(self.height * self.width)), pixel)
+            return arith.addi(arith.muli(image, index(b)), c)
+        block = arith.addi(arith.muli(n, index(self.channels // b)), c if b == 1 else arith.divsi(c, index(b)))
+        spot = arith.addi(arith.muli(block, index(self.height * self.width)), pixel)
+        return spot if b == 1 else arith.addi(arith.muli(spot, index(b)), arith.remsi(c, index(b)))
 
 
 def check_blocked(target: Target, lanes: int, channels: dict[str, int]) -> None:
@@ -132,12 +178,14 @@ def _zero_pixels(columns: Columns) -> list[int]:
 
 @dataclass(frozen=True)
 class BlockedDepthwiseConfig:
-    """Depthwise on NCHW[c]: tiles of nv output pixels × one vector of `lanes` channels."""
+    """Depthwise on NCHW[c] (or NHWC, `layout`, input and output alike): tiles of nv
+    output pixels × one vector of `lanes` channels."""
 
     shape: ConvShape
     lanes: int
     nv: int = 1
     epilogue: ep.Epilogue = field(default=())
+    layout: BlockedLayout = "nchwc"
 
     algorithm: str = field(default="depthwise", init=False)
 
@@ -177,7 +225,7 @@ class BlockedDepthwiseConfig:
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
-        return _signature(self, f"depthwise convolution {self.shape.describe()} on NCHW[{self.lanes}c]",
+        return _signature(self, f"depthwise convolution {self.shape.describe()} on {layout_name(self.layout, self.lanes)}",
                           self.shape.channels * self.shape.taps)  # fmt: skip
 
 
@@ -241,14 +289,15 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
     w = f32_memref(args["w"], [s.channels * s.taps])
     (_, kw_count), (sw, dw) = s.kernel, (s.strides[1], s.dilations[1])
     columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
+    source, result = Blocks.of(cfg.layout, s.input_shape, lanes), Blocks.of(cfg.layout, s.output_shape, lanes)
 
     def unit(u: ir.Value) -> None:
-        plane = arith.divsi(u, index(s.out_height))  # image · blocks + channel block
+        plane = arith.divsi(u, index(s.out_height))  # image · blocks + channel vector
         oh = arith.remsi(u, index(s.out_height))
+        n = arith.divsi(plane, index(blocks))
         channel = arith.muli(arith.remsi(plane, index(blocks)), index(lanes))
         top, kh_begin, kh_end = _row_taps(s, oh)
-        out_row = arith.muli(arith.addi(arith.muli(plane, index(s.out_height)), oh), index(s.out_width * lanes))
-        image = arith.muli(plane, index(s.height * s.width * lanes))
+        out_row = result.at(n, channel, oh, index(0))
         weights = arith.muli(channel, index(s.taps))  # the block's [KH, KW, L] weights
 
         def tile(ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> None:
@@ -256,7 +305,7 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
 
             def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                 ih = arith.addi(top, arith.muli(kh, index(s.dilations[0])))
-                row = arith.addi(image, arith.muli(arith.addi(arith.muli(ih, index(s.width)), left), index(lanes)))
+                row = source.at(n, channel, ih, left)
                 row_weights = arith.addi(weights, arith.muli(kh, index(kw_count * lanes)))
                 inputs: dict[int, ir.Value] = {}
                 for kw in kws or range(kw_count):
@@ -264,17 +313,17 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
                     for j in range(pixels):
                         column = j * sw + kw * dw
                         if column not in inputs:
-                            inputs[column] = load(vec, x, [offset(row, column * lanes)])
+                            inputs[column] = load(vec, x, [offset(row, column * source.step)])
                         acc[j] = vector.fma(inputs[column], weight, acc[j])
                 return acc
 
             acc = for_carry(kh_begin, kh_end, 1, [f32_splat(target, lanes, 0.0)] * pixels, filter_row)
             for j in range(pixels):
-                out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(lanes))), channel)
+                out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))), channel)
 
         _pixel_tiles(columns, cfg.nv, tile)
         for ow in _zero_pixels(columns):
-            out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * lanes), channel)
+            out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
 
@@ -284,8 +333,9 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
 
 @dataclass(frozen=True)
 class BlockedDirectConfig:
-    """Direct convolution (group 1) writing NCHW[c]: tiles of nv output pixels × mv
-    vectors of `lanes` output channels; the input plain NCHW or blocked."""
+    """Direct convolution (group 1) writing NCHW[c] (or NHWC, `layout`): tiles of nv
+    output pixels × mv vectors of `lanes` output channels; the input plain NCHW or in
+    the output's layout."""
 
     shape: ConvShape
     lanes: int
@@ -293,6 +343,7 @@ class BlockedDirectConfig:
     mv: int = 1
     blocked_input: bool = True
     epilogue: ep.Epilogue = field(default=())
+    layout: BlockedLayout = "nchwc"
 
     algorithm: str = field(default="direct", init=False)
 
@@ -324,8 +375,10 @@ class BlockedDirectConfig:
         s = self.shape
         if s.group != 1:
             raise AutoconfigError(f"the channel-blocked direct convolution is for group 1, got {s.describe()}")
+        # each input value is broadcast: an NHWC input may hold any number of channels
         check_blocked(target, self.lanes, {"the output channels": s.out_channels,
-                                           **({"the input channels": s.channels} if self.blocked_input else {})})
+                                           **({"the input channels": s.channels}
+                                              if self.blocked_input and self.layout == "nchwc" else {})})
         _check_registers(self, target)
 
     def pack_weights(self, weight: np.ndarray) -> np.ndarray:
@@ -342,8 +395,8 @@ class BlockedDirectConfig:
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
         s = self.shape
-        layout = f"NCHW[{self.lanes}c]" if self.blocked_input else "NCHW"
-        return _signature(self, f"direct convolution {s.describe()}, {layout} to NCHW[{self.lanes}c]",
+        source = layout_name(self.layout if self.blocked_input else "nchw", self.lanes)
+        return _signature(self, f"direct convolution {s.describe()}, {source} to {layout_name(self.layout, self.lanes)}",
                           s.out_channels * s.channels * s.taps)  # fmt: skip
 
 
@@ -356,16 +409,8 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
     (_, kw_count), (sw, dw) = s.kernel, (s.strides[1], s.dilations[1])
     columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
     tiles, blocks = cfg.channel_tiles(), s.out_channels // lanes
-    plane = s.height * s.width
-
-    def pixel(n: ir.Value, c: ir.Value, ih: ir.Value, iw: ir.Value) -> ir.Value:
-        """The input's flat index of (n, c, ih, iw)."""
-        if not cfg.blocked_input:
-            return arith.addi(arith.muli(arith.addi(arith.muli(n, index(s.channels)), c), index(plane)),
-                              arith.addi(arith.muli(ih, index(s.width)), iw))  # fmt: skip
-        block = arith.addi(arith.muli(n, index(s.channels // lanes)), arith.divsi(c, index(lanes)))
-        spot = arith.addi(arith.muli(block, index(plane)), arith.addi(arith.muli(ih, index(s.width)), iw))
-        return arith.addi(arith.muli(spot, index(lanes)), arith.remsi(c, index(lanes)))
+    source = Blocks.of(cfg.layout if cfg.blocked_input else "nchw", s.input_shape, lanes)
+    result = Blocks.of(cfg.layout, s.output_shape, lanes)
 
     def unit(u: ir.Value) -> None:
         n = arith.divsi(u, index(tiles * s.out_height))
@@ -382,10 +427,8 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
             return offset(co0, v * lanes)
 
         def output_at(v: int, ow: ir.Value) -> ir.Value:
-            """Y[n, first_block + v, oh, ow, 0]"""
-            block = arith.addi(arith.muli(n, index(blocks)), offset(first_block, v))
-            spot = arith.addi(arith.muli(arith.addi(arith.muli(block, index(s.out_height)), oh), index(s.out_width)), ow)
-            return arith.muli(spot, index(lanes))
+            """Where Y[n, channel_of(v) .. + L, oh, ow] starts."""
+            return result.at(n, channel_of(v), oh, ow)
 
         def with_vectors(count: int) -> None:
             def tile(ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> None:
@@ -394,8 +437,7 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
                 def channel(c: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                     def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                         ih = arith.addi(top, arith.muli(kh, index(s.dilations[0])))
-                        start = pixel(n, c, ih, left)
-                        step = lanes if cfg.blocked_input else 1
+                        start, step = source.at(n, c, ih, left), source.step
                         taps = arith.muli(arith.addi(arith.muli(c, index(s.kernel[0])), kh), index(kw_count))
                         acc = list(acc)
                         for kw in kws or range(kw_count):
@@ -461,20 +503,28 @@ def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, top:
 
 @dataclass(frozen=True)
 class Reblock:
-    """The layout transform of an [N, C, H, W] tensor between NCHW and NCHW[c]
-    (`to_blocked`: which way), L×L squares at a time."""
+    """The layout transform of an [N, C, H, W] tensor between NCHW and NCHW[c] or NHWC
+    (`layout`; `to_blocked`: which way), L×L squares at a time."""
 
     batch: int
     channels: int
     pixels: int  # H·W
     lanes: int
     to_blocked: bool
+    layout: BlockedLayout = "nchwc"
 
     @classmethod
-    def of(cls, shape: tuple[int, ...], lanes: int, to_blocked: bool) -> Reblock:
-        """The transform of a tensor of NCHW `shape`, in blocks of `lanes` channels."""
+    def of(cls, shape: tuple[int, ...], lanes: int, to_blocked: bool, layout: BlockedLayout = "nchwc") -> Reblock:
+        """The transform of a tensor of NCHW `shape`, `lanes` channels at a time (NHWC:
+        the widest vectors of at most `lanes` that divide its channels, which any
+        number of its readers' lanes may then read)."""
         n, c, h, w = shape
-        return cls(n, c, h * w, lanes, to_blocked)
+        return cls(n, c, h * w, math.gcd(lanes, c) if layout == "nhwc" else lanes, to_blocked, layout)
+
+    @property
+    def blocks(self) -> Blocks:
+        """The blocked side's addressing (its pixels as one row)."""
+        return Blocks.of(self.layout, (self.batch, self.channels, 1, self.pixels), self.lanes)
 
     def units(self) -> int:
         """(image, channel block) pairs: what threads divide."""
@@ -490,11 +540,12 @@ class Reblock:
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, unit_begin, unit_end)``."""
         size = self.batch * self.channels * self.pixels
-        way = "NCHW to NCHW[{0}c]" if self.to_blocked else "NCHW[{0}c] to NCHW"
+        blocked = layout_name(self.layout, self.lanes)
+        way = f"NCHW to {blocked}" if self.to_blocked else f"{blocked} to NCHW"
         return KernelSignature(self.symbol, (Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,)),
                                              Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)),
-                               f"{self.batch}x{self.channels}x{self.pixels} from {way.format(self.lanes)}: "
-                               "channel blocks [unit_begin, unit_end).")  # fmt: skip
+                               f"{self.batch}x{self.channels}x{self.pixels} from {way}: "
+                               f"(image, {self.lanes} channels) [unit_begin, unit_end).")  # fmt: skip
 
 
 def transpose_square(rows: list[ir.Value]) -> list[ir.Value]:
@@ -517,21 +568,25 @@ def transpose_square(rows: list[ir.Value]) -> list[ir.Value]:
 
 
 def _reblock(cfg: Reblock, target: Target, args: dict) -> None:
-    """y[block][p][l] = x[block·L + l][p] (or back): squares of L pixels × L channels
-    read as L vectors, transposed in registers, stored as L vectors; the pixels past the
-    last whole square one vector at a time, gathered (or scattered) `pixels` apart."""
-    lanes, pixels = cfg.lanes, cfg.pixels
+    """y[n][block][p][l] = x[n][block·L + l][p] (NCHW[c]; NHWC: y[n][p][block·L + l]), or
+    back: squares of L pixels × L channels read as L vectors, transposed in registers,
+    stored as L vectors; the pixels past the last whole square one vector at a time,
+    gathered (or scattered) `pixels` apart."""
+    lanes, pixels, blocks = cfg.lanes, cfg.pixels, cfg.blocks
     vec = f32_vector_type(target, lanes)
     size = cfg.batch * cfg.channels * pixels
     y, x = f32_memref(args["y"], [size]), f32_memref(args["x"], [size])
-    plain_step, packed_step = (pixels, lanes)  # between rows of a square: NCHW channels, NCHW[c] pixels
+    plain_step, packed_step = (pixels, blocks.step)  # between rows of a square: NCHW channels, blocked pixels
 
-    def unit(block: ir.Value) -> None:
-        start = arith.muli(block, index(lanes * pixels))
+    def unit(u: ir.Value) -> None:  # (image, channel vector)
+        start = arith.muli(u, index(lanes * pixels))
+        vectors = cfg.channels // lanes
+        base = blocks.at(arith.divsi(u, index(vectors)), arith.muli(arith.remsi(u, index(vectors)), index(lanes)),
+                         index(0), index(0))  # fmt: skip
 
         def square(p0: ir.Value) -> None:
             plain = arith.addi(start, p0)
-            packed = arith.addi(start, arith.muli(p0, index(lanes)))
+            packed = arith.addi(base, arith.muli(p0, index(packed_step)))
             source, source_step, target_at, target_step = ((plain, plain_step, packed, packed_step) if cfg.to_blocked
                                                            else (packed, packed_step, plain, plain_step))  # fmt: skip
             rows = transpose_square([load(vec, x, [offset(source, r * source_step)]) for r in range(lanes)])
@@ -540,7 +595,7 @@ def _reblock(cfg: Reblock, target: Target, args: dict) -> None:
 
         def one(p: ir.Value) -> None:
             plain = arith.addi(start, p)
-            packed = arith.addi(start, arith.muli(p, index(lanes)))
+            packed = arith.addi(base, arith.muli(p, index(packed_step)))
             if cfg.to_blocked:
                 store(strided_load(vec, x, [plain], pixels), y, [packed])
             else:

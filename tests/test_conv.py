@@ -24,7 +24,8 @@ from autoconfig.models.conv import ConvPlan, choose
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, transposed_shape
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, layout_of
+from kernels.conv import transposed_shape
 from kernels.nchwc import BlockedDepthwiseConfig, BlockedDirectConfig
 from kernels import winograd
 from kernels.target import get_target
@@ -194,29 +195,51 @@ BLOCKED_LAYERS = [
 ]
 
 
-def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: int) -> list[ConvPlan]:
-    """Every channel-blocked kernel that applies, with a few tiles, split among 2 threads."""
+def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: int,
+                  layout: str = "nchwc") -> list[ConvPlan]:  # fmt: skip
+    """Every channel-blocked kernel that applies in `layout` (NCHW[c] or NHWC), with a
+    few tiles, split among 2 threads."""
     configs: list = []
     if s.depthwise:
-        configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue) for nv in (1, 3, 5)]
+        configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue, layout) for nv in (1, 3, 5)]
     elif s.pointwise:
         product = transposed_shape(s.gemm_shape())
         return [ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(product, "packed", lanes, 3, 2, kc=kc,
                                                                       epilogue=epilogue, transposed=True,
-                                                                      blocked=True)), 2, split)
+                                                                      blocked=True, nhwc=layout == "nhwc")), 2, split)
                 for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
     else:
-        inputs = (False, True) if s.channels % lanes == 0 else (False,)
-        configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue)
+        inputs = (False, True) if s.channels % lanes == 0 or layout == "nhwc" else (False,)
+        configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue, layout)
                    for nv, mv in ((1, 1), (4, 2), (3, 3)) for blocked in inputs]  # fmt: skip
     return [ConvPlan(c, 2, "units") for c in configs if c.registers_needed()[0] <= registers]
 
 
+# NHWC beyond the blocked layers: the channel counts of EfficientNet's 1x1 layers, not
+# multiples of any vector (24 -> 40: a masked last vector per pixel, a transform at 8
+# lanes), and a direct layer reading 17 channels in NHWC.
+NHWC_LAYERS = [ConvShape(1, 24, 5, 7, 40, (1, 1)), ConvShape(2, 17, 6, 9, 16, (3, 3), (1, 1), (1, 0, 1, 2))]
+
+
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("layout", ["nchwc", "nhwc"])
 @pytest.mark.parametrize("s", BLOCKED_LAYERS, ids=ConvShape.describe)
-def test_channel_blocked_layouts_match_onnxruntime(case_id, s):
-    """Each blocked kernel, its residual read in the blocked layout, behind the layout
-    transforms of a layer taking NCHW, at the target's widest lanes and at half."""
+def test_channel_blocked_layouts_match_onnxruntime(case_id, layout, s):
+    """Each blocked kernel in NCHW[c] and in NHWC, its residual read in that layout,
+    behind the layout transforms of a layer taking NCHW, at the target's widest lanes
+    and at half."""
+    check_blocked_layer(case_id, layout, s)
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("s", NHWC_LAYERS, ids=ConvShape.describe)
+def test_nhwc_takes_channel_counts_no_block_divides(case_id, s):
+    check_blocked_layer(case_id, "nhwc", s)
+
+
+def check_blocked_layer(case_id: str, layout: str, s: ConvShape) -> None:
+    """Every blocked plan of `s` in `layout` equals onnxruntime, with a bias, a residual
+    and a relu."""
     target = target_for(case_id)
     require_runnable(target)
     x, w, b = layer_data(s)
@@ -224,17 +247,19 @@ def test_channel_blocked_layouts_match_onnxruntime(case_id, s):
     epilogue = (ep.bias(), ep.residual(), ep.relu())
     expected = ep.reference(epilogue, conv_reference(s, x, w, None), [b, residual, None], channel_axis=1)
     for lanes in (target.f32_lanes // 2, target.f32_lanes):
-        plans = blocked_plans(s, lanes, epilogue, target.vector_registers)
+        plans = blocked_plans(s, lanes, epilogue, target.vector_registers, layout)
         assert plans
         for plan in plans:
             f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF[case_id], target=target, config=plan)
-            assert_close(f(x, residual), expected, what=f"{plan.config.algorithm} {plan.config.tile} lanes={lanes}")
+            assert layout_of(plan.config) == layout
+            assert_close(f(x, residual), expected,
+                         what=f"{layout} {plan.config.algorithm} {plan.config.tile} lanes={lanes}")  # fmt: skip
 
 
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 def test_layout_transform_both_ways(case_id):
-    """The layout transform against numpy's reshape: [N, C, H, W] <-> [N, C/L, H, W, L],
-    with whole L×L squares and a remainder of pixels (3x7 = 21), split among units."""
+    """The layout transform against numpy's reshape: [N, C, H, W] <-> [N, C/L, H, W, L]
+    and <-> [N, H, W, C], with whole L×L squares and a remainder of pixels (3x7 = 21), split among units."""
     from kernels.library import build_library
     from kernels.nchwc import Reblock, generate
 
@@ -243,8 +268,10 @@ def test_layout_transform_both_ways(case_id):
     lanes = target.f32_lanes
     x = np.random.default_rng(8).standard_normal((2, 2 * lanes, 3, 7), dtype=np.float32)
     blocked = x.reshape(2, 2, lanes, 3, 7).transpose(0, 1, 3, 4, 2).copy()
-    for to_blocked, source, expected in ((True, x, blocked), (False, blocked, x)):
-        config = Reblock(2, 2 * lanes, 21, lanes, to_blocked)
+    nhwc = x.transpose(0, 2, 3, 1).copy()
+    for to_blocked, layout, source, expected in ((True, "nchwc", x, blocked), (False, "nchwc", blocked, x),
+                                                 (True, "nhwc", x, nhwc), (False, "nhwc", nhwc, x)):  # fmt: skip
+        config = Reblock(2, 2 * lanes, 21, lanes, to_blocked, layout)
         kernel = build_library(generate(config, target)).kernel(config.symbol)
         y = np.full(x.size, np.nan, np.float32)
         kernel(y, np.ascontiguousarray(source).ravel(), 0, 1)
@@ -626,3 +653,21 @@ def test_a_layer_alone_may_run_in_channel_blocks_with_its_transforms_priced():
     assert isinstance(f.config, BlockedDirectConfig) and f.prediction.term("reblock out") > 0
     assert "reblock out" in f.explain()
     assert_close(f(x), conv_reference(shape, x, w, b), what="blocked plan at an NCHW boundary")
+
+
+def test_nhwc_is_scored_where_channel_blocks_do_not_fit():
+    """A 1x1 layer whose channels fill no block of the widest vectors (EfficientNet's
+    24 -> 144) gets an NHWC plan, its transforms at a layer's boundary at a measured
+    width dividing the channels; one whose channels fill blocks does not (NCHW[c] is
+    scored there), nor one whose channels no measured width divides (255)."""
+    profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
+
+    def nhwc_plans(s: ConvShape) -> list:
+        return [p for p in choose(s, profile, target, 1).at_nchw_boundary().per_algorithm
+                if layout_of(p.config) == "nhwc"]  # fmt: skip
+
+    (odd,) = nhwc_plans(ConvShape(1, 24, 56, 56, 144, (1, 1)))
+    assert odd.config.algorithm == "gemm1x1" and odd.term("reblock in") > 0 and odd.term("reblock out") > 0
+    assert "into NHWC" in next(t.why for t in odd.terms if t.name == "reblock in")
+    assert not nhwc_plans(ConvShape(1, 64, 28, 28, 128, (1, 1)))
+    assert not nhwc_plans(ConvShape(1, 256, 13, 13, 255, (1, 1)))

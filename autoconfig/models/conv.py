@@ -671,11 +671,15 @@ def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, 
                 f"+ {m.call_ns / 1e3:.1f} µs call")
 
 
-def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, layout: Layout, lanes: int) -> float:
-    """The transform of a layer's input into `layout` from the other, on the plan's
-    threads, in blocks of `lanes` (the target's widest vectors: every blocked plan's)."""
-    config = Reblock.of(shape.input_shape, lanes, to_blocked=layout == "nchwc")
-    return reblock_ns(config, machine, p.plan.threads)[0]
+def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, given: Layout, wanted: Layout,
+                 lanes: int) -> float:  # fmt: skip
+    """The transform of a layer's input from the `given` layout into the `wanted` one,
+    on the plan's threads, through NCHW (back from one blocked layout, then into the
+    other), `lanes` at a time (the target's widest vectors: every blocked plan's)."""
+    steps = [(given, False)] if given != "nchw" else []
+    steps += [(wanted, True)] if wanted != "nchw" else []
+    return sum(reblock_ns(Reblock.of(shape.input_shape, lanes, to_blocked, layout), machine, p.plan.threads)[0]
+               for layout, to_blocked in steps if given != wanted)  # fmt: skip
 
 
 def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float],
@@ -688,7 +692,7 @@ def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float
 
     def cost(p: Prediction) -> tuple[float, float]:
         wanted = input_layout_of(p.config)
-        shift = 0.0 if wanted == given else transform_ns(s, p, machine, wanted, choice.target.f32_lanes)
+        shift = transform_ns(s, p, machine, given, wanted, choice.target.f32_lanes)
         return p.total_ns + shift + outputs[layout_of(p.config)], shift
 
     options = [(cost(p), p) for p in choice.per_algorithm if layout_of(p.config) in outputs]
@@ -743,10 +747,11 @@ def nchw_boundary(p: Prediction, machine: Machine, lanes: int) -> Prediction:
     s = p.shape
     extra = []
     if input_layout_of(p.config) != "nchw":
-        extra.append(Term("reblock in", transform_ns(s, p, machine, input_layout_of(p.config), lanes),
-                          "the NCHW input transformed into channel blocks first"))
+        extra.append(Term("reblock in", transform_ns(s, p, machine, "nchw", input_layout_of(p.config), lanes),
+                          f"the NCHW input transformed into {input_layout_of(p.config).upper()} first"))
     if layout_of(p.config) != "nchw":
-        ns, why = reblock_ns(Reblock.of(s.output_shape, lanes, to_blocked=False), machine, p.plan.threads)
+        ns, why = reblock_ns(Reblock.of(s.output_shape, lanes, to_blocked=False, layout=layout_of(p.config)),
+                             machine, p.plan.threads)  # fmt: skip
         extra.append(Term("reblock out", ns, f"the output transformed back to NCHW: {why}"))
     if not extra:
         return p
@@ -784,9 +789,13 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
-    # the other's, at the widest vectors.
+    # the other's, at the widest vectors. NHWC (one block of all channels) is scored
+    # where channel blocks do not fit: where they do, no term of the model tells the two
+    # layouts apart, and NCHW[c] is the one measured against the peers.
     lanes = target.f32_lanes
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
+    nhwc = not blocks and not target.scalable and shape.group == 1 and all(
+        math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
@@ -800,6 +809,11 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                 gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True).best.plan
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
+        elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
+            gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
+                                 nhwc=True).best.plan  # fmt: skip
+            predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
+                                                gemm.split), machine))  # fmt: skip
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
     kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
