@@ -19,10 +19,12 @@ over one arena.
 - Anything else stops the build with one line naming the node and operator: nothing
   falls back to numpy.
 
-Layouts: a tensor between convolutions may be held channel-blocked, NCHW[c]
-(`kernels.nchwc`), where all its readers take that layout (convolutions, elementwise
-kernels, global average pools, a channel Concat of such tensors, whose inputs' blocks
-are its output's) and it has more than one pixel. Each convolution's
+Layouts: a tensor between convolutions may be held channel-blocked, NCHW[c], or NHWC
+(`kernels.nchwc`; NHWC also where its channels fill no block of the widest vectors,
+when a measured width divides them), where all its readers take that layout
+(convolutions, elementwise kernels, global average pools; a channel Concat of such
+tensors, whose inputs' blocks are its output's, NCHW[c] only) and it has more than one
+pixel. Each convolution's
 plan, and so the layout it writes, is chosen by `autoconfig.models.conv.choose_layout`
 counting the transform of its input from the layout it is held in and what its
 readers then pay (`_Builder.reading_ns`); an elementwise kernel keeps its input's
@@ -250,13 +252,18 @@ class _Builder:
 
     def _transformed(self, value: str, layout: kc.Layout) -> str:
         """The name of `value` held in `layout`: a layout-transform kernel writes it, run
-        before the kernel being lowered (and reused by later readers)."""
+        before the kernel being lowered (and reused by later readers); from one blocked
+        layout to the other, through NCHW."""
         name = f"{value} in {layout}"
         if name not in self.where:
             shape = self.graph.types[value].shape
-            config = Reblock.of(shape, self.target.f32_lanes, to_blocked=layout == "nchwc")
+            held = self.layout(value)
+            if held != "nchw" and layout != "nchw":
+                value, held = self._transformed(value, "nchw"), "nchw"
+            config = Reblock.of(shape, self.target.f32_lanes, to_blocked=layout != "nchw",
+                                layout=held if layout == "nchw" else layout)  # fmt: skip
             self.transforming = True
-            x = self.read(value, self.layout(value))
+            x = self.read(value, held)
             self.where[name] = (self._buffer(self.graph.types[value].elements), 0)
             self.transforming = False
             self.layouts[name] = layout
@@ -268,27 +275,38 @@ class _Builder:
                                             f"{'x'.join(map(str, shape))} to {layout}, {threads} thread(s)"))  # fmt: skip
         return name
 
-    def may_block(self, value: str) -> bool:
-        """Whether `value` may be written channel-blocked: a 4-D tensor of whole blocks
-        of channels and more than one pixel (with one, both layouts are the same memory),
-        not a graph output, read only by convolutions' kernels (their input, or their
-        epilogue's residual), elementwise kernels, global average pools and channel
-        concatenations of such tensors (`concat_takes_blocks`) — any other reader would
-        need it transformed back."""
-        if not self._blockable(value):
-            return False
+    def blocked_layouts(self, value: str) -> tuple[kc.Layout, ...]:
+        """The blocked layouts `value` may be written in (`_blockable`), where it is read
+        only by convolutions' kernels (their input, or their epilogue's residual),
+        elementwise kernels, global average pools — any of them — and channel
+        concatenations of such tensors (`concat_takes_blocks`: NCHW[c] only, where the
+        inputs' blocks follow one another) — any other reader would need it
+        transformed back."""
+        layouts = self._blockable(value)
         readers = self.consumers.get(value, [])
-        return bool(readers) and all(self.anchor_of.get(n.name) == "Conv" and (n.op != "Conv" or n.inputs[0] == value)
-                                     or self.anchor_of.get(n.name) == ELEMENTWISE_GROUP or n.op in BLOCKED_POOLS
-                                     or self.concat_takes_blocks(n) for n in readers)  # fmt: skip
+        if not readers:
+            return ()
+        for n in readers:
+            if self.concat_takes_blocks(n):
+                layouts = tuple(layout for layout in layouts if layout == "nchwc")
+            elif not (self.anchor_of.get(n.name) == "Conv" and (n.op != "Conv" or n.inputs[0] == value)
+                      or self.anchor_of.get(n.name) == ELEMENTWISE_GROUP or n.op in BLOCKED_POOLS):  # fmt: skip
+                return ()
+        return layouts
 
-    def _blockable(self, value: str) -> bool:
-        """A computed 4-D tensor of whole channel blocks and more than one pixel, not a
-        graph output."""
+    def _blockable(self, value: str) -> tuple[kc.Layout, ...]:
+        """The blocked layout of a computed 4-D tensor of more than one pixel (with one,
+        every layout is the same memory), not a graph output: NCHW[c] where its channels
+        fill blocks of the widest vectors, else NHWC where a measured width divides them
+        (its transforms run at that width; see `models.conv.choose` for why not both)."""
         shape = self.graph.types[value].shape
-        return (not self.target.scalable and not self.graph.is_constant(value) and value not in self.graph.inputs
-                and value not in self.graph.outputs and len(shape) == 4 and shape[1] % self.target.f32_lanes == 0
-                and shape[2] * shape[3] > 1)  # fmt: skip
+        if (self.target.scalable or self.graph.is_constant(value) or value in self.graph.inputs
+                or value in self.graph.outputs or len(shape) != 4 or shape[2] * shape[3] <= 1):  # fmt: skip
+            return ()
+        lanes = self.target.f32_lanes
+        if shape[1] % lanes == 0:
+            return ("nchwc",)
+        return ("nhwc",) if math.gcd(lanes, shape[1]) in self.machine.fma_by_lanes else ()
 
     def concat_takes_blocks(self, node: Node) -> bool:
         """A Concat along the channels of one image whose inputs are all blockable and
@@ -298,30 +316,29 @@ class _Builder:
             return False
         if node.attrs.get("axis", 0) % len(self.graph.types[node.outputs[0]].shape) != 1:
             return False
-        return all(self._blockable(v) and self.anchor_of.get(self.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
+        return all("nchwc" in self._blockable(v) and self.anchor_of.get(self.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
                    for v in node.inputs)  # fmt: skip
 
     def reading_ns(self, value: str, layout: kc.Layout) -> float:
         """What `value`'s readers pay if it is written in `layout` (beyond a common
         part): each convolution reading it as its input runs its best plan reading that
-        layout, or the best reading the other after a transform, whichever is faster,
+        layout, or the best reading another after a transform, whichever is faster,
         among the plans writing a layout its own readers take
         (the model's choice for it and its epilogue, the one its own kernel will use; a
         layer with no plan reading blocks pays the transform back); other readers take
-        either layout at one cost (elementwise, global pools) or never see a blocked one."""
+        any layout at one cost (elementwise, global pools) or never see a blocked one."""
         total = 0.0
         for reader in self.consumers.get(value, []):
             if reader.op != "Conv" or reader.inputs[0] != value or self.anchor_of.get(reader.name) != "Conv":
                 continue
             shape = _conv_layer(self, reader)[0]
             if not conv_model.reads_blocked(shape, self.machine, self.target):  # NCHW, after a transform if blocked
-                total += self.transform_back_ns(shape.input_shape) if layout == "nchwc" else 0.0
+                total += self.transform_back_ns(shape.input_shape, layout)
                 continue
             choice, chain = _conv_choice(self, reader, self.after_anchor[reader.name])  # its own, asked once
-            writes: tuple[kc.Layout, ...] = ("nchw", "nchwc") if self.may_block(chain.end) else ("nchw",)
-            other: kc.Layout = "nchw" if layout == "nchwc" else "nchwc"
+            writes = ("nchw", *self.blocked_layouts(chain.end))
             costs = []
-            for source in (layout, other):
+            for source in ("nchw", "nchwc", "nhwc"):
                 best = choice.best_in((source,), writes)
                 if best is not None:
                     shift = conv_model.transform_ns(shape, best, self.machine, layout, source, self.target.f32_lanes)
@@ -329,15 +346,18 @@ class _Builder:
             total += min(costs)
         return total
 
-    def transform_back_ns(self, shape: tuple[int, ...]) -> float:
-        """The predicted time of a blocked tensor of NCHW `shape` transformed back."""
-        return conv_model.reblock_ns(Reblock.of(shape, self.target.f32_lanes, False), self.machine, self.threads)[0]
+    def transform_back_ns(self, shape: tuple[int, ...], layout: kc.Layout) -> float:
+        """The predicted time of a tensor of NCHW `shape` held in `layout` transformed
+        back (none if NCHW)."""
+        if layout == "nchw":
+            return 0.0
+        config = Reblock.of(shape, self.target.f32_lanes, False, layout)
+        return conv_model.reblock_ns(config, self.machine, self.threads)[0]
 
     def output_layouts(self, value: str) -> dict[kc.Layout, float]:
         """The layouts `value` may be written in, each with what its readers then pay
-        (`may_block`, `reading_ns`)."""
-        layouts: tuple[kc.Layout, ...] = ("nchw", "nchwc") if self.may_block(value) else ("nchw",)
-        return {layout: self.reading_ns(value, layout) for layout in layouts}
+        (`blocked_layouts`, `reading_ns`)."""
+        return {layout: self.reading_ns(value, layout) for layout in ("nchw", *self.blocked_layouts(value))}
 
     def alias(self, value: str, source: str, offset: int = 0) -> None:
         """`value` is `source` seen in another shape, from element `offset` on (a view of
@@ -657,9 +677,10 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
     y = b.write(chain.end, layout)
     calls = conv_calls(plan, x, y, weight, operands, b)
+    layouts = conv_model.layouts_of(plan.config)
     return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(kc.generate, plan.config),
                        best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
-                       f"{plan.config.algorithm} {plan.config.tile}{' ' + layout if layout != 'nchw' else ''}, "
+                       f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}, "
                        f"{plan.threads} thread(s)")  # fmt: skip
 
 
@@ -727,17 +748,18 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
         raise _fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
                           f"window that starts in the padding: {tuple(shape.output_shape)}; not built")  # fmt: skip
     config = pool_config(shape, b.target)
-    if node.op in BLOCKED_POOLS and b.layout(node.inputs[0]) == "nchwc":
-        config = replace(config, blocked=True)
+    held = b.layout(node.inputs[0])
+    if node.op in BLOCKED_POOLS and held != "nchw":
+        config = replace(config, blocked=True, nhwc=held == "nhwc")
     threads = min(b.threads, config.units())
-    x = b.read(node.inputs[0], "nchwc" if config.blocked else "nchw")
+    x = b.read(node.inputs[0], held if config.blocked else "nchw")
     y = b.write(node.outputs[0])
     calls = pool_calls(config, threads, x, y, b)
     moved = 4 * (math.prod(shape.input_shape) + math.prod(shape.output_shape))  # each plane transformed in cache
     loads = round(config.loads_per_unit() * math.ceil(config.units() / threads)
                   * conv_model.unaligned_load_cost(config.lanes, b.machine))  # in aligned loads
     return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
-                      f"{shape.describe()}{' nchwc' if config.blocked else ''}, {config.nv} vectors of {config.lanes}, "
+                      f"{shape.describe()}{' ' + held if config.blocked else ''}, {config.nv} vectors of {config.lanes}, "
                       f"{threads} thread(s)", loads)
 
 
@@ -782,16 +804,15 @@ def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
         raise _fail(first, f"no input of the output's shape {out_shape} to stream")
     start = streamed[0]
     chain = match_epilogue(b, start, nodes, channel_axis=_plane_axis(out_shape))
-    layout: kc.Layout = "nchw"
-    if b.layout(start) == "nchwc":  # stay blocked unless its readers pay more than the transform back
+    layout, held = "nchw", b.layout(start)
+    if held != "nchw":  # stay blocked unless its readers pay more than the transform back
         options = b.output_layouts(chain.end)
-        if "nchwc" in options and options["nchwc"] <= options["nchw"] + b.transform_back_ns(out_shape):
-            layout = "nchwc"
+        if held in options and options[held] <= options["nchw"] + b.transform_back_ns(out_shape, held):
+            layout = held
     x = b.read(start, layout)
     operands = chain.refs(b, layout)
     y = b.write(chain.end, layout)
-    return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), operands,
-                               layout == "nchwc")  # fmt: skip
+    return _elementwise_kernel(b, first.name, _ops(nodes), x, y, out_shape, tuple(chain.ops), operands, layout)
 
 
 def _plane_axis(shape: tuple[int, ...]) -> int:
@@ -801,16 +822,18 @@ def _plane_axis(shape: tuple[int, ...]) -> int:
 
 
 def _elementwise_kernel(b: _Builder, name: str, ops: list[str], x: Ref, y: Ref, shape: tuple[int, ...],
-                        epilogue: ep.Epilogue, operands: list[Ref], blocked: bool = False) -> KernelGroup:  # fmt: skip
-    """One `kernels.elementwise` kernel over planes (`_plane_axis`; channel blocks of a
-    `blocked` tensor)."""
+                        epilogue: ep.Epilogue, operands: list[Ref], layout: kc.Layout = "nchw") -> KernelGroup:  # fmt: skip
+    """One `kernels.elementwise` kernel over planes (`_plane_axis`; channel blocks of an
+    NCHW[c] tensor, pixels of an NHWC one)."""
     lanes = b.target.f32_lanes
     if len(shape) == 4:
-        planes, channels = shape[0] * shape[1] // (lanes if blocked else 1), shape[1]
+        per_plane = {"nchw": 1, "nchwc": lanes, "nhwc": shape[1]}[layout]  # channels
+        planes, channels = shape[0] * shape[1] // per_plane * (shape[2] * shape[3] if layout == "nhwc" else 1), shape[1]
     else:
         planes = channels = shape[0] if shape else 1
     plane_size = math.prod(shape) // planes
-    config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue, blocked)
+    config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue,
+                                  layout == "nchwc", layout == "nhwc")  # fmt: skip
     threads = min(b.threads, planes)
     call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
     moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))

@@ -377,14 +377,17 @@ def layout_of(config: ConvConfig) -> Layout:
     if isinstance(config, nchwc.BlockedConfig):
         return config.layout
     if isinstance(config, GemmConvConfig) and config.gemm.blocked:
-        return "nhwc" if config.gemm.nhwc else "nchwc"
+        return "nhwc" if config.gemm.c_nhwc else "nchwc"
     return "nchw"
 
 
 def input_layout_of(config: ConvConfig) -> Layout:
-    """The layout a config reads its input in (a blocked direct layer may read NCHW)."""
+    """The layout a config reads its input in (a blocked direct layer may read NCHW, a
+    blocked 1x1 product NHWC into NCHW[c] or the other way)."""
     if isinstance(config, nchwc.BlockedDirectConfig) and not config.blocked_input:
         return "nchw"
+    if isinstance(config, GemmConvConfig) and config.gemm.blocked:
+        return "nhwc" if config.gemm.a_nhwc else "nchwc"
     return layout_of(config)
 
 

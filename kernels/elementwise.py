@@ -11,7 +11,9 @@ computed elsewhere) is still one kernel and one pass over memory::
 A per-channel operand holds one value per plane modulo `channels` (NCHW: one per
 channel, broadcast over the image), a tensor operand the output's shape. On a
 channel-blocked tensor (NCHW[c], `kernels.nchwc`) a plane is a block of L channels'
-pixels and its per-channel values are one vector, L channels apart in the lanes.
+pixels and its per-channel values are one vector, L channels apart in the lanes; on an
+NHWC one a plane is a pixel's C channels, and the per-channel values are read at the
+same offsets as the plane's vectors.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ class ElementwiseConfig:
     nv: int = 1
     epilogue: ep.Epilogue = field(default=())
     blocked: bool = False  # planes are blocks of `lanes` channels (plane_size = pixels·lanes)
+    nhwc: bool = False  # planes are pixels, each its `channels` values (plane_size = channels)
 
     @property
     def blocks(self) -> int:
-        """Per-channel vectors a plane cycles through: channels, or channel blocks."""
-        return self.channels // self.lanes if self.blocked else self.channels
+        """Per-channel values or vectors the planes cycle through: channels, channel
+        blocks, or (NHWC) one whole plane's."""
+        return 1 if self.nhwc else self.channels // self.lanes if self.blocked else self.channels
 
     @property
     def symbol(self) -> str:
@@ -58,6 +62,9 @@ class ElementwiseConfig:
             raise AutoconfigError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
         if self.blocked:
             check_blocked(target, self.lanes, {"the channels": self.channels})
+        if self.nhwc and (self.blocked or self.plane_size != self.channels):
+            raise AutoconfigError(f"an NHWC elementwise kernel's planes are pixels of all {self.channels} channels, "
+                                  f"not {self.plane_size} floats{' in blocks' if self.blocked else ''}")  # fmt: skip
         if self.planes % self.blocks:
             raise AutoconfigError(f"{self.planes} planes do not cycle through {self.blocks} channels or blocks")
 
@@ -90,7 +97,9 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
 
     def plane(p: ir.Value) -> None:
         channel = arith.remui(p, index(cfg.blocks))
-        if cfg.blocked:  # the block's L channels, one per lane
+        if cfg.nhwc:  # read with each vector of the pixel (`operand`)
+            per_channel = {}
+        elif cfg.blocked:  # the block's L channels, one per lane
             first = arith.muli(channel, index(lanes))
             per_channel = {i: load(vec, m, [first]) for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}
         else:
@@ -103,7 +112,10 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
                 at = [p, offset(i0, j * lanes)]
 
                 def operand(i: int, at: list = at, mask=mask) -> ir.Value:
-                    return per_channel[i] if i in per_channel else load(vec, operands[i], at, mask)
+                    if i in per_channel:
+                        return per_channel[i]
+                    by_channel = cfg.nhwc and cfg.epilogue[i].operand == "channel"  # the pixel's channel offsets
+                    return load(vec, operands[i], at[1:] if by_channel else at, mask)
 
                 store(ep.apply(cfg.epilogue, load(vec, x, at, mask), operand), y, at, mask)
 

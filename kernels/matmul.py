@@ -115,9 +115,10 @@ class MatmulConfig:
     blocked: bool = False  # transposed only: Aᵀ and Cᵀ in blocks of `lanes` channels — an
     # NCHW[c] image (c = lanes): Aᵀ[k, m] at (k div L)·M·L + m·L + k mod L, Cᵀ[n, m] likewise,
     # so each output vector is one contiguous store instead of a scatter
-    nhwc: bool = False  # blocked only: one block of all channels, NHWC images — Aᵀ[k, m] at
-    # m·K + k, Cᵀ[n, m] at m·N + n (A and C row-major): any channel counts, C's last vector
-    # of a pixel masked
+    a_nhwc: bool = False  # blocked only: Aᵀ an NHWC image instead, one block of all K
+    # channels — Aᵀ[k, m] at m·K + k (A row-major): any K
+    c_nhwc: bool = False  # blocked only: Cᵀ an NHWC image, Cᵀ[n, m] at m·N + n (C
+    # row-major): any N, a pixel's last vector masked
 
     @property
     def nr(self) -> int:
@@ -232,12 +233,13 @@ class MatmulConfig:
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
             raise AutoconfigError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
-        if self.nhwc and not self.blocked:
+        if (self.a_nhwc or self.c_nhwc) and not self.blocked:
             raise AutoconfigError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         if self.blocked:
             if not self.transposed:
                 raise AutoconfigError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
-            channels = {} if self.nhwc else {"N (output channels)": self.shape.n, "K (input channels)": self.shape.k}
+            channels = {**({} if self.c_nhwc else {"N (output channels)": self.shape.n}),
+                        **({} if self.a_nhwc else {"K (input channels)": self.shape.k})}  # fmt: skip
             check_blocked(target, self.lanes, channels)
 
     def c_shape(self) -> list[int]:
@@ -554,7 +556,7 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     cols = [offset(col0, v * kn.lanes) for v in range(len(masks))]
     tile_rows = [offset(row0, r) for r in range(rows)]
     if cfg.blocked:
-        out = BlockedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m, cfg.shape.n if cfg.nhwc else 0)
+        out = BlockedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m, cfg.shape.n if cfg.c_nhwc else 0)
     elif cfg.transposed:
         out = TransposedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m)
     else:
@@ -562,7 +564,7 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     out.prefetch()
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
-        if cfg.nhwc:  # Aᵀ[k, row] = A[row, k]: the rows K apart
+        if cfg.a_nhwc:  # Aᵀ[k, row] = A[row, k]: the rows K apart
             return memref.load(kn.a, [arith.addi(arith.muli(tile_rows[r], index(cfg.shape.k)), k)])
         if cfg.blocked:  # Aᵀ[k, row] in its channel block: one address per k, the rows L apart
             block = arith.muli(arith.divsi(k, index(kn.lanes)), index(cfg.shape.m * kn.lanes))

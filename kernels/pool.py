@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +41,7 @@ from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, maximum, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
-from kernels.nchwc import check_blocked
+from kernels.nchwc import Blocks, check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -147,6 +148,8 @@ class PoolConfig:
     blocked: bool = False  # global only: the input channel-blocked, NCHW[c] with c = lanes
     # (`kernels.nchwc`); each block's pixels summed as whole vectors, the output (one value
     # per channel) the same memory in either layout
+    nhwc: bool = False  # blocked only: the input NHWC, a vector of channels C floats from
+    # the same channels of the next pixel
 
     @property
     def nr(self) -> int:
@@ -179,6 +182,8 @@ class PoolConfig:
         check_lanes(target, self.lanes)
         if self.nv < 1:
             raise AutoconfigError(f"nv must be >= 1, got {self.nv}")
+        if self.nhwc and not self.blocked:
+            raise AutoconfigError("an NHWC input is a channel-blocked one with one block (set blocked too)")
         if self.blocked:
             if self.shape.windowed:
                 raise AutoconfigError("only a global average pool reads a channel-blocked input")
@@ -205,7 +210,8 @@ class PoolConfig:
         if s.windowed:
             params.append(Param("work", Role.INOUT, extent=(self.workspace(),)))
         params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
-        planes = f"channel blocks of {self.lanes}" if self.blocked else "planes"
+        planes = f"{'NHWC' if self.nhwc else 'channel blocks'}: vectors of {self.lanes} channels" if self.blocked \
+            else "planes"
         return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: {planes} [plane_begin, plane_end).")
 
 
@@ -286,7 +292,7 @@ def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
     whole = size // lanes
 
     def plane(p: ir.Value) -> None:
-        sums = _partial_sums(cfg, target, x, p, whole)
+        sums = _partial_sums(cfg, target, x, lambda v: [p, arith.muli(v, index(lanes))], whole)
         if size % lanes:
             mask = prefix_mask(mask_type(target, lanes), size % lanes)
             sums[0] = arith.addf(sums[0], load(vec, x, [p, index(whole * lanes)], mask))
@@ -297,14 +303,19 @@ def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
 
 
 def _global_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
-    """y[block·L : +L] = the mean of the block's pixel vectors (nv partial sums)."""
+    """y[u·L : +L] = the mean of the pixel vectors of unit u, (image, L channels) (nv
+    partial sums), found through the input's layout (`nchwc.Blocks`)."""
     s, lanes = cfg.shape, cfg.lanes
     size = s.height * s.width
-    x = f32_memref(args["x"], [cfg.units(), size * lanes])
+    blocks = Blocks.of("nhwc" if cfg.nhwc else "nchwc", (s.batch, s.channels, 1, size), lanes)
+    vectors = s.channels // lanes
+    x = f32_memref(args["x"], [s.planes * size])
     y = f32_memref(args["y"], [s.planes])
 
     def block(b: ir.Value) -> None:
-        sums = _partial_sums(cfg, target, x, b, size)
+        first = blocks.at(arith.divsi(b, index(vectors)), arith.muli(arith.remsi(b, index(vectors)), index(lanes)),
+                          index(0), index(0))  # fmt: skip
+        sums = _partial_sums(cfg, target, x, lambda v: [arith.addi(first, arith.muli(v, index(blocks.step)))], size)
         total = sums[0]
         for more in sums[1:]:
             total = arith.addf(total, more)
@@ -313,13 +324,14 @@ def _global_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.units())), 1, block)
 
 
-def _partial_sums(cfg: PoolConfig, target: Target, x: ir.Value, row: ir.Value, vectors: int) -> list[ir.Value]:
-    """cfg.nv partial sums of the first `vectors` whole vectors of x's row `row`."""
+def _partial_sums(cfg: PoolConfig, target: Target, x: ir.Value, at: Callable[[ir.Value], list[ir.Value]],
+                  vectors: int) -> list[ir.Value]:  # fmt: skip
+    """cfg.nv partial sums of the `vectors` whole vectors of x at `at(v)`, v < vectors."""
     vec = f32_vector_type(target, cfg.lanes)
 
     def add(v: ir.Value, copy: int, sums: list[ir.Value]) -> list[ir.Value]:
         out = list(sums)
-        out[copy] = arith.addf(out[copy], load(vec, x, [row, arith.muli(v, index(cfg.lanes))]))
+        out[copy] = arith.addf(out[copy], load(vec, x, at(v)))
         return out
 
     return for_unrolled(index(0), index(vectors), cfg.nv, [f32_splat(target, cfg.lanes, 0.0)] * cfg.nv, add)

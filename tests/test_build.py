@@ -81,6 +81,23 @@ def blocked_cnn(seed: int = 5) -> onnx.ModelProto:
     return b.model("input", [1, 3, 58, 58], [(y, [1, 10])])
 
 
+def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
+    """EfficientNet's inverted residuals with 24 channels between them, which fill no
+    block of AVX-512's 16 lanes: a 1x1 projection to 24, a residual Add of two such
+    tensors, expansions to 96 with a depthwise layer and its squeeze-excitation between
+    (a global pool and an elementwise scale), a max-pool at the end (NCHW only)."""
+    b = zoo.Builder("narrow_cnn", seed)
+    x = b.cba("input", 3, 32, 3, stride=2, act="silu")
+    y = b.bn(b.conv(x, 32, 24, 1), 24)
+    for _ in range(2):
+        expanded = b.cba(y, 24, 96, 1, act="silu")
+        y = b.op("Add", [b.bn(b.conv(depthwise_squeeze_excite(b, expanded, 96, 6), 96, 24, 1), 24), y])
+    y = b.op("MaxPool", [b.cba(y, 24, 32, 1, act="relu")], kernel_shape=[2, 2], strides=[2, 2])
+    y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
+    y = b.op("Softmax", [b.gemm(y, 32, 10)], axis=-1)
+    return b.model("input", [1, 3, 50, 50], [(y, [1, 10])])
+
+
 def mlp(seed: int = 1) -> onnx.ModelProto:
     """MatMul + bias Add + Relu, Gemm + Tanh, Gemm, Softmax, on a batch of 5."""
     b = zoo.Builder("mlp", seed)
@@ -108,12 +125,12 @@ def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -
 
 
 def build_and_compare(model: onnx.ModelProto, target: str, out: Path, fusion: str = "dp",
-                      vlen: int | None = None) -> dict:  # fmt: skip
-    """Build for `target` (its datasheet profile; RVV at `vlen`), run, and hold every
-    output to onnxruntime's within 1e-4 of its range."""
+                      vlen: int | None = None, profile: Path | None = None) -> dict:  # fmt: skip
+    """Build for `target` (its datasheet profile unless `profile`; RVV at `vlen`), run,
+    and hold every output to onnxruntime's within 1e-4 of its range."""
     path = out.parent / f"{model.graph.name}.onnx"
     onnx.save(model, path)
-    manifest = autoconfig.compile_model(path, out, profile=PROFILES[target], target=get_target(target, vlen),
+    manifest = autoconfig.compile_model(path, out, profile=profile or PROFILES[target], target=get_target(target, vlen),
                                         fusion=fusion)  # fmt: skip
     loaded = autoconfig.load(out)
     name, shape = loaded.inputs[0]
@@ -149,6 +166,18 @@ def test_channel_blocked_activations_match_onnxruntime(tmp_path, target):
     assert sum("nchwc" in c for c in choices) >= 3, choices
     assert [k["kind"] for k in manifest["kernels"]].count("layout") >= 1
     assert "layout: the input is held in" in (tmp_path / "cnn" / "report.md").read_text()
+
+
+def test_nhwc_activations_match_onnxruntime(tmp_path):
+    """On AVX-512, tensors of 24 channels fill no channel block; on the Zen 5 VM's
+    profile (2 cores) the build holds them in NHWC for the 1x1 expansions, which read
+    NHWC and write NCHW[c] (their report's choice: nhwc>nchwc), and the results still
+    match onnxruntime's."""
+    require_runnable(get_target("avx512"))
+    manifest = build_and_compare(narrow_cnn(), "avx512", tmp_path / "cnn",
+                                 profile=HWPROFILES / "amd-epyc-zen5-avx512.yaml")  # fmt: skip
+    layers = [k["choice"] for k in manifest["kernels"] if k["kind"] == "conv"]
+    assert sum("nhwc>nchwc" in c for c in layers) >= 2, layers
 
 
 def test_a_model_rebuilt_in_place_loads_anew(tmp_path):

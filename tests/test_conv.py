@@ -24,8 +24,8 @@ from autoconfig.models.conv import ConvPlan, choose
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
-from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, layout_of
-from kernels.conv import transposed_shape
+from kernels.conv import ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig, input_layout_of
+from kernels.conv import layout_of, transposed_shape
 from kernels.nchwc import BlockedDepthwiseConfig, BlockedDirectConfig
 from kernels import winograd
 from kernels.target import get_target
@@ -197,16 +197,19 @@ BLOCKED_LAYERS = [
 
 def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: int,
                   layout: str = "nchwc") -> list[ConvPlan]:  # fmt: skip
-    """Every channel-blocked kernel that applies in `layout` (NCHW[c] or NHWC), with a
-    few tiles, split among 2 threads."""
+    """Every channel-blocked kernel that applies in `layout` (NCHW[c], NHWC, or for a
+    1x1 layer "mixed": NHWC on a side whose channels fill no block), with a few tiles,
+    split among 2 threads."""
     configs: list = []
     if s.depthwise:
         configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue, layout) for nv in (1, 3, 5)]
     elif s.pointwise:
         product = transposed_shape(s.gemm_shape())
+        a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
+                          else (layout == "nhwc",) * 2)  # fmt: skip
         return [ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(product, "packed", lanes, 3, 2, kc=kc,
-                                                                      epilogue=epilogue, transposed=True,
-                                                                      blocked=True, nhwc=layout == "nhwc")), 2, split)
+                                                                      epilogue=epilogue, transposed=True, blocked=True,
+                                                                      a_nhwc=a_nhwc, c_nhwc=c_nhwc)), 2, split)
                 for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
     else:
         inputs = (False, True) if s.channels % lanes == 0 or layout == "nhwc" else (False,)
@@ -219,6 +222,9 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
 # multiples of any vector (24 -> 40: a masked last vector per pixel, a transform at 8
 # lanes), and a direct layer reading 17 channels in NHWC.
 NHWC_LAYERS = [ConvShape(1, 24, 5, 7, 40, (1, 1)), ConvShape(2, 17, 6, 9, 16, (3, 3), (1, 1), (1, 0, 1, 2))]
+# 1x1 layers between a side whose channels fill blocks (NCHW[c]) and one whose do not
+# (NHWC), either way, at both widths of both ISAs (20 channels: no 8- or 16-lane block).
+MIXED_LAYERS = [ConvShape(1, 20, 6, 7, 32, (1, 1)), ConvShape(2, 32, 5, 5, 20, (1, 1))]
 
 
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
@@ -237,6 +243,12 @@ def test_nhwc_takes_channel_counts_no_block_divides(case_id, s):
     check_blocked_layer(case_id, "nhwc", s)
 
 
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("s", MIXED_LAYERS, ids=ConvShape.describe)
+def test_a_1x1_layer_reads_one_layout_and_writes_the_other(case_id, s):
+    check_blocked_layer(case_id, "mixed", s)
+
+
 def check_blocked_layer(case_id: str, layout: str, s: ConvShape) -> None:
     """Every blocked plan of `s` in `layout` equals onnxruntime, with a bias, a residual
     and a relu."""
@@ -251,7 +263,7 @@ def check_blocked_layer(case_id: str, layout: str, s: ConvShape) -> None:
         assert plans
         for plan in plans:
             f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF[case_id], target=target, config=plan)
-            assert layout_of(plan.config) == layout
+            assert layout in (layout_of(plan.config), "mixed")
             assert_close(f(x, residual), expected,
                          what=f"{layout} {plan.config.algorithm} {plan.config.tile} lanes={lanes}")  # fmt: skip
 
@@ -292,6 +304,35 @@ def test_channel_blocked_layouts_on_neon_under_emulation():
         for plan in blocked_plans(s, 4, epilogue, target.vector_registers)[:2]:
             f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF["neon"], target=target, config=plan)
             assert_close(f(x, residual), expected, what=f"neon {plan.config.algorithm} {plan.config.tile}")
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+def test_global_pool_and_elementwise_read_nhwc(case_id):
+    """The global average pool and an elementwise chain (per-channel scale, residual,
+    relu) on an NHWC tensor of 24 channels, at 8 lanes, against numpy."""
+    from autoconfig.conv import pool_shape
+    from kernels import elementwise as ew
+    from kernels import pool as pl
+    from kernels.library import build_library
+
+    target = target_for(case_id)
+    require_runnable(target)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 24, 5, 7), dtype=np.float32)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).ravel()
+    pool = pl.PoolConfig(pool_shape(x.shape, "global_average"), 8, blocked=True, nhwc=True)
+    y = np.full(48, np.nan, np.float32)
+    build_library(pl.generate(pool, target)).kernel(pool.symbol)(y, nhwc, 0, pool.units())
+    np.testing.assert_allclose(y, x.mean(axis=(2, 3)).ravel(), rtol=1e-5, atol=1e-6)
+
+    chain = (ep.scale(), ep.residual(), ep.relu())
+    scale, residual = rng.standard_normal(24, dtype=np.float32), rng.standard_normal(x.shape, dtype=np.float32)
+    config = ew.ElementwiseConfig(2 * 35, 24, 24, 8, 2, chain, nhwc=True)
+    out = np.full(x.size, np.nan, np.float32)
+    kernel = build_library([ew.generate(config, target)]).kernel(config.symbol)
+    kernel(out, nhwc, scale, np.ascontiguousarray(residual.transpose(0, 2, 3, 1)).ravel(), 0, config.planes)
+    expected = ep.reference(chain, x, [scale, residual, None], channel_axis=1).transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(out, expected.ravel(), rtol=1e-5, atol=1e-6)
 
 
 # Every epilogue op at once on a conv with edges in every dimension: values reach ±8,
@@ -485,12 +526,11 @@ def test_the_model_prices_channel_blocked_layouts():
     priced."""
     from autoconfig.machine import Machine
     from autoconfig.models.conv import choose_layout
-    from kernels.conv import input_layout_of, layout_of
 
     profile, target = load_profile(AVX512), get_target("avx512")
     depthwise = ZOO_LAYERS[4]
     choice = choose(depthwise, profile, target, 1)
-    assert layout_of(choice.best.config) == "nchwc" and "channel blocks of 16" in choice.explain()
+    assert layout_of(choice.best.config) == "nchwc" and "NCHW[16c]: every activation load" in choice.explain()
     alone = choice.at_nchw_boundary()
     blocked = [p for p in alone.per_algorithm if "nchwc" in (input_layout_of(p.config), layout_of(p.config))]
     assert blocked and all(p.term("reblock out") > 0 for p in blocked if layout_of(p.config) == "nchwc")
@@ -656,18 +696,22 @@ def test_a_layer_alone_may_run_in_channel_blocks_with_its_transforms_priced():
 
 
 def test_nhwc_is_scored_where_channel_blocks_do_not_fit():
-    """A 1x1 layer whose channels fill no block of the widest vectors (EfficientNet's
-    24 -> 144) gets an NHWC plan, its transforms at a layer's boundary at a measured
-    width dividing the channels; one whose channels fill blocks does not (NCHW[c] is
-    scored there), nor one whose channels no measured width divides (255)."""
+    """A 1x1 layer whose input or output channels fill no block of the widest vectors
+    (EfficientNet's 24 -> 144 and 144 -> 24) gets a plan with that side NHWC and the
+    other NCHW[c], its transforms at a layer's boundary at a measured width dividing
+    the channels; where both fill blocks, or no measured width divides the channels
+    (255), no NHWC plan."""
     profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
 
-    def nhwc_plans(s: ConvShape) -> list:
+    def plans(s: ConvShape) -> list:
         return [p for p in choose(s, profile, target, 1).at_nchw_boundary().per_algorithm
-                if layout_of(p.config) == "nhwc"]  # fmt: skip
+                if "nhwc" in (input_layout_of(p.config), layout_of(p.config))]  # fmt: skip
 
-    (odd,) = nhwc_plans(ConvShape(1, 24, 56, 56, 144, (1, 1)))
-    assert odd.config.algorithm == "gemm1x1" and odd.term("reblock in") > 0 and odd.term("reblock out") > 0
-    assert "into NHWC" in next(t.why for t in odd.terms if t.name == "reblock in")
-    assert not nhwc_plans(ConvShape(1, 64, 28, 28, 128, (1, 1)))
-    assert not nhwc_plans(ConvShape(1, 256, 13, 13, 255, (1, 1)))
+    (expand,) = plans(ConvShape(1, 24, 56, 56, 144, (1, 1)))
+    assert (input_layout_of(expand.config), layout_of(expand.config)) == ("nhwc", "nchwc")
+    assert expand.term("reblock in") > 0 and expand.term("reblock out") > 0
+    assert "into NHWC" in next(t.why for t in expand.terms if t.name == "reblock in")
+    (project,) = plans(ConvShape(1, 144, 56, 56, 24, (1, 1)))
+    assert (input_layout_of(project.config), layout_of(project.config)) == ("nchwc", "nhwc")
+    assert not plans(ConvShape(1, 64, 28, 28, 128, (1, 1)))
+    assert not plans(ConvShape(1, 256, 13, 13, 255, (1, 1)))

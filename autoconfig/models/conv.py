@@ -62,7 +62,7 @@ from kernels import epilogue as ep
 from kernels.layout import PhaseSplit
 from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, Layout, WinogradConfig
 from kernels.conv import input_layout_of, layout_of, transposed_shape
-from kernels.nchwc import BlockedConfig, BlockedDepthwiseConfig, BlockedDirectConfig, Columns, Reblock
+from kernels.nchwc import BlockedConfig, BlockedDepthwiseConfig, BlockedDirectConfig, Columns, Reblock, layout_name
 from kernels.sizes import ceil_div, round_up
 from kernels.winograd import TRANSFORMS, applies, batched, transform_ops
 from kernels.target import Target
@@ -468,9 +468,9 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
         *_blocked_once(c, m, share, s.channels * s.taps),
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
-    return terms, _blocked_params(p, m, "depthwise on NCHW[c]: output pixels x one vector of channels per register "
-                                        "tile", f"channel blocks of {c.lanes}: every activation load and store one "
-                                                "aligned vector")  # fmt: skip
+    held = layout_name(c.layout, c.lanes)
+    return terms, _blocked_params(p, m, f"depthwise on {held}: output pixels x one vector of channels per register "
+                                        "tile", f"{held}: every activation load and store one aligned vector")  # fmt: skip
 
 
 def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
@@ -495,9 +495,9 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
         *_blocked_once(c, m, share, weights, streamed),
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
-    source = f"NCHW[{c.lanes}c]" if c.blocked_input else "NCHW"
-    return terms, _blocked_params(p, m, "direct on NCHW[c]: output pixels x vectors of output channels per register "
-                                        "tile", f"input {source}, output in channel blocks of {c.lanes}")  # fmt: skip
+    source, result = layout_name(c.layout if c.blocked_input else "nchw", c.lanes), layout_name(c.layout, c.lanes)
+    return terms, _blocked_params(p, m, f"direct to {result}: output pixels x vectors of output channels per "
+                                        "register tile", f"input {source}, output {result}")  # fmt: skip
 
 
 MAX_PIXELS = 14
@@ -720,7 +720,7 @@ class ConvChoice(Choice):
                 "+ l1 misses + c passes + packing + call):")
 
     def runner_up(self, p: Prediction) -> str:
-        return (f"  {p.config.algorithm:<8} {_layouts(p.config):<12} lanes={p.config.lanes} {p.config.tile}: "
+        return (f"  {p.config.algorithm:<8} {layouts_of(p.config):<12} lanes={p.config.lanes} {p.config.tile}: "
                 f"{p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s){_why_not(p, self.best)}")  # fmt: skip
 
     def best_in(self, inputs: tuple[Layout, ...], outputs: tuple[Layout, ...]) -> Prediction | None:
@@ -759,7 +759,7 @@ def nchw_boundary(p: Prediction, machine: Machine, lanes: int) -> Prediction:
     return Prediction(p.plan, terms, total_ns(list(terms)), p.parameters)
 
 
-def _layouts(config: ConvConfig) -> str:
+def layouts_of(config: ConvConfig) -> str:
     """'nchw', 'nchwc' or 'nchw>nchwc': the input's layout, then the output's if another."""
     source, result = input_layout_of(config), layout_of(config)
     return source if source == result else f"{source}>{result}"
@@ -789,9 +789,15 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
-    # the other's, at the widest vectors. NHWC (one block of all channels) is scored
-    # where channel blocks do not fit: where they do, no term of the model tells the two
-    # layouts apart, and NCHW[c] is the one measured against the peers.
+    # the other's, at the widest vectors. Where the input's or output's channels fill no
+    # block, that side is NHWC (one block of all its channels) and the other NCHW[c]:
+    # where both fit, NHWC's terms would be NCHW[c]'s, but its kernels ran 5-30% slower
+    # inside EfficientNet-B0 on the Zen 5 VM (`autoconfig run --per-kernel`: the 1x1
+    # 480->80 on 14² 94 µs to 72, depthwise 672 on 14² 39 to 32), so it is not offered.
+    # Known limit: the mixed products run slower than these terms say (same VM and model:
+    # 144->24 on 56², NCHW[c] to NHWC, 208 µs where 109 were predicted; 24->144 182 for
+    # 152), which the transforms they save (190 µs) hide: the whole model took the same
+    # time, 4.69-4.82 ms, as with every such tensor in NCHW, 4.64-4.80.
     lanes = target.f32_lanes
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
@@ -810,8 +816,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
+            sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                 nhwc=True).best.plan  # fmt: skip
+                                 nhwc=sides).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
     if not predictions:

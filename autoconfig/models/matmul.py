@@ -715,23 +715,25 @@ def _threads_reason(p: MatmulPlan) -> str:
 
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
-               blocked: bool = False, nhwc: bool = False) -> list[MatmulPlan]:  # fmt: skip
+               blocked: bool = False, nhwc: tuple[bool, bool] = (False, False)) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call. With `transposed` (operands stored
     transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
     block: every further block would gather and scatter all of C again; `blocked` too,
     its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`),
-    or with `nhwc` in one block of all channels, at any width."""
+    or, where `nhwc` says so for Aᵀ and for Cᵀ, in one block of all channels; with both
+    so, at any width."""
     registers = min(machine.registers, target.vector_registers)
     configs = []
     for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
         if transposed:
-            if blocked and not nhwc and lanes != target.f32_lanes:
+            if blocked and not all(nhwc) and lanes != target.f32_lanes:
                 continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     UNROLL, epilogue=epilogue, transposed=True, blocked=blocked, nhwc=nhwc)
+                                     UNROLL, epilogue=epilogue, transposed=True, blocked=blocked,
+                                     a_nhwc=nhwc[0], c_nhwc=nhwc[1])
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
             continue
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
@@ -799,12 +801,12 @@ def vector_widths(machine: Machine, target: Target) -> list[int]:
 
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
-           blocked: bool = False, nhwc: bool = False) -> Choice:  # fmt: skip
+           blocked: bool = False, nhwc: tuple[bool, bool] = (False, False)) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
     weights), so packed plans read it packed once; `transposed`, `blocked`, `nhwc`:
-    operands stored transposed, channel-blocked, NHWC (see `candidates`)."""
+    operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
