@@ -70,10 +70,12 @@ into L1 it would evict the panel being read long before its own turn."""
 
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
                  unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1,
-                 ahead: Callable[[ir.Value], None] | None = None) -> list[ir.Value]:  # fmt: skip
+                 ahead: Callable[[ir.Value], None] | None = None,
+                 acc: list[ir.Value] | None = None) -> list[ir.Value]:  # fmt: skip
     """The accumulators acc[r·vectors + v] = Σ_k Σ_t A(r, k, t)·B(v, k, t) over k in
-    [k_lo, k_hi) and the `taps` taps t, unrolled (their offsets are constants);
-    `ahead(k)`, once per trip, asks for what a later tile will read."""
+    [k_lo, k_hi) and the `taps` taps t (added to `acc` when given), unrolled (their
+    offsets are constants); `ahead(k)`, once per trip, asks for what a later tile will
+    read."""
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
 
     def step(k: ir.Value, copy: int, acc: list[ir.Value]) -> list[ir.Value]:
@@ -88,7 +90,7 @@ def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_
             acc = out
         return acc
 
-    return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors), step)
+    return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors) if acc is None else acc, step)
 
 
 @dataclass(frozen=True)

@@ -794,10 +794,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     # where both fit, NHWC's terms would be NCHW[c]'s, but its kernels ran 5-30% slower
     # inside EfficientNet-B0 on the Zen 5 VM (`autoconfig run --per-kernel`: the 1x1
     # 480->80 on 14² 94 µs to 72, depthwise 672 on 14² 39 to 32), so it is not offered.
-    # Known limit: the mixed products run slower than these terms say (same VM and model:
-    # 144->24 on 56², NCHW[c] to NHWC, 208 µs where 109 were predicted; 24->144 182 for
-    # 152), which the transforms they save (190 µs) hide: the whole model took the same
-    # time, 4.69-4.82 ms, as with every such tensor in NCHW, 4.64-4.80.
+    # Known limit: a product reading NHWC runs slower than these terms say (same VM and
+    # model: 24->144 on 56², NHWC to NCHW[c], 182 µs where 152 were predicted; 40->240 on
+    # 28² 113 for 86); one writing NHWC holds to them (144->24 on 56² 115 for 109).
     lanes = target.f32_lanes
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
