@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.machine import F32, Machine
+from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.matmul import (
     MAX_MR, MAX_NV, OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share,
     choose as choose_matmul, epilogue_term, microkernel_ns, output_passes, predict as predict_matmul,
@@ -456,13 +456,20 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
         reads = BlockedDepthwiseConfig(s, c.lanes, pixels).inputs_per_row()
         return pixels, (reads + s.kernel[1]) / s.kernel[1], 0
 
-    issue, latency, loads = _blocked_tile_ns(c, m, per_tap)
+    issue, _, loads = _blocked_tile_ns(c, m, per_tap)
+    # A tile's chain is its taps, a few dozen FMAs: the row's tiles, independent, run
+    # together in the out-of-order window, so the row waits on latency only while its
+    # longest chain outlasts the issue of all its FMAs. Counted per tile instead, a 7x7
+    # image's border pixels (one accumulator each) made 1152 channels' 5x5 layer on 7²
+    # latency-bound: predicted 61 µs with its transforms, measured 30 (Zen 5 VM).
+    chain = max(taps for _, _, taps in _blocked_tiles(c)) * float(m.fma.latency)
+    latency = max(0.0, chain - issue)
     units = c.units() * share
     terms = [
         Term("fma", issue * units, f"tiles of {c.tile}, {s.taps} taps, at {m.fma_per_ns():.2f} vector FMAs/ns "
                                    "per thread; border pixels one at a time"),
-        Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators (border pixels) "
-                                         "wait on FMA latency"),
+        Term("latency", latency * units, f"a row's longest chain ({s.taps} dependent FMAs) beyond the issue of all "
+                                         "its tiles' FMAs, which overlap"),
         Term("loads", loads * units, f"{c.inputs_per_row()} input vectors and {s.kernel[1]} weights per filter row "
                                      "beyond the FMA time, all aligned"),
         *_blocked_once(c, m, share, s.channels * s.taps),
@@ -652,10 +659,14 @@ def direct_candidates(shape: ConvShape, machine: Machine, target: Target, thread
 
 
 def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, str]:
-    """Predicted time of a layout transform between NCHW and NCHW[c], with why: the
-    tensor read and written once from the level that holds it, and each L×L square
+    """Predicted time of a layout transform between NCHW and NCHW[c] or NHWC, with why:
+    the tensor read and written once from the level that holds it, and each L×L square
     transposed in registers, L·log2(L) shuffles at the FMA issue rate (a shuffle per
-    FMA slot); the pixels past the last whole square gathered one load slot each."""
+    FMA slot); the pixels past the last whole square gathered one load slot each; it
+    runs as one more step of the program of the layer or model it serves
+    (PROGRAM_STEP_NS, and the dispatch to threads). Charged a call from Python each
+    instead (3.5 µs), a 1024-channel depthwise layer on 7² alone was predicted 21 µs with
+    its two transforms and measured 15, the NCHW plan picked over it 23 (Zen 5 VM)."""
     m = machine.at(config.lanes, threads)
     share = busiest_share(config.units(), threads)
     elements = config.batch * config.channels * config.pixels
@@ -664,11 +675,12 @@ def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, 
     shuffles = squares * lanes * max(1, lanes.bit_length() - 1)
     gathered = config.units() * (config.pixels % lanes) * lanes
     moved = 2 * elements * F32
-    ns = (m.traffic_ns(moved) + shuffles / m.fma_per_ns() + gathered / m.broadcast_loads_per_ns()) * share + m.call_ns
-    way = "to channel blocks" if config.to_blocked else "back to NCHW"
+    step = PROGRAM_STEP_NS + (m.dispatch_ns if threads > 1 else 0.0)
+    ns = (m.traffic_ns(moved) + shuffles / m.fma_per_ns() + gathered / m.broadcast_loads_per_ns()) * share + step
+    way = f"to {layout_name(config.layout, lanes)}" if config.to_blocked else "back to NCHW"
     return ns, (f"layout transform {way}: predicted {ns / 1e3:.1f} µs = {moved / 1e6:.2f} MB read and written, "
                 f"{squares} {lanes}x{lanes} squares transposed in registers, {gathered} elements gathered, "
-                f"+ {m.call_ns / 1e3:.1f} µs call")
+                f"+ {step / 1e3:.3f} µs as a step of its program")
 
 
 def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, given: Layout, wanted: Layout,
