@@ -37,8 +37,10 @@ fill a block) or blocked; the output is blocked::
 NHWC: the same kernels on a tensor held [N, H, W, C] — NCHW[c] with one block of all C
 channels (`Blocks`: NCHW is b = 1, NCHW[c] b = L, NHWC b = C). A pixel's channels are
 then one contiguous run whatever the vectors' width, so the layout does not tie a
-tensor's producer and readers to one lane count, and a pixel tile's inputs are a few
-contiguous rows instead of one stretch per channel block (`layout`).
+tensor's producer and readers to one lane count, nor need its channels to fill blocks
+(`layout`). The convolution model offers it only where they do not
+(`autoconfig.models.conv.choose`): where they do, these kernels on NHWC measured 5-30%
+slower than on NCHW[c].
 
 reblock: the layout transform between NCHW and NCHW[c] or NHWC, either way: squares of
 L pixels × L channels transposed in registers.
