@@ -748,18 +748,17 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
         raise _fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
                           f"window that starts in the padding: {tuple(shape.output_shape)}; not built")  # fmt: skip
     config = pool_config(shape, b.target)
-    held = b.layout(node.inputs[0])
-    if node.op in BLOCKED_POOLS and held != "nchw":
-        config = replace(config, blocked=True, nhwc=held == "nhwc")
+    if node.op in BLOCKED_POOLS:  # in the layout its input is held in
+        config = replace(config, layout=b.layout(node.inputs[0]))
     threads = min(b.threads, config.units())
-    x = b.read(node.inputs[0], held if config.blocked else "nchw")
+    x = b.read(node.inputs[0], config.layout)
     y = b.write(node.outputs[0])
     calls = pool_calls(config, threads, x, y, b)
     moved = 4 * (math.prod(shape.input_shape) + math.prod(shape.output_shape))  # each plane transformed in cache
     loads = round(config.loads_per_unit() * math.ceil(config.units() / threads)
                   * conv_model.unaligned_load_cost(config.lanes, b.machine))  # in aligned loads
     return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
-                      f"{shape.describe()}{' ' + held if config.blocked else ''}, {config.nv} vectors of {config.lanes}, "
+                      f"{shape.describe()}{'' if config.layout == 'nchw' else ' ' + config.layout}, {config.nv} vectors of {config.lanes}, "
                       f"{threads} thread(s)", loads)
 
 
@@ -827,13 +826,12 @@ def _elementwise_kernel(b: _Builder, name: str, ops: list[str], x: Ref, y: Ref, 
     NCHW[c] tensor, pixels of an NHWC one)."""
     lanes = b.target.f32_lanes
     if len(shape) == 4:
-        per_plane = {"nchw": 1, "nchwc": lanes, "nhwc": shape[1]}[layout]  # channels
-        planes, channels = shape[0] * shape[1] // per_plane * (shape[2] * shape[3] if layout == "nhwc" else 1), shape[1]
+        n, channels, h, w = shape
+        planes = {"nchw": n * channels, "nchwc": n * channels // lanes, "nhwc": n * h * w}[layout]
     else:
         planes = channels = shape[0] if shape else 1
     plane_size = math.prod(shape) // planes
-    config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue,
-                                  layout == "nchwc", layout == "nhwc")  # fmt: skip
+    config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue, layout)
     threads = min(b.threads, planes)
     call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
     moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))
@@ -870,7 +868,7 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     axis = node.attrs.get("axis", 0) % len(shape)
     if math.prod(shape[:axis]) != 1:
         raise _fail(node, "Concat along an axis with more than one slice per input is not generated")
-    layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see may_block)
+    layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see blocked_layouts)
     if b.concat_takes_blocks(node) and all(b.layout(v) == "nchwc" for v in node.inputs):
         layout = "nchwc"
     out = b.write(node.outputs[0], layout)

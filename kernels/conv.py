@@ -368,7 +368,7 @@ class DepthwiseConfig:
 
 
 ConvConfig = DirectConfig | GemmConvConfig | DepthwiseConfig | WinogradConfig | nchwc.BlockedConfig
-Layout = Literal["nchw", "nchwc", "nhwc"]
+Layout = nchwc.Layout
 
 
 def layout_of(config: ConvConfig) -> Layout:

@@ -27,7 +27,7 @@ from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f
 from kernels.emit import single_kernel, tail_mask
 from kernels.loops import for_range, for_tiles, load, offset, store
 from kernels.mlir import arith, ir, memref, vector
-from kernels.nchwc import check_blocked
+from kernels.nchwc import Layout, check_blocked
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -43,14 +43,14 @@ class ElementwiseConfig:
     lanes: int
     nv: int = 1
     epilogue: ep.Epilogue = field(default=())
-    blocked: bool = False  # planes are blocks of `lanes` channels (plane_size = pixels·lanes)
-    nhwc: bool = False  # planes are pixels, each its `channels` values (plane_size = channels)
+    layout: Layout = "nchw"  # NCHW[c]: planes are blocks of `lanes` channels (plane_size =
+    # pixels·lanes); NHWC: planes are pixels, each its `channels` values (plane_size = channels)
 
     @property
     def blocks(self) -> int:
         """Per-channel values or vectors the planes cycle through: channels, channel
         blocks, or (NHWC) one whole plane's."""
-        return 1 if self.nhwc else self.channels // self.lanes if self.blocked else self.channels
+        return {"nchw": self.channels, "nchwc": self.channels // self.lanes, "nhwc": 1}[self.layout]
 
     @property
     def symbol(self) -> str:
@@ -60,11 +60,11 @@ class ElementwiseConfig:
         check_lanes(target, self.lanes)
         if min(self.planes, self.plane_size, self.channels, self.nv) < 1:
             raise AutoconfigError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
-        if self.blocked:
+        if self.layout == "nchwc":
             check_blocked(target, self.lanes, {"the channels": self.channels})
-        if self.nhwc and (self.blocked or self.plane_size != self.channels):
+        if self.layout == "nhwc" and self.plane_size != self.channels:
             raise AutoconfigError(f"an NHWC elementwise kernel's planes are pixels of all {self.channels} channels, "
-                                  f"not {self.plane_size} floats{' in blocks' if self.blocked else ''}")  # fmt: skip
+                                  f"not {self.plane_size} floats")  # fmt: skip
         if self.planes % self.blocks:
             raise AutoconfigError(f"{self.planes} planes do not cycle through {self.blocks} channels or blocks")
 
@@ -97,9 +97,9 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
 
     def plane(p: ir.Value) -> None:
         channel = arith.remui(p, index(cfg.blocks))
-        if cfg.nhwc:  # read with each vector of the pixel (`operand`)
+        if cfg.layout == "nhwc":  # read with each vector of the pixel (`operand`)
             per_channel = {}
-        elif cfg.blocked:  # the block's L channels, one per lane
+        elif cfg.layout == "nchwc":  # the block's L channels, one per lane
             first = arith.muli(channel, index(lanes))
             per_channel = {i: load(vec, m, [first]) for i, m in operands.items() if cfg.epilogue[i].operand == "channel"}
         else:
@@ -114,7 +114,7 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
                 def operand(i: int, at: list = at, mask=mask) -> ir.Value:
                     if i in per_channel:
                         return per_channel[i]
-                    by_channel = cfg.nhwc and cfg.epilogue[i].operand == "channel"  # the pixel's channel offsets
+                    by_channel = cfg.layout == "nhwc" and cfg.epilogue[i].operand == "channel"  # the pixel's channel offsets
                     return load(vec, operands[i], at[1:] if by_channel else at, mask)
 
                 store(ep.apply(cfg.epilogue, load(vec, x, at, mask), operand), y, at, mask)

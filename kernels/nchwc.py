@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from kernels.conv import ConvShape
 
 
+Layout = Literal["nchw", "nchwc", "nhwc"]
 BlockedLayout = Literal["nchwc", "nhwc"]
 
 
@@ -98,6 +99,12 @@ class Blocks:
     def step(self) -> int:
         """Floats between horizontally adjacent pixels of one channel."""
         return self.block
+
+    def vector_of(self, unit: ir.Value, lanes: int) -> tuple[ir.Value, ir.Value]:
+        """(image, first channel) of `unit`, the images' vectors of `lanes` channels
+        counted in order."""
+        vectors = self.channels // lanes
+        return arith.divsi(unit, index(vectors)), arith.muli(arith.remsi(unit, index(vectors)), index(lanes))
 
     def at(self, n: ir.Value, c: ir.Value, h: ir.Value, w: ir.Value) -> ir.Value:
         """The flat index of (n, c, h, w)."""
@@ -284,7 +291,6 @@ class _Output:
 
 def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
     s, lanes = cfg.shape, cfg.lanes
-    blocks = s.channels // lanes
     out = _Output.of(cfg, target, args)
     vec = out.vec
     x = f32_memref(args["x"], [math.prod(s.input_shape)])
@@ -294,10 +300,8 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
     source, result = Blocks.of(cfg.layout, s.input_shape, lanes), Blocks.of(cfg.layout, s.output_shape, lanes)
 
     def unit(u: ir.Value) -> None:
-        plane = arith.divsi(u, index(s.out_height))  # image · blocks + channel vector
         oh = arith.remsi(u, index(s.out_height))
-        n = arith.divsi(plane, index(blocks))
-        channel = arith.muli(arith.remsi(plane, index(blocks)), index(lanes))
+        n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
         top, kh_begin, kh_end = _row_taps(s, oh)
         out_row = result.at(n, channel, oh, index(0))
         weights = arith.muli(channel, index(s.taps))  # the block's [KH, KW, L] weights
@@ -582,9 +586,7 @@ def _reblock(cfg: Reblock, target: Target, args: dict) -> None:
 
     def unit(u: ir.Value) -> None:  # (image, channel vector)
         start = arith.muli(u, index(lanes * pixels))
-        vectors = cfg.channels // lanes
-        base = blocks.at(arith.divsi(u, index(vectors)), arith.muli(arith.remsi(u, index(vectors)), index(lanes)),
-                         index(0), index(0))  # fmt: skip
+        base = blocks.at(*blocks.vector_of(u, lanes), index(0), index(0))
 
         def square(p0: ir.Value) -> None:
             plain = arith.addi(start, p0)

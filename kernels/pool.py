@@ -41,7 +41,7 @@ from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, maximum, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
-from kernels.nchwc import Blocks, check_blocked
+from kernels.nchwc import Blocks, Layout, check_blocked, layout_name
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -145,19 +145,17 @@ class PoolConfig:
     nv: int = 1
     chains: int = 1  # windowed: independent accumulators per step at least (its vectors,
     # each split into chains over the taps), so a max or add need not wait for the last
-    blocked: bool = False  # global only: the input channel-blocked, NCHW[c] with c = lanes
-    # (`kernels.nchwc`); each block's pixels summed as whole vectors, the output (one value
-    # per channel) the same memory in either layout
-    nhwc: bool = False  # blocked only: the input NHWC, a vector of channels C floats from
-    # the same channels of the next pixel
+    layout: Layout = "nchw"  # global only: the input NCHW[c] (c = lanes) or NHWC
+    # (`kernels.nchwc`), each unit's pixels summed as whole vectors of L channels; the
+    # output (one value per channel) is the same memory in every layout
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
     def units(self) -> int:
-        """What threads divide: planes, or blocks of `lanes` planes when blocked."""
-        return self.shape.planes // self.lanes if self.blocked else self.shape.planes
+        """What threads divide: planes, or vectors of `lanes` channels when blocked."""
+        return self.shape.planes // self.lanes if self.layout != "nchw" else self.shape.planes
 
     def loads_per_unit(self) -> int:
         """Vector loads of one unit: a tap per output vector (windowed), or the plane's
@@ -165,7 +163,7 @@ class PoolConfig:
         s = self.shape
         if s.windowed:
             return s.kernel[0] * s.kernel[1] * s.out_height * ceil_div(s.out_width, self.lanes)
-        return ceil_div(s.height * s.width * (self.lanes if self.blocked else 1), self.lanes)
+        return ceil_div(s.height * s.width * (self.lanes if self.layout != "nchw" else 1), self.lanes)
 
     @property
     def symbol(self) -> str:
@@ -182,9 +180,7 @@ class PoolConfig:
         check_lanes(target, self.lanes)
         if self.nv < 1:
             raise AutoconfigError(f"nv must be >= 1, got {self.nv}")
-        if self.nhwc and not self.blocked:
-            raise AutoconfigError("an NHWC input is a channel-blocked one with one block (set blocked too)")
-        if self.blocked:
+        if self.layout != "nchw":
             if self.shape.windowed:
                 raise AutoconfigError("only a global average pool reads a channel-blocked input")
             check_blocked(target, self.lanes, {"the channels": self.shape.channels})
@@ -210,8 +206,7 @@ class PoolConfig:
         if s.windowed:
             params.append(Param("work", Role.INOUT, extent=(self.workspace(),)))
         params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
-        planes = f"{'NHWC' if self.nhwc else 'channel blocks'}: vectors of {self.lanes} channels" if self.blocked \
-            else "planes"
+        planes = "planes" if self.layout == "nchw" else f"{layout_name(self.layout, self.lanes)}: vectors of channels"
         return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: {planes} [plane_begin, plane_end).")
 
 
@@ -235,7 +230,7 @@ def generate(config: PoolConfig, target: Target) -> list[KernelModule]:
     sig = config.signature()
     with new_module() as module:
         with kernel_body(module, sig) as args:
-            body = _windowed if config.shape.windowed else _global_blocked if config.blocked else _global
+            body = _windowed if config.shape.windowed else _global_blocked if config.layout != "nchw" else _global
             body(config, target, args)
         verify(module)
     return [KernelModule(module=module, signatures=(sig,), target=target)]
@@ -307,14 +302,12 @@ def _global_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
     partial sums), found through the input's layout (`nchwc.Blocks`)."""
     s, lanes = cfg.shape, cfg.lanes
     size = s.height * s.width
-    blocks = Blocks.of("nhwc" if cfg.nhwc else "nchwc", (s.batch, s.channels, 1, size), lanes)
-    vectors = s.channels // lanes
+    blocks = Blocks.of(cfg.layout, (s.batch, s.channels, 1, size), lanes)
     x = f32_memref(args["x"], [s.planes * size])
     y = f32_memref(args["y"], [s.planes])
 
     def block(b: ir.Value) -> None:
-        first = blocks.at(arith.divsi(b, index(vectors)), arith.muli(arith.remsi(b, index(vectors)), index(lanes)),
-                          index(0), index(0))  # fmt: skip
+        first = blocks.at(*blocks.vector_of(b, lanes), index(0), index(0))
         sums = _partial_sums(cfg, target, x, lambda v: [arith.addi(first, arith.muli(v, index(blocks.step)))], size)
         total = sums[0]
         for more in sums[1:]:

@@ -688,10 +688,11 @@ def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, given: Layou
     """The transform of a layer's input from the `given` layout into the `wanted` one,
     on the plan's threads, through NCHW (back from one blocked layout, then into the
     other), `lanes` at a time (the target's widest vectors: every blocked plan's)."""
-    steps = [(given, False)] if given != "nchw" else []
-    steps += [(wanted, True)] if wanted != "nchw" else []
+    if given == wanted:
+        return 0.0
+    steps = [(layout, to_blocked) for layout, to_blocked in ((given, False), (wanted, True)) if layout != "nchw"]
     return sum(reblock_ns(Reblock.of(shape.input_shape, lanes, to_blocked, layout), machine, p.plan.threads)[0]
-               for layout, to_blocked in steps if given != wanted)  # fmt: skip
+               for layout, to_blocked in steps)  # fmt: skip
 
 
 def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float],
@@ -750,9 +751,9 @@ class ConvChoice(Choice):
 
 
 def nchw_boundary(p: Prediction, machine: Machine, lanes: int) -> Prediction:
-    """`p` for a layer on its own: a plan that reads or writes channel blocks (of the
-    target's widest vectors, `lanes`) also pays the transform of the NCHW input into
-    them and of its output back to NCHW, as `compile_conv2d` runs it. On the Intel Xeon
+    """`p` for a layer on its own: a plan that reads or writes NCHW[c] (blocks of the
+    target's widest vectors, `lanes`) or NHWC also pays the transform of the NCHW input
+    into that layout and of its output back to NCHW, as `compile_conv2d` runs it. On the Intel Xeon
     (model 167) VM, YOLO-V4's 128->256 3x3/2 on 104²: the best NCHW plan (direct 6x4)
     measured 14.7-15.6 ms, 0.58-0.64x onnxruntime; the channel-blocked direct plan is
     predicted 7.7 ms before its transforms."""
