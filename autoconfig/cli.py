@@ -96,7 +96,7 @@ def _cmd_lower(args: argparse.Namespace) -> int:
         result: bytes | str = llvm_ir
     else:
         with tempfile.TemporaryDirectory(prefix="autoconfig-lower-") as tmp:
-            obj = compile_object(llvm_ir, target, Path(tmp))
+            obj = compile_object(llvm_ir, target, Path(tmp), assembly=args.emit == "asm")
             result = obj.assembly if args.emit == "asm" else obj.path.read_bytes()
     if args.output is None:
         if isinstance(result, bytes):

@@ -68,7 +68,7 @@ def target_settings(target: Target) -> str:
 
 @dataclass
 class KernelCache:
-    """Compiled objects (and their assembly) on disk, by key; generated modules by config."""
+    """Compiled objects on disk, by key; generated modules by config."""
 
     root: Path
 
@@ -97,17 +97,16 @@ class KernelCache:
 
     def get(self, key: str, out_dir: Path, target: Target) -> ObjectFile | None:
         """The cached object copied into `out_dir`, or None."""
-        obj, asm = self.root / f"{key}.o", self.root / f"{key}.s"
-        if not (obj.is_file() and asm.is_file()):
+        obj = self.root / f"{key}.o"
+        if not obj.is_file():
             return None
         path = out_dir / f"{key[:16]}.o"
         shutil.copyfile(obj, path)
-        return ObjectFile(path=path, assembly=asm.read_text(), target=target)
+        return ObjectFile(path=path, assembly=None, target=target)
 
     def put(self, key: str, obj: ObjectFile) -> None:
-        """Store an object and its assembly."""
-        for suffix, data in ((".s", obj.assembly.encode()), (".o", obj.path.read_bytes())):
-            write_atomically(self.root / f"{key}{suffix}", data)
+        """Store an object."""
+        write_atomically(self.root / f"{key}.o", obj.path.read_bytes())
 
 
 def generated(generate: Callable[[object, Target], KernelModule | list[KernelModule]], config: object,

@@ -81,18 +81,26 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
         out_dir = Path(workdir.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = default_cache() if cache is None else cache
-    objects, compiled = compile_modules(modules, out_dir, cache)
     signatures = unique_signatures(modules)
     header = out_dir / "kernels.h"
     header.write_text(c_header(signatures))
+    archive, cdll, tasks = None, None, None
+    if execution.mode == "native":  # the trampolines compile while LLVM compiles the kernels
+        (out_dir / "tasks.c").write_text(c_tasks(signatures))
+        tasks = start_tool(["cc", "-c", "-fPIC", "-O2", f"-I{out_dir}", "-o", str(out_dir / "tasks.o"),
+                            str(out_dir / "tasks.c")])  # fmt: skip
+    try:
+        objects, compiled = compile_modules(modules, out_dir, cache)
+    except BaseException:
+        if tasks is not None:  # no child left running when the kernels fail to compile
+            tasks.kill()
+            tasks.communicate()
+        raise
     paths = [str(o.path) for o in objects]
-    archive, cdll = None, None
-    if execution.mode == "native":
+    if tasks is not None:
+        finish_tool(tasks, "compiling the task trampolines")
         binary = out_dir / "libkernels.so"
-        tasks = out_dir / "tasks.c"
-        tasks.write_text(c_tasks(signatures))
-        command = ["cc", "-shared", "-fPIC", "-O2", f"-I{out_dir}", "-o", str(binary)]
-        run_tool([*command, str(tasks), *paths], "linking")
+        run_tool(["cc", "-shared", "-o", str(binary), str(out_dir / "tasks.o"), *paths], "linking")
         cdll = ctypes.CDLL(str(binary))
     else:
         archive = out_dir / "libkernels.a"
@@ -221,6 +229,17 @@ def _exit_reason(done: subprocess.CompletedProcess) -> str:
 
 def run_tool(command: list[str], what: str) -> None:
     """Run a compiler or linker; a failure becomes one AutoconfigError line."""
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise AutoconfigError(f"{what} failed ({command[0]}): {_exit_reason(done)}")
+    finish_tool(start_tool(command), what)
+
+
+def start_tool(command: list[str]) -> subprocess.Popen:
+    """Start a compiler or linker without waiting for it (`finish_tool` waits)."""
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_tool(process: subprocess.Popen, what: str) -> None:
+    """Wait for a tool `start_tool` started; a failure becomes one AutoconfigError line."""
+    stdout, stderr = process.communicate()
+    if process.returncode != 0:
+        done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        raise AutoconfigError(f"{what} failed ({process.args[0]}): {_exit_reason(done)}")

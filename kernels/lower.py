@@ -48,10 +48,11 @@ vector ops become scf loops or LLVM intrinsics, scf becomes cf, then everything 
 
 @dataclass(frozen=True)
 class ObjectFile:
-    """A compiled object and its assembly listing (kept for inspection and tests)."""
+    """A compiled object and, when asked for, its assembly listing (for inspection and
+    tests; a build does not ask: printing it runs LLVM's code generation a second time)."""
 
     path: Path
-    assembly: str
+    assembly: str | None
     target: Target
 
 
@@ -102,14 +103,16 @@ def exact_float_literals(llvm_ir: str) -> str:
     return _FLOAT_LITERAL.sub(hexadecimal, llvm_ir)
 
 
-def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "kernels") -> ObjectFile:
-    """Compile LLVM IR for `target` into ``out_dir/stem.o`` in an LLVM child process."""
+def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "kernels",
+                   assembly: bool = False) -> ObjectFile:  # fmt: skip
+    """Compile LLVM IR for `target` into ``out_dir/stem.o`` in an LLVM child process,
+    and its assembly listing into ``out_dir/stem.s`` when `assembly` is asked for."""
     ir_path = out_dir / f"{stem}.ll"
     obj_path = out_dir / f"{stem}.o"
-    asm_path = out_dir / f"{stem}.s"
+    asm_path = out_dir / f"{stem}.s" if assembly else None
     ir_path.write_text(llvm_ir)
     request = {"ir": str(ir_path), "triple": target.triple, "cpu": target.cpu, "features": target.features,
-               "abi": target.abi, "object": str(obj_path), "assembly": str(asm_path)}  # fmt: skip
+               "abi": target.abi, "object": str(obj_path), "assembly": asm_path and str(asm_path)}  # fmt: skip
     backend = _Backends.take()
     answer = backend.ask(request)
     if answer is None:
@@ -120,7 +123,7 @@ def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "ker
     _Backends.give_back(backend)
     if "error" in answer:
         raise AutoconfigError(f"LLVM could not compile for {target.name}: {answer['error']}")
-    return ObjectFile(path=obj_path, assembly=asm_path.read_text(), target=target)
+    return ObjectFile(path=obj_path, assembly=asm_path and asm_path.read_text(), target=target)
 
 
 def start_backends(count: int = 1) -> None:

@@ -436,7 +436,7 @@ def test_a_max_is_one_instruction(case_id, tmp_path):
     pool = PoolConfig(PoolShape(1, 4, 13, 13, "max", (5, 5), pads=(2, 2, 2, 2)), target.f32_lanes, 1)
     relu = mm.MatmulConfig(mm.MatmulShape(8, 32, 8), "tiled", target.f32_lanes, 2, 1, epilogue=(ep.relu(),))
     for module in (generate(pool, target)[0].module, mm.generate(relu, target).module):
-        listing = compile_object(to_llvm_ir(module), target, tmp_path).assembly
+        listing = compile_object(to_llvm_ir(module), target, tmp_path, assembly=True).assembly
         assert re.search(r"vmaxps", listing) and not re.search(r"vcmpunordps|vblendv?m?ps|vpmovd2m", listing)
 
 

@@ -38,7 +38,7 @@ def assembly(tmp_path_factory):
         target = target_for(case_id)
         module = fma.generate(fma.FmaConfig.widest(target), target).module
         out = tmp_path_factory.mktemp(case_id)
-        listings[case_id] = compile_object(to_llvm_ir(module), target, out).assembly
+        listings[case_id] = compile_object(to_llvm_ir(module), target, out, assembly=True).assembly
     return listings
 
 

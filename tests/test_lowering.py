@@ -50,7 +50,7 @@ func.func @s(%m: memref<?xf32>) {
 
 
 def test_scalable_vectors_compile_for_rvv(tmp_path):
-    obj = compile_object(to_llvm_ir(parse_mlir(SCALABLE)), target_for("rvv256"), tmp_path)
+    obj = compile_object(to_llvm_ir(parse_mlir(SCALABLE)), target_for("rvv256"), tmp_path, assembly=True)
     assert obj.path.stat().st_size > 0 and "vsetvli" in obj.assembly
 
 

@@ -113,7 +113,7 @@ def test_other_targets_correct(case_id):
 def test_generated_instructions(tmp_path, case_id, pattern, absent):
     target = target_for(case_id)
     config = mm.MatmulConfig(mm.MatmulShape(20, 40, 30), "packed", target.f32_lanes, mr=4, nv=2, kc=16, unroll=2)
-    asm = compile_object(to_llvm_ir(mm.generate(config, target).module), target, tmp_path).assembly
+    asm = compile_object(to_llvm_ir(mm.generate(config, target).module), target, tmp_path, assembly=True).assembly
     assert re.search(pattern, asm)
     assert absent is None or absent not in asm
 
