@@ -260,9 +260,11 @@ def our_build_times(task: dict, threads: int) -> dict:
     generation, compilation, linking) for the task, with the kernel cache as the caller
     set it. Untimed first, as TVM's import and target set-up are not in its tuning
     time: our imports, reading the profile, and a tiny kernel compiled, so the LLVM
-    child a build keeps for all its kernels is running."""
+    children a build keeps for all its kernels (one per core) are running."""
     import autoconfig
+    from kernels.lower import start_backends
 
+    start_backends(os.cpu_count() or 1)
     autoconfig.compile_matmul(8, 8, 8, profile=task["profile"], threads=threads)
     autoconfig.plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), profile=task["profile"], threads=threads)
     start = time.perf_counter()
