@@ -6,7 +6,7 @@ CROSS_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu libc6-dev-arm64-cr
                   libc6-dev-riscv64-cross qemu-user
 CROSS_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64
 
-.PHONY: demo test cross-tools peers clean
+.PHONY: demo test cross-tools peers compare-tvm clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ $(PEERS)/.installed: Makefile
 	touch $@
 
 peers: $(PEERS)/.installed
+
+# Everything compare_tvm.py needs, then the script: `make compare-tvm TVM_ARGS="--parts fusion"`
+# gives the fusion table with the real TVM column from a fresh clone.
+TVM_ARGS ?=
+compare-tvm: $(BIN)/.installed $(PEERS)/.installed
+	$(BIN)/python scripts/compare_tvm.py $(TVM_ARGS)
 
 clean:
 	rm -rf $(VENV) $(PEERS) build *.egg-info
