@@ -7,8 +7,9 @@ objects on disk, so an unchanged kernel is never compiled twice — across build
 processes. Keying by the MLIR text rather than by the config also covers a changed
 generator: new code, new text, new key.
 
-MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), then
-LLVM compiles the modules in child processes, as many at once as there are cores.
+MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), one
+module after another; LLVM compiles each in a child process as soon as it is lowered,
+as many at once as there are cores.
 
 Generating a module costs time too (YOLO-V4's 115 kernels: ~9 s of building and
 printing MLIR), so the same cache also keeps each config's generated text and
@@ -145,17 +146,15 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     workers = max(1, min(len(keyed) - len(objects), os.cpu_count() or 1))
     if len(objects) < len(keyed):
         start_backends(workers)  # LLVM children start while the MLIR below is lowered
-    pending: dict[str, str] = {}  # key -> LLVM IR
-    for key, module in keyed.items():
-        if key not in objects:
-            mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
-            pending[key] = to_llvm_ir(mlir)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = pool.map(lambda item: (item[0], compile_object(item[1], target, out_dir, item[0][:16])),
-                        pending.items())  # fmt: skip
-        for count, (key, obj) in enumerate(done, 1):
-            cache.put(key, obj)
-            objects[key] = obj
+        pending = {}  # key -> its object, compiling while the next module is lowered
+        for key, module in keyed.items():
+            if key not in objects:
+                mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
+                pending[key] = pool.submit(compile_object, to_llvm_ir(mlir), target, out_dir, key[:16])
+        for count, (key, compiling) in enumerate(pending.items(), 1):
+            objects[key] = compiling.result()
+            cache.put(key, objects[key])
             if progress:
                 progress(count, len(pending))
     return [objects[key] for key in keyed], len(pending)
