@@ -316,7 +316,8 @@ class _Builder:
             return False
         if node.attrs.get("axis", 0) % len(self.graph.types[node.outputs[0]].shape) != 1:
             return False
-        return all("nchwc" in self._blockable(v) and self.anchor_of.get(self.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
+        return all("nchwc" in self._blockable(v)
+                   and self.anchor_of.get(self.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
                    for v in node.inputs)  # fmt: skip
 
     def reading_ns(self, value: str, layout: kc.Layout) -> float:
@@ -758,7 +759,8 @@ def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     loads = round(config.loads_per_unit() * math.ceil(config.units() / threads)
                   * conv_model.unaligned_load_cost(config.lanes, b.machine))  # in aligned loads
     return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
-                      f"{shape.describe()}{'' if config.layout == 'nchw' else ' ' + config.layout}, {config.nv} vectors of {config.lanes}, "
+                      f"{shape.describe()}{'' if config.layout == 'nchw' else ' ' + config.layout}, "
+                      f"{config.nv} vectors of {config.lanes}, "
                       f"{threads} thread(s)", loads)
 
 

@@ -114,7 +114,8 @@ def _planes(cfg: ElementwiseConfig, target: Target, args: dict) -> None:
                 def operand(i: int, at: list = at, mask=mask) -> ir.Value:
                     if i in per_channel:
                         return per_channel[i]
-                    by_channel = cfg.layout == "nhwc" and cfg.epilogue[i].operand == "channel"  # the pixel's channel offsets
+                    # NHWC per-channel values: at the pixel's channel offsets
+                    by_channel = cfg.layout == "nhwc" and cfg.epilogue[i].operand == "channel"
                     return load(vec, operands[i], at[1:] if by_channel else at, mask)
 
                 store(ep.apply(cfg.epilogue, load(vec, x, at, mask), operand), y, at, mask)

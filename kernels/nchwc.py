@@ -234,7 +234,8 @@ class BlockedDepthwiseConfig:
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
-        return _signature(self, f"depthwise convolution {self.shape.describe()} on {layout_name(self.layout, self.lanes)}",
+        held = layout_name(self.layout, self.lanes)
+        return _signature(self, f"depthwise convolution {self.shape.describe()} on {held}",
                           self.shape.channels * self.shape.taps)  # fmt: skip
 
 
@@ -402,7 +403,8 @@ class BlockedDirectConfig:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
         s = self.shape
         source = layout_name(self.layout if self.blocked_input else "nchw", self.lanes)
-        return _signature(self, f"direct convolution {s.describe()}, {source} to {layout_name(self.layout, self.lanes)}",
+        result = layout_name(self.layout, self.lanes)
+        return _signature(self, f"direct convolution {s.describe()}, {source} to {result}",
                           s.out_channels * s.channels * s.taps)  # fmt: skip
 
 

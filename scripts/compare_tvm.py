@@ -231,7 +231,8 @@ def fusion_table(rows: list[dict]) -> list[str]:
             cells.append(f"{count:>8} ({r['nodes'] / fused_groups(r, c):4.2f})")
         ratio = fused_groups(r, "tvm tuning") / fused_groups(r, "ours dp")
         lines.append(f"{r['model']:<18}{r['nodes']:>6}" + "".join(cells) + f"{ratio:>14.2f}x")
-    lines.append("  kernels per inference (ours: all - layout transforms), (fusion ratio = ONNX nodes / fused groups)")
+    lines.append("  kernels per inference (ours: all - layout transforms) "
+                 "(fusion ratio = ONNX nodes / fused groups)")
     for c in columns:
         mean = sum(r["nodes"] / fused_groups(r, c) for r in rows) / len(rows)
         lines.append(f"  mean fusion ratio {c}: {mean:.2f}")

@@ -51,6 +51,8 @@ def test_second_build_compiles_nothing(tmp_path):
     cache = KernelCache(tmp_path / "cache")
     first = build_library(modules(target), cache=cache)
     assert (first.compiled, first.cached) == (3, 0)
+    # a build prints no assembly listing (a second code generation) and caches objects only
+    assert all(o.assembly is None for o in first.objects) and not list((tmp_path / "cache").glob("*.s"))
     second = build_library(modules(target), cache=cache)  # generated anew: same text, same keys
     assert (second.compiled, second.cached) == (0, 3)
     config = MATMULS[0]

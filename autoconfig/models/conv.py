@@ -753,18 +753,18 @@ class ConvChoice(Choice):
 def nchw_boundary(p: Prediction, machine: Machine, lanes: int) -> Prediction:
     """`p` for a layer on its own: a plan that reads or writes NCHW[c] (blocks of the
     target's widest vectors, `lanes`) or NHWC also pays the transform of the NCHW input
-    into that layout and of its output back to NCHW, as `compile_conv2d` runs it. On the Intel Xeon
-    (model 167) VM, YOLO-V4's 128->256 3x3/2 on 104²: the best NCHW plan (direct 6x4)
-    measured 14.7-15.6 ms, 0.58-0.64x onnxruntime; the channel-blocked direct plan is
-    predicted 7.7 ms before its transforms."""
-    s = p.shape
+    into that layout and of its output back to NCHW, as `compile_conv2d` runs it. On the
+    Intel Xeon (model 167) VM, YOLO-V4's 128->256 3x3/2 on 104²: the best NCHW plan
+    (direct 6x4) measured 14.7-15.6 ms, 0.58-0.64x onnxruntime; the channel-blocked
+    direct plan is predicted 7.7 ms before its transforms."""
+    s, read, written = p.shape, input_layout_of(p.config), layout_of(p.config)
     extra = []
-    if input_layout_of(p.config) != "nchw":
-        extra.append(Term("reblock in", transform_ns(s, p, machine, "nchw", input_layout_of(p.config), lanes),
-                          f"the NCHW input transformed into {input_layout_of(p.config).upper()} first"))
-    if layout_of(p.config) != "nchw":
-        ns, why = reblock_ns(Reblock.of(s.output_shape, lanes, to_blocked=False, layout=layout_of(p.config)),
-                             machine, p.plan.threads)  # fmt: skip
+    if read != "nchw":
+        extra.append(Term("reblock in", transform_ns(s, p, machine, "nchw", read, lanes),
+                          f"the NCHW input transformed into {layout_name(read, lanes)} first"))
+    if written != "nchw":
+        ns, why = reblock_ns(Reblock.of(s.output_shape, lanes, to_blocked=False, layout=written), machine,
+                             p.plan.threads)  # fmt: skip
         extra.append(Term("reblock out", ns, f"the output transformed back to NCHW: {why}"))
     if not extra:
         return p
