@@ -71,11 +71,11 @@ into L1 it would evict the panel being read long before its own turn."""
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
                  unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1,
                  ahead: Callable[[ir.Value], None] | None = None,
-                 acc: list[ir.Value] | None = None) -> list[ir.Value]:  # fmt: skip
+                 acc: list[ir.Value] | None = None, whole_trips: bool = False) -> list[ir.Value]:  # fmt: skip
     """The accumulators acc[r·vectors + v] = Σ_k Σ_t A(r, k, t)·B(v, k, t) over k in
     [k_lo, k_hi) and the `taps` taps t (added to `acc` when given), unrolled (their
     offsets are constants); `ahead(k)`, once per trip, asks for what a later tile will
-    read."""
+    read; `whole_trips`: k_hi - k_lo is always a multiple of `unroll` (`for_unrolled`)."""
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
 
     def step(k: ir.Value, copy: int, acc: list[ir.Value]) -> list[ir.Value]:
@@ -90,7 +90,7 @@ def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_
             acc = out
         return acc
 
-    return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors) if acc is None else acc, step)
+    return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors) if acc is None else acc, step, whole_trips)
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,11 @@ class KBlocks:
     @property
     def single(self) -> bool:
         return self.kc >= self.k
+
+    def whole_trips(self, unroll: int) -> bool:
+        """Whether every block's depth (kc, and what is left of K after the full
+        blocks) is a multiple of `unroll`."""
+        return all(depth % unroll == 0 for depth in (min(self.kc, self.k), self.k % self.kc))
 
 
 def write_back(tile: OutputTile, accs: list[ir.Value], k_lo: ir.Value, k_hi: ir.Value,

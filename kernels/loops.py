@@ -8,6 +8,8 @@ point, so that a generator reads like the nest it produces:
   rest one per trip;
 - `for_tiles`: the full tiles of a range in a loop, then the one partial tile (its
   size known at generation time) under a condition;
+- `for_tile_trips`: like `for_tiles`, or, for tiles computed from zero-padded
+  operands, every tile in one loop that branches only where its size matters;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
@@ -49,10 +51,13 @@ def for_carry(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, init
 
 
 def for_unrolled(lo: ir.Value, hi: ir.Value, unroll: int, init: Sequence[ir.Value],
-                 step: Callable[[ir.Value, int, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
+                 step: Callable[[ir.Value, int, list[ir.Value]], list[ir.Value]],
+                 whole_trips: bool = False) -> list[ir.Value]:  # fmt: skip
     """values = step(i, copy, values) for i in [lo, hi): `unroll` copies per trip (copy =
     0..unroll-1, i = trip start + copy), then the rest one per trip (copy 0). The
-    copies hide the loop's own instructions; `copy` lets a step rotate partial sums."""
+    copies hide the loop's own instructions; `copy` lets a step rotate partial sums.
+    `whole_trips`: the caller knows hi - lo is always a multiple of `unroll`, so no
+    loop for a rest is emitted (a rest loop that never runs still costs LLVM its time)."""
 
     def trips(lo_: ir.Value, hi_: ir.Value, copies: int, values: list[ir.Value]) -> list[ir.Value]:
         def body(i: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
@@ -62,8 +67,8 @@ def for_unrolled(lo: ir.Value, hi: ir.Value, unroll: int, init: Sequence[ir.Valu
 
         return for_carry(lo_, hi_, copies, values, body)
 
-    if unroll == 1:
-        return trips(lo, hi, 1, list(init))
+    if unroll == 1 or whole_trips:
+        return trips(lo, hi, unroll, list(init))
     mid = arith.addi(lo, arith.muli(arith.divsi(arith.subi(hi, lo), index(unroll)), index(unroll)))
     return trips(mid, hi, 1, trips(lo, mid, unroll, list(init)))
 
@@ -78,6 +83,35 @@ def for_tiles(lo: ir.Value, hi: ir.Value, size: int, extent: int,
     if extent % size:
         has_edge = arith.andi(_compare("sle", lo, index(full_tiles)), _compare("sgt", hi, index(full_tiles)))
         when(has_edge, lambda: body(index(full_tiles * size), extent % size))
+
+
+Sized = Callable[[Callable[[int], None]], None]  # sized(part): part(the tile's size), emitted once per size
+TileBody = Callable[[ir.Value, int, Sized], None]
+
+
+def for_tile_trips(lo: ir.Value, hi: ir.Value, size: int, extent: int, edge_as_full: bool, body: TileBody) -> None:
+    """body(first, count, sized) for the tiles [lo, hi) of `size` elements over [0,
+    extent). Without `edge_as_full`, as `for_tiles`: count is the tile's size and
+    sized(part) emits part(count). With it (what a tile reads past the extent is zero
+    padding, so a partial tile can be computed as a full one): every tile is a trip of
+    one loop, count is `size`, and sized(part) emits part(the tile's size), branching
+    on the partial tile at run time — only the code that depends on the size (an
+    output tile's stores) is emitted twice, not the whole body."""
+    if not edge_as_full:
+        for_tiles(lo, hi, size, extent, lambda first, count: body(first, count, lambda part: part(count)))
+        return
+    full_tiles, rest = divmod(extent, size)
+
+    def trip(tile: ir.Value) -> None:
+        def sized(part: Callable[[int], None]) -> None:
+            if rest:
+                when_else(equal(tile, full_tiles), lambda: part(rest), lambda: part(size))
+            else:
+                part(size)
+
+        body(arith.muli(tile, index(size)), size, sized)
+
+    for_range(lo, hi, 1, trip)
 
 
 def when(condition: ir.Value, then: Callable[[], None]) -> None:

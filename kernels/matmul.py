@@ -34,7 +34,9 @@ dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead
         C[ir+r, 0] = epilogue((C +) sum of acc[r][*] and of its lanes)
 
 Edges: the last row tile has M mod mr rows, the last column tile N mod nr columns
-(its last vector masked); K blocks end at K.
+(its last vector masked); K blocks end at K. An edge tile read from zero-padded panels
+is computed as a full tile, when that wastes little (`EDGE_WASTE`), and only stored
+as an edge: its own micro-kernel is then not generated.
 
 The kernel computes the row tiles ``[row_begin, row_end)`` of the column tiles
 ``[col_begin, col_end)`` (mr rows, nr columns; one row and one vector for
@@ -55,7 +57,8 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
-from kernels.loops import for_carry, for_range, for_tiles, for_unrolled, lane_sum, less, load, offset, store, when
+from kernels.loops import Sized, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
+from kernels.loops import offset, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div, round_up
@@ -261,6 +264,21 @@ class MatmulConfig:
 
 
 SIZES = ("row_begin", "row_end", "col_begin", "col_end")
+
+EDGE_WASTE = 0.02
+"""The most work, as a share of the dimension, that computing an edge tile as a full
+one may add: that tile's own micro-kernel is a quarter to a half of a packed kernel's
+code and LLVM time (Zen 5 VM, 2704x255x256 6x4: 232 -> 79 KB of MLIR, build 300 -> 210
+ms). Measured there, a 10% waste (49 rows, mr 6) made a 49x1024x1024 product 14% slower,
+3% (N 1024, nr 48) a 1024³ 4% slower: the waste costs its share of the time."""
+
+
+def _edge_computed_full(extent: int, size: int, granule: int = 1) -> bool:
+    """Whether the partial tile of a dimension of `extent` cut in tiles of `size` is
+    computed as a full one: the work wasted (the tile's missing part, in whole
+    `granule`s, as lanes of a vector are computed) is at most EDGE_WASTE of the extent."""
+    rest = extent % size
+    return rest == 0 or size - round_up(rest, granule) <= EDGE_WASTE * extent
 
 
 def signature(config: MatmulConfig) -> KernelSignature:
@@ -525,19 +543,25 @@ def _blocked(kn: _Kernel) -> None:
                     ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, it)
                     ap.pack((it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
-                def column_tile(col0: ir.Value, columns: int) -> None:
-                    def row_tile(row0: ir.Value, rows: int) -> None:
+                # An edge tile read from zero-padded panels may be computed as a full one: only its stores differ.
+                full_rows = (ap is not None and not (cfg.blocked and not cfg.a_nhwc)
+                             and _edge_computed_full(shape.m, cfg.mr))  # fmt: skip
+                full_columns = bp is not None and _edge_computed_full(shape.n, cfg.nr, kn.lanes)
+
+                def column_tile(col0: ir.Value, columns: int, sized_columns: Sized) -> None:
+                    def row_tile(row0: ir.Value, rows: int, sized_rows: Sized) -> None:
                         ahead = None
                         if cfg.a_packed:
                             ahead = ap.prefetcher(row0)
                         elif cfg.transposed:  # the row tiles of the block share the next B panel's lines
                             tile = arith.subi(arith.divsi(row0, index(cfg.mr)), it)
                             ahead = bp.prefetcher(col0, tile, min(row_tiles_per_block, cfg.row_tiles()), cfg.unroll)
-                        _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead)
+                        _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead,
+                              lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))))
 
-                    for_tiles(it, it_end, cfg.mr, shape.m, row_tile)
+                    for_tile_trips(it, it_end, cfg.mr, shape.m, full_rows, row_tile)
 
-                for_tiles(jt, jt_end, cfg.nr, shape.n, column_tile)
+                for_tile_trips(jt, jt_end, cfg.nr, shape.n, full_columns, column_tile)
 
             for_range(*kn.rows, row_tiles_per_block, row_block)
 
@@ -575,20 +599,17 @@ def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_r
 
 def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
           k_range: tuple[ir.Value, ir.Value], blocks: KBlocks, bp: PackedB | None, ap: PackedA | None,
-          ahead: Callable[[ir.Value], None] | None) -> None:  # fmt: skip
+          ahead: Callable[[ir.Value], None] | None,
+          sized: Callable[[Callable[[int, int], None]], None]) -> None:  # fmt: skip
     """One micro-kernel call on the tile at (row0, col0) of rows × columns, and its
-    write-back; `ahead(k)` prefetches for a later tile."""
+    write-back; `ahead(k)` prefetches for a later tile. sized(store) emits store(rows,
+    columns) for the tile's real size: on an edge tile computed from zero-padded
+    panels as a full one, fewer than were computed."""
     cfg = kn.config
-    masks = kn.vector_masks(columns)
-    cols = [offset(col0, v * kn.lanes) for v in range(len(masks))]
+    vectors = ceil_div(columns, kn.lanes)
+    cols = [offset(col0, v * kn.lanes) for v in range(vectors)]
     tile_rows = [offset(row0, r) for r in range(rows)]
-    if cfg.blocked:
-        out = BlockedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m, cfg.shape.n if cfg.c_nhwc else 0)
-    elif cfg.transposed:
-        out = TransposedTile(kn.c, kn.vec, tile_rows, cols, masks, cfg.shape.m)
-    else:
-        out = OutputTile(kn.c, kn.vec, tile_rows, cols, masks)
-    out.prefetch()
+    _output_tile(kn, tile_rows, cols, kn.vector_masks(columns)).prefetch()
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
         if cfg.a_nhwc:  # Aᵀ[k, row] = A[row, k]: the rows K apart
@@ -596,18 +617,37 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
         return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
 
     def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
-        return load(kn.vec, kn.b, [k, cols[v]], masks[v])
+        return load(kn.vec, kn.b, [k, cols[v]], kn.vector_masks(columns)[v])
 
     if ap is not None:
         load_a = ap.loader(row0)
     if bp is not None:
         load_b = bp.loader(col0)
     if cfg.blocked and not cfg.a_nhwc:
-        accs = _by_channel_blocks(kn, tile_rows, len(cols), k_range, load_b, ahead)
+        accs = _by_channel_blocks(kn, tile_rows, vectors, k_range, load_b, ahead)
     else:
-        accs = micro_kernel(kn.vec, rows, len(cols), *k_range, cfg.unroll, load_a, load_b, ahead=ahead)
-    finish = None
-    if cfg.epilogue:
-        def finish(value: ir.Value, r: int, v: int) -> ir.Value:
-            return kn.finish(value, tile_rows[r], cols[v], masks[v], lambda tensor: replace(out, memory=tensor).load(r, v))
-    write_back(out, accs, *k_range, blocks, finish)
+        accs = micro_kernel(kn.vec, rows, vectors, *k_range, cfg.unroll, load_a, load_b, ahead=ahead,
+                            whole_trips=blocks.whole_trips(cfg.unroll))  # fmt: skip
+
+    def store(stored_rows: int, stored_columns: int) -> None:
+        masks = kn.vector_masks(stored_columns)
+        out = _output_tile(kn, tile_rows[:stored_rows], cols[:len(masks)], masks)
+        finish = None
+        if cfg.epilogue:
+            def finish(value: ir.Value, r: int, v: int) -> ir.Value:
+                return kn.finish(value, tile_rows[r], cols[v], masks[v],
+                                 lambda tensor: replace(out, memory=tensor).load(r, v))  # fmt: skip
+        kept = [accs[r * vectors + v] for r in range(stored_rows) for v in range(len(masks))]
+        write_back(out, kept, *k_range, blocks, finish)
+
+    sized(store)
+
+
+def _output_tile(kn: _Kernel, rows: list[ir.Value], cols: list[ir.Value], masks: list[ir.Value | None]) -> OutputTile:
+    """The tile of C at those rows and columns, in C's layout."""
+    cfg = kn.config
+    if cfg.blocked:
+        return BlockedTile(kn.c, kn.vec, rows, cols, masks, cfg.shape.m, cfg.shape.n if cfg.c_nhwc else 0)
+    if cfg.transposed:
+        return TransposedTile(kn.c, kn.vec, rows, cols, masks, cfg.shape.m)
+    return OutputTile(kn.c, kn.vec, rows, cols, masks)
