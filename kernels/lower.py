@@ -29,6 +29,7 @@ from kernels.target import Target
 
 PIPELINE = ",".join(
     [
+        "cse",  # first: the generators repeat index arithmetic per access; fewer ops to lower
         "lower-affine",
         "convert-vector-to-scf",
         "convert-scf-to-cf",
@@ -43,7 +44,10 @@ PIPELINE = ",".join(
     ]
 )
 """The MLIR pass pipeline to the LLVM dialect, checked on the bundled bindings (LLVM 24 dev):
-vector ops become scf loops or LLVM intrinsics, scf becomes cf, then everything LLVM."""
+common subexpressions merged, vector ops become scf loops or LLVM intrinsics, scf
+becomes cf, then everything LLVM. The merge comes first because the generators work
+out an address per access (a packed 1024³ matmul: 122 KB of LLVM IR, 101 with it;
+its lowering 36 -> 25 ms on the Zen 5 VM; LLVM's own time unchanged)."""
 
 
 @dataclass(frozen=True)
