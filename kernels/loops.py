@@ -31,13 +31,24 @@ Body = Callable[[ir.Value], None]
 CarriedBody = Callable[[ir.Value, list[ir.Value]], list[ir.Value]]
 
 
-def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body: Body) -> None:
+def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body: Body,
+              llvm_unrolls: bool = True) -> None:  # fmt: skip
     """``for i in [lo, hi) step step: body(i)`` (the step may be a run-time value, e.g.
-    a scalable vector's length)."""
+    a scalable vector's length). Without `llvm_unrolls`, the loop carries LLVM's
+    ``unroll.disable``: for a short loop of many accesses, which LLVM would otherwise
+    unroll to its bound, making its enclosing loop one whose dependence analysis
+    (LoopLoadElimination's) grows with the square of its accesses."""
     loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step))
     with ir.InsertionPoint(loop.body):
         body(loop.induction_variable)
         scf.yield_([])
+    if not llvm_unrolls:
+        loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(_NO_UNROLL)
+
+
+_NO_UNROLL = "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>"
+"""Loop metadata MLIR's scf-to-cf lowering carries to the loop's back edge (checked on
+the bundled bindings: a ``loop_annotation`` attribute on scf.for becomes !llvm.loop)."""
 
 
 def for_carry(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, init: Sequence[ir.Value],

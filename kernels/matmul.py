@@ -34,9 +34,10 @@ dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead
         C[ir+r, 0] = epilogue((C +) sum of acc[r][*] and of its lanes)
 
 Edges: the last row tile has M mod mr rows, the last column tile N mod nr columns
-(its last vector masked); K blocks end at K. An edge tile read from zero-padded panels
-is computed as a full tile, when that wastes little (`EDGE_WASTE`), and only stored
-as an edge: its own micro-kernel is then not generated.
+(its last vector masked); K blocks end at K. Where that wastes little (`EDGE_WASTE`),
+an edge tile is computed as a full one and only stored as an edge, so that its own
+micro-kernel is not generated: rows past M read zero-padded panels (or A's last row
+again, A read in place), columns past N zero-padded panels.
 
 The kernel computes the row tiles ``[row_begin, row_end)`` of the column tiles
 ``[col_begin, col_end)`` (mr rows, nr columns; one row and one vector for
@@ -543,9 +544,11 @@ def _blocked(kn: _Kernel) -> None:
                     ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, it)
                     ap.pack((it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
-                # An edge tile read from zero-padded panels may be computed as a full one: only its stores differ.
-                full_rows = (ap is not None and not (cfg.blocked and not cfg.a_nhwc)
-                             and _edge_computed_full(shape.m, cfg.mr))  # fmt: skip
+                # An edge tile may be computed as a full one, only its stores differing: rows past M
+                # read zero-padded panels, or A's last row again; columns past N zero-padded panels.
+                full_rows = _edge_computed_full(shape.m, cfg.mr)
+                rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
+                last_row = shape.m - 1 if full_rows and rows_in_place else None
                 full_columns = bp is not None and _edge_computed_full(shape.n, cfg.nr, kn.lanes)
 
                 def column_tile(col0: ir.Value, columns: int, sized_columns: Sized) -> None:
@@ -557,7 +560,7 @@ def _blocked(kn: _Kernel) -> None:
                             tile = arith.subi(arith.divsi(row0, index(cfg.mr)), it)
                             ahead = bp.prefetcher(col0, tile, min(row_tiles_per_block, cfg.row_tiles()), cfg.unroll)
                         _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead,
-                              lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))))
+                              lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)
 
                     for_tile_trips(it, it_end, cfg.mr, shape.m, full_rows, row_tile)
 
@@ -600,15 +603,18 @@ def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_r
 def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
           k_range: tuple[ir.Value, ir.Value], blocks: KBlocks, bp: PackedB | None, ap: PackedA | None,
           ahead: Callable[[ir.Value], None] | None,
-          sized: Callable[[Callable[[int, int], None]], None]) -> None:  # fmt: skip
+          sized: Callable[[Callable[[int, int], None]], None], last_row: int | None) -> None:  # fmt: skip
     """One micro-kernel call on the tile at (row0, col0) of rows × columns, and its
     write-back; `ahead(k)` prefetches for a later tile. sized(store) emits store(rows,
-    columns) for the tile's real size: on an edge tile computed from zero-padded
-    panels as a full one, fewer than were computed."""
+    columns) for the tile's real size: on an edge tile computed as a full one, fewer
+    than were computed. With `last_row`, rows past it read A's row `last_row` (an edge
+    tile computed as a full one from an A read in place)."""
     cfg = kn.config
     vectors = ceil_div(columns, kn.lanes)
     cols = [offset(col0, v * kn.lanes) for v in range(vectors)]
     tile_rows = [offset(row0, r) for r in range(rows)]
+    if last_row is not None:  # the first row of a tile is always within A
+        tile_rows[1:] = [arith.minsi(row, index(last_row)) for row in tile_rows[1:]]
     _output_tile(kn, tile_rows, cols, kn.vector_masks(columns)).prefetch()
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
