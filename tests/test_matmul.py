@@ -16,7 +16,7 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models.matmul import C_PASSES_TERM, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, _best, block_sizes, blockings
-from autoconfig.models.matmul import Term, candidates, choose, predict
+from autoconfig.models.matmul import Term, candidates, choose, floor_ns, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -97,14 +97,17 @@ def test_host_correct(config, dims):
 def test_edge_tiles_within_the_waste_bound_share_the_full_tiles_micro_kernel():
     """M 301 and N 401 leave a 1-row and a 1-column edge (a 1% and a 2% waste as full
     tiles): one micro-kernel of 4x2 vectors, unrolled 4 times, with no loop for a K
-    rest (blocks of 8 over K 24); 13 rows leave a 23% waste, so that edge has its own."""
+    rest (blocks of 8 over K 24); 13 rows leave a 23% waste, so that edge has its own;
+    tiled, B is read in place, so its column edge has its own too (one masked vector)."""
     target = target_for("avx2")
     config = mm.MatmulConfig(mm.MatmulShape(301, 401, 24), "packed", 8, mr=4, nv=2, kc=8, unroll=4)
     assert mm.generate(config, target).text.count("vector.fma") == 4 * 2 * 4
     wasteful = at(config, (13, 401, 24))
     assert mm.generate(wasteful, target).text.count("vector.fma") == (4 + 1) * 2 * 4
+    tiled = replace(config, algorithm="tiled")  # A and B read in place: the rows shared, the 1-column edge not
+    assert mm.generate(tiled, target).text.count("vector.fma") == (2 + 1) * 4 * 4
     require_runnable(target)
-    for shaped in (config, wasteful, replace(config, accumulate=True), replace(config, a_packed=True)):
+    for shaped in (config, wasteful, tiled, replace(config, accumulate=True), replace(config, a_packed=True)):
         check(build(shaped, target), shaped)
 
 
@@ -336,11 +339,13 @@ def test_unknown_split_rejected():
 
 @pytest.mark.parametrize("mnk", [(512, 16, 512), (1, 1000, 1024), (196, 672, 112), (3, 5, 7)])
 def test_the_choice_skips_only_plans_that_cannot_win(mnk):
-    """choose() leaves out plans whose FMA floor exceeds their algorithm's best: each
-    algorithm's best must be what scoring every candidate gives."""
+    """choose() leaves out plans whose floor (`floor_ns`) exceeds their algorithm's best:
+    each algorithm's best must be what scoring every candidate gives, and no floor may
+    exceed its plan's predicted time."""
     profile = load_profile(Path(__file__).parent.parent / "hwprofiles" / "intel-xeon-model167-avx512.yaml")
     target, machine, shape = target_for("avx512"), Machine.of(profile), mm.MatmulShape(*mnk)
     every = [predict(p, machine) for t in (1, 2) for p in candidates(shape, machine, target, t)]
+    assert all(floor_ns(p.plan, machine) <= p.total_ns for p in every)
     chosen = choose(shape, profile, target, 2)
     for best in chosen.per_algorithm:
         same = [p for p in every if p.config.algorithm == best.config.algorithm]

@@ -811,8 +811,15 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc)]
-    predictions = promising_predictions(plans, shape.m * shape.n * shape.k, lambda p: p.config.algorithm,
-                                        lambda p: predict(p, machine), machine)  # fmt: skip
+    floors: dict[tuple, float] = {}  # a floor depends on the tile, width, threads and split alone
+
+    def floor(p: MatmulPlan) -> float:
+        key = (p.config.algorithm in ("tiled", "packed"), p.config.mr, p.config.nv, p.config.lanes, p.threads, p.split)
+        if key not in floors:
+            floors[key] = floor_ns(p, machine)
+        return floors[key]
+
+    predictions = promising_predictions(plans, floor, lambda p: p.config.algorithm, lambda p: predict(p, machine))
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     per_algorithm = tuple(
@@ -824,19 +831,13 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
 Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
 
 
-def promising_predictions(plans: Sequence[Plan], multiply_adds: float, kind: Callable[[Plan], Hashable],
-                          score: Callable[[Plan], Prediction], machine: Machine) -> list[Prediction]:  # fmt: skip
+def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float], kind: Callable[[Plan], Hashable],
+                          score: Callable[[Plan], Prediction]) -> list[Prediction]:  # fmt: skip
     """`score` of the plans that can be the best of their `kind` (what a model keeps the
-    best of), from the most promising width and thread count down: a plan whose
-    `multiply_adds` alone, as full vectors of its width shared evenly by its threads at
-    their FMA issue rate, take longer than its kind's best so far (within the tie-break's
-    RESOLUTION) is not scored. Every plan's 'fma' term counts at least those, and its
-    total is at least its compute terms, so the choice is the same: EfficientNet-B0's
+    best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
+    plan whose floor exceeds its kind's best so far (within the tie-break's RESOLUTION)
+    is not scored, so the choice is the same as scoring them all: EfficientNet-B0's
     decisions at 2 threads made 70867 matmul predictions before, 44141 after."""
-    def floor(plan: Plan) -> float:
-        lanes, threads = plan.config.lanes, plan.threads
-        return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads
-
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
     for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
@@ -845,6 +846,28 @@ def promising_predictions(plans: Sequence[Plan], multiply_adds: float, kind: Cal
         predictions.append(score(plan))
         fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
     return predictions
+
+
+def fma_floor_ns(multiply_adds: float, lanes: int, threads: int, machine: Machine) -> float:
+    """`multiply_adds` as full vectors of `lanes` shared evenly by `threads` at their FMA
+    issue rate: every plan's 'fma' term counts at least those, and its total is at
+    least its compute terms."""
+    return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads
+
+
+def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
+    """A lower bound of `predict(plan).total_ns`, at a fraction of its cost: for tiled and
+    packed plans, their compute terms before the cache model (the tiles' FMA issue,
+    latency and load waits, for the busiest thread) and the call, which the total adds
+    to at least those; for the others, `fma_floor_ns`. Counting the edge tiles and the
+    busiest thread's share, it prunes more than the FMA floor alone."""
+    c, s = plan.config, plan.shape
+    if c.algorithm not in ("tiled", "packed"):
+        return fma_floor_ns(s.m * s.n * s.k, c.lanes, plan.threads, machine)
+    m = machine.at(c.lanes, plan.threads)
+    per_k = sum(count * sum(microkernel_ns(rows * vectors, vectors, rows, m)) for count, rows, vectors in _tile_kinds(c))
+    call = m.call_ns + (m.dispatch_ns if plan.parts() > 1 else 0.0)
+    return per_k * s.k * busiest_share(plan.split_units(), plan.threads) + call
 
 
 def instructions_per_flop(config: MatmulConfig) -> float:
