@@ -8,8 +8,8 @@ point, so that a generator reads like the nest it produces:
   rest one per trip;
 - `for_tiles`: the full tiles of a range in a loop, then the one partial tile (its
   size known at generation time) under a condition;
-- `for_tile_trips`: like `for_tiles`, or, for tiles computed from zero-padded
-  operands, every tile in one loop that branches only where its size matters;
+- `for_tile_trips`: like `for_tiles`, or, where the partial tile can be computed as
+  a full one, every tile in one loop that branches only where its size matters;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
@@ -103,11 +103,12 @@ TileBody = Callable[[ir.Value, int, Sized], None]
 def for_tile_trips(lo: ir.Value, hi: ir.Value, size: int, extent: int, edge_as_full: bool, body: TileBody) -> None:
     """body(first, count, sized) for the tiles [lo, hi) of `size` elements over [0,
     extent). Without `edge_as_full`, as `for_tiles`: count is the tile's size and
-    sized(part) emits part(count). With it (what a tile reads past the extent is zero
-    padding, so a partial tile can be computed as a full one): every tile is a trip of
-    one loop, count is `size`, and sized(part) emits part(the tile's size), branching
-    on the partial tile at run time — only the code that depends on the size (an
-    output tile's stores) is emitted twice, not the whole body."""
+    sized(part) emits part(count). With it (the caller can compute a partial tile as a
+    full one: what it reads past the extent is zero padding, or read again from within
+    it): every tile is a trip of one loop, count is `size`, and sized(part) emits
+    part(the tile's size), branching on the partial tile at run time — only the code
+    that depends on the size (an output tile's stores) is emitted twice, not the whole
+    body."""
     if not edge_as_full:
         for_tiles(lo, hi, size, extent, lambda first, count: body(first, count, lambda part: part(count)))
         return

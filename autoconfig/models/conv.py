@@ -797,8 +797,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
-    predictions = promising_predictions(plans, lambda p: fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine),
-                                        lambda p: _kind(p.config), lambda p: predict(p, machine))  # fmt: skip
+    predictions = promising_predictions(
+        plans, lambda p: fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine), lambda p: _kind(p.config),
+        lambda p: predict(p, machine))  # fmt: skip
     predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is

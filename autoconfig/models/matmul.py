@@ -814,7 +814,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     floors: dict[tuple, float] = {}  # a floor depends on the tile, width, threads and split alone
 
     def floor(p: MatmulPlan) -> float:
-        key = (p.config.algorithm in ("tiled", "packed"), p.config.mr, p.config.nv, p.config.lanes, p.threads, p.split)
+        c = p.config
+        key = (c.algorithm in ("tiled", "packed"), c.mr, c.nv, c.lanes, p.threads, p.split)
         if key not in floors:
             floors[key] = floor_ns(p, machine)
         return floors[key]
