@@ -47,8 +47,8 @@ def serve() -> int:
     """Answer compile requests until stdin closes: each a JSON line naming the IR file,
     the target (triple, cpu, features, abi), the object file to write and the
     assembly file to write (or null for none); each answered with a JSON line, ``{}``
-    or ``{"error": message}``. The process is kept for many kernels: a fresh interpreter with llvmlite initialized
-    took 60-70 ms of a 0.3 s single-kernel build."""
+    or ``{"error": message}``. The process is kept for many kernels: a fresh
+    interpreter with llvmlite initialized took 60-70 ms of a 0.3 s single-kernel build."""
     _llvm()  # before the first request: a child started ahead is ready when it comes
     for line in sys.stdin:
         request = json.loads(line)

@@ -34,7 +34,7 @@ dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead
         C[ir+r, 0] = epilogue((C +) sum of acc[r][*] and of its lanes)
 
 Edges: the last row tile has M mod mr rows, the last column tile N mod nr columns
-(its last vector masked); K blocks end at K. Where that wastes little (`EDGE_WASTE`),
+(its last vector masked); K blocks end at K. With `full_row_edge` / `full_column_edge`,
 an edge tile is computed as a full one and only stored as an edge, so that its own
 micro-kernel is not generated: rows past M read zero-padded panels (or A's last row
 again, A read in place), columns past N zero-padded panels.
@@ -123,6 +123,11 @@ class MatmulConfig:
     # channels — Aᵀ[k, m] at m·K + k (A row-major): any K
     c_nhwc: bool = False  # blocked only: Cᵀ an NHWC image, Cᵀ[n, m] at m·N + n (C
     # row-major): any N, a pixel's last vector masked
+    full_row_edge: bool = False  # tiled and packed: the last row tile, if partial, is
+    # computed as a full one (rows past M read zero-padded panels, or A's last row again)
+    # and only stored as an edge: it has no micro-kernel of its own
+    full_column_edge: bool = False  # packed only: the same for the last column tile
+    # (columns past N read the zero-padded B panels)
 
     @property
     def nr(self) -> int:
@@ -237,6 +242,10 @@ class MatmulConfig:
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
             raise AutoconfigError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
+        if self.full_row_edge and self.algorithm not in ("tiled", "packed"):
+            raise AutoconfigError(f"full_row_edge is for the tiled and packed algorithms, not {self.algorithm}")
+        if self.full_column_edge and self.algorithm != "packed":
+            raise AutoconfigError(f"full_column_edge needs B in zero-padded panels (packed), not {self.algorithm}")
         if (self.a_nhwc or self.c_nhwc) and not self.blocked:
             raise AutoconfigError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         if self.blocked:
@@ -265,22 +274,6 @@ class MatmulConfig:
 
 
 SIZES = ("row_begin", "row_end", "col_begin", "col_end")
-
-EDGE_WASTE = 0.02
-"""The most work, as a share of the dimension, that computing an edge tile as a full
-one may add: that tile's own micro-kernel is a quarter to a half of a packed kernel's
-code and LLVM time (Zen 5 VM, 2704x255x256 6x4: 232 -> 79 KB of MLIR, build 300 -> 210
-ms). Measured there, a 10% waste (49 rows, mr 6) made a 49x1024x1024 product 14% slower,
-3% (N 1024, nr 48) a 1024³ 4% slower: the waste costs its share of the time."""
-
-
-def _edge_computed_full(extent: int, size: int, granule: int = 1) -> bool:
-    """Whether the partial tile of a dimension of `extent` cut in tiles of `size` is
-    computed as a full one: the work wasted (the tile's missing part, in whole
-    `granule`s, as lanes of a vector are computed) is at most EDGE_WASTE of the extent."""
-    rest = extent % size
-    return rest == 0 or size - round_up(rest, granule) <= EDGE_WASTE * extent
-
 
 def signature(config: MatmulConfig) -> KernelSignature:
     """``SYMBOL(C, A, B[, epilogue operands][, work], row_begin, row_end, col_begin, col_end)``."""
@@ -544,12 +537,8 @@ def _blocked(kn: _Kernel) -> None:
                     ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, it)
                     ap.pack((it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
 
-                # An edge tile may be computed as a full one, only its stores differing: rows past M
-                # read zero-padded panels, or A's last row again; columns past N zero-padded panels.
-                full_rows = _edge_computed_full(shape.m, cfg.mr)
                 rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
-                last_row = shape.m - 1 if full_rows and rows_in_place else None
-                full_columns = bp is not None and _edge_computed_full(shape.n, cfg.nr, kn.lanes)
+                last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place else None
 
                 def column_tile(col0: ir.Value, columns: int, sized_columns: Sized) -> None:
                     def row_tile(row0: ir.Value, rows: int, sized_rows: Sized) -> None:
@@ -562,9 +551,9 @@ def _blocked(kn: _Kernel) -> None:
                         _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead,
                               lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)
 
-                    for_tile_trips(it, it_end, cfg.mr, shape.m, full_rows, row_tile)
+                    for_tile_trips(it, it_end, cfg.mr, shape.m, cfg.full_row_edge, row_tile)
 
-                for_tile_trips(jt, jt_end, cfg.nr, shape.n, full_columns, column_tile)
+                for_tile_trips(jt, jt_end, cfg.nr, shape.n, cfg.full_column_edge, column_tile)
 
             for_range(*kn.rows, row_tiles_per_block, row_block)
 
@@ -610,12 +599,13 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     than were computed. With `last_row`, rows past it read A's row `last_row` (an edge
     tile computed as a full one from an A read in place)."""
     cfg = kn.config
-    vectors = ceil_div(columns, kn.lanes)
+    masks = kn.vector_masks(columns)
+    vectors = len(masks)
     cols = [offset(col0, v * kn.lanes) for v in range(vectors)]
     tile_rows = [offset(row0, r) for r in range(rows)]
     if last_row is not None:  # the first row of a tile is always within A
         tile_rows[1:] = [arith.minsi(row, index(last_row)) for row in tile_rows[1:]]
-    _output_tile(kn, tile_rows, cols, kn.vector_masks(columns)).prefetch()
+    _output_tile(kn, tile_rows, cols, masks).prefetch()
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
         if cfg.a_nhwc:  # Aᵀ[k, row] = A[row, k]: the rows K apart
@@ -623,7 +613,7 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
         return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
 
     def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
-        return load(kn.vec, kn.b, [k, cols[v]], kn.vector_masks(columns)[v])
+        return load(kn.vec, kn.b, [k, cols[v]], masks[v])
 
     if ap is not None:
         load_a = ap.loader(row0)
@@ -636,14 +626,14 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
                             whole_trips=blocks.whole_trips(cfg.unroll))  # fmt: skip
 
     def store(stored_rows: int, stored_columns: int) -> None:
-        masks = kn.vector_masks(stored_columns)
-        out = _output_tile(kn, tile_rows[:stored_rows], cols[:len(masks)], masks)
+        stored = kn.vector_masks(stored_columns)
+        out = _output_tile(kn, tile_rows[:stored_rows], cols[:len(stored)], stored)
         finish = None
         if cfg.epilogue:
             def finish(value: ir.Value, r: int, v: int) -> ir.Value:
-                return kn.finish(value, tile_rows[r], cols[v], masks[v],
+                return kn.finish(value, tile_rows[r], cols[v], stored[v],
                                  lambda tensor: replace(out, memory=tensor).load(r, v))  # fmt: skip
-        kept = [accs[r * vectors + v] for r in range(stored_rows) for v in range(len(masks))]
+        kept = [accs[r * vectors + v] for r in range(stored_rows) for v in range(len(stored))]
         write_back(out, kept, *k_range, blocks, finish)
 
     sized(store)

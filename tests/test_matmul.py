@@ -16,7 +16,7 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models.matmul import C_PASSES_TERM, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, _best, block_sizes, blockings
-from autoconfig.models.matmul import Term, candidates, choose, floor_ns, predict
+from autoconfig.models.matmul import Term, candidates, choose, floor_ns, full_edges, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -74,15 +74,21 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
         mm.MatmulConfig(ANY, "packed", lanes, mr=2, nv=1, accumulate=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, a_packed=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=5, mc=6, nc=2 * lanes, unroll=2, transposed=True),
+        mm.MatmulConfig(ANY, "tiled", lanes, mr=3, nv=2, kc=8, mc=6, unroll=2, full_row_edge=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2, full_row_edge=True,
+                        full_column_edge=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=5, mc=6, nc=2 * lanes, unroll=2, transposed=True,
+                        full_row_edge=True, full_column_edge=True),
     ]
 
 
 def config_id(c: mm.MatmulConfig) -> str:
-    return f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-transposed' if c.transposed else ''}"
+    return (f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-transposed' if c.transposed else ''}"
+            f"{'-full-edges' if c.full_row_edge else ''}")
 
 
 HOST_SHAPES = [(1, 1, 1), (13, 17, 19), (9, 33, 7), (64, 48, 40), (2, 100, 3), (31, 1, 29),
-               (301, 401, 9)]  # edges within EDGE_WASTE: computed as full tiles from the padded panels
+               (301, 401, 9)]
 
 
 @pytest.mark.parametrize("config", configs_for(8), ids=config_id)
@@ -96,18 +102,25 @@ def test_host_correct(config, dims):
 
 def test_edge_tiles_within_the_waste_bound_share_the_full_tiles_micro_kernel():
     """M 301 and N 401 leave a 1-row and a 1-column edge (a 1% and a 2% waste as full
-    tiles): one micro-kernel of 4x2 vectors, unrolled 4 times, with no loop for a K
-    rest (blocks of 8 over K 24); 13 rows leave a 23% waste, so that edge has its own;
-    tiled, B is read in place, so its column edge has its own too (one masked vector)."""
+    tiles): the model computes both as full tiles, so there is one micro-kernel of 4x2
+    vectors, unrolled 4 times, with no loop for a K rest (blocks of 8 over K 24); 13 rows
+    leave a 23% waste, so that edge keeps its own; tiled, B is read in place, so its
+    column edge keeps its own too (one masked vector)."""
     target = target_for("avx2")
-    config = mm.MatmulConfig(mm.MatmulShape(301, 401, 24), "packed", 8, mr=4, nv=2, kc=8, unroll=4)
+    shape = mm.MatmulShape(301, 401, 24)
+    assert full_edges(shape, 4, 2, 8, True) == {"full_row_edge": True, "full_column_edge": True}
+    assert full_edges(mm.MatmulShape(13, 401, 24), 4, 2, 8, True)["full_row_edge"] is False
+    assert full_edges(shape, 4, 2, 8, False)["full_column_edge"] is False
+    separate = mm.MatmulConfig(shape, "packed", 8, mr=4, nv=2, kc=8, unroll=4)
+    assert mm.generate(separate, target).text.count("vector.fma") == (4 + 1) * (2 + 1) * 4
+    config = replace(separate, full_row_edge=True, full_column_edge=True)
     assert mm.generate(config, target).text.count("vector.fma") == 4 * 2 * 4
-    wasteful = at(config, (13, 401, 24))
-    assert mm.generate(wasteful, target).text.count("vector.fma") == (4 + 1) * 2 * 4
-    tiled = replace(config, algorithm="tiled")  # A and B read in place: the rows shared, the 1-column edge not
+    tiled = replace(separate, algorithm="tiled", full_row_edge=True)
     assert mm.generate(tiled, target).text.count("vector.fma") == (2 + 1) * 4 * 4
+    with pytest.raises(AutoconfigError, match="full_column_edge needs B in zero-padded panels"):
+        replace(tiled, full_column_edge=True).validate(target)
     require_runnable(target)
-    for shaped in (config, wasteful, tiled, replace(config, accumulate=True), replace(config, a_packed=True)):
+    for shaped in (config, tiled, replace(config, accumulate=True), replace(config, a_packed=True)):
         check(build(shaped, target), shaped)
 
 

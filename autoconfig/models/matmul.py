@@ -408,11 +408,16 @@ def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -
 
 
 def _tile_kinds(c: MatmulConfig) -> list[tuple[int, int, int]]:
-    """(count, rows, vectors) of full, row-edge, column-edge and corner tiles."""
+    """(count, rows, vectors) of full, row-edge, column-edge and corner tiles, as
+    computed (an edge computed as a full tile counts as one)."""
     shape = c.shape
     full_rows, edge_rows = divmod(shape.m, c.mr)
     full_cols, rest = divmod(shape.n, c.nr)
     edge_vectors = ceil_div(rest, c.lanes)
+    if c.full_row_edge and edge_rows:
+        edge_rows = c.mr
+    if c.full_column_edge and edge_vectors:
+        edge_vectors = c.nv
     kinds = [
         (full_rows * full_cols, c.mr, c.nv),
         (full_rows, c.mr, edge_vectors),
@@ -733,7 +738,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                 continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
                                      UNROLL, epilogue=epilogue, transposed=True, blocked=blocked,
-                                     a_nhwc=nhwc[0], c_nhwc=nhwc[1])
+                                     a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, lanes, True))
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
             continue
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
@@ -746,11 +751,34 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                 for kc, kinds in blockings(shape, mr, nv * lanes, m):
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
                     configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue,
-                                             a_packed=a_constant and kind == "packed") for kind in kinds]  # fmt: skip
+                                             a_packed=a_constant and kind == "packed",
+                                             **full_edges(shape, mr, nv, lanes, kind == "packed"))
+                                for kind in kinds]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
     return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
+
+
+EDGE_WASTE = 0.02
+"""The most work, as a share of the dimension, that computing an edge tile as a full
+one may add (`MatmulConfig.full_row_edge`, `full_column_edge`): that tile's own
+micro-kernel is a quarter to a half of a packed kernel's code and LLVM time (Zen 5 VM,
+2704x255x256 6x4: 232 -> 79 KB of MLIR, build 300 -> 210 ms). Measured there, a 10%
+waste (49 rows, mr 6) made a 49x1024x1024 product 14% slower, 3% (N 1024, nr 48) a
+1024³ 4% slower: the waste costs its share of the time, so only a little is spent."""
+
+
+def full_edges(shape: MatmulShape, mr: int, nv: int, lanes: int, packed_b: bool) -> dict[str, bool]:
+    """Which partial tiles a tiled or packed config computes as full ones: those whose
+    wasted work (in whole vectors, for columns) is at most EDGE_WASTE of the dimension;
+    columns only where B is read from zero-padded panels (`packed_b`)."""
+
+    def cheap(extent: int, size: int, granule: int) -> bool:
+        rest = extent % size
+        return rest == 0 or size - round_up(rest, granule) <= EDGE_WASTE * extent
+
+    return {"full_row_edge": cheap(shape.m, mr, 1), "full_column_edge": packed_b and cheap(shape.n, nv * lanes, lanes)}
 
 
 @dataclass(frozen=True)
