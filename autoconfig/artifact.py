@@ -103,7 +103,7 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
     modules = [m for k in model.kernels for m in k.modules]
     objects_dir = work / "objects"
     objects_dir.mkdir()
-    objects, compiled = compile_modules(modules, objects_dir, cache, progress)
+    objects, compiled, cached = compile_modules(modules, objects_dir, cache, progress)
     signatures = unique_signatures(modules)
     runner = runner_config(model)
     sources = work / "src"
@@ -139,7 +139,7 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
                 (mlir / f"{sig.symbol}.mlir").write_text(module.text)
     shutil.rmtree(objects_dir)
     shutil.rmtree(sources)
-    manifest = _manifest(model, native, compiled, len(objects))
+    manifest = _manifest(model, native, compiled, cached)
     (work / "report.md").write_text(report(model, manifest))
     manifest["files"] = {name: weights_digest if name == "weights.bin" else sha256_file(work / name)
                          for name in sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())}
@@ -159,7 +159,7 @@ def runner_config(model: BuiltModel) -> RunnerConfig:
                         model.weights_bytes, widest(calls))  # fmt: skip
 
 
-def _manifest(model: BuiltModel, native: bool, compiled: int, objects: int) -> dict:
+def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> dict:
     g = model.graph
     kernels, step = [], 0
     for k in model.kernels:
@@ -185,7 +185,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, objects: int) -> d
         "fusion": model.fusion,
         "threads": model.threads,
         "versions": _versions(),
-        "kernel_objects": {"compiled": compiled, "cached": objects - compiled},
+        "kernel_objects": {"compiled": compiled, "cached": cached},
     }
 
 

@@ -8,8 +8,10 @@ processes. Keying by the MLIR text rather than by the config also covers a chang
 generator: new code, new text, new key.
 
 MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), one
-module after another; LLVM compiles each in a child process as soon as it is lowered,
-as many at once as there are cores.
+compile unit after another (a module's unit per function it defines, the others
+declared: `kernels.lower.compile_units`); LLVM compiles each in a child process as
+soon as it is lowered, as many at once as there are cores. A module's cache entry is
+its units' objects and then their count, written last.
 
 Generating a module costs time too (YOLO-V4's 115 kernels: ~9 s of building and
 printing MLIR), so the same cache also keeps each config's generated text and
@@ -32,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
-from kernels.lower import PIPELINE, ObjectFile, compile_object, parse_mlir, start_backends, to_llvm_ir
+from kernels.lower import PIPELINE, ObjectFile, compile_object, compile_units, parse_mlir, start_backends, to_llvm_ir
 from kernels.target import Target
 
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
@@ -96,18 +98,27 @@ class KernelCache:
         write_atomically(path, pickle.dumps([(m.text, m.signatures) for m in made], protocol=4))
         return made
 
-    def get(self, key: str, out_dir: Path, target: Target) -> ObjectFile | None:
-        """The cached object copied into `out_dir`, or None."""
-        obj = self.root / f"{key}.o"
-        if not obj.is_file():
+    def get(self, key: str, out_dir: Path, target: Target) -> list[ObjectFile] | None:
+        """The module's cached objects (one per compile unit) copied into `out_dir`, or
+        None unless all are there."""
+        try:
+            count = int((self.root / f"{key}.units").read_text())
+        except (OSError, ValueError):
             return None
-        path = out_dir / f"{key[:16]}.o"
-        shutil.copyfile(obj, path)
-        return ObjectFile(path=path, assembly=None, target=target)
+        units = [self.root / f"{key}.{unit}.o" for unit in range(count)]
+        if not all(obj.is_file() for obj in units):
+            return None
+        copies = []
+        for unit, obj in enumerate(units):
+            copies.append(ObjectFile(path=out_dir / f"{key[:16]}.{unit}.o", assembly=None, target=target))
+            shutil.copyfile(obj, copies[-1].path)
+        return copies
 
-    def put(self, key: str, obj: ObjectFile) -> None:
-        """Store an object."""
-        write_atomically(self.root / f"{key}.o", obj.path.read_bytes())
+    def put(self, key: str, objects: Sequence[ObjectFile]) -> None:
+        """Store a module's objects, then the count that makes them a hit."""
+        for unit, obj in enumerate(objects):
+            write_atomically(self.root / f"{key}.{unit}.o", obj.path.read_bytes())
+        write_atomically(self.root / f"{key}.units", str(len(objects)).encode())
 
 
 def generated(generate: Callable[[object, Target], KernelModule | list[KernelModule]], config: object,
@@ -134,27 +145,30 @@ def default_cache() -> KernelCache:
 
 
 def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: KernelCache,
-                    progress: Callable[[int, int], None] | None = None) -> tuple[list[ObjectFile], int]:  # fmt: skip
-    """One object per distinct module (identical modules share one), in `out_dir`;
-    returns them and how many had to be compiled (the rest came from the cache).
-    `progress(done, total)` is told of each module compiled."""
+                    progress: Callable[[int, int], None] | None = None) -> tuple[list[ObjectFile], int, int]:  # fmt: skip
+    """The objects of every distinct module (identical modules share them; a module
+    whose functions compile apart has one per unit, `compile_units`), in `out_dir`;
+    returns them, how many modules had to be compiled and how many came from the
+    cache. `progress(done, total)` is told of each module compiled."""
     target = modules[0].target
     keyed: dict[str, KernelModule] = {}
     for module in modules:
         keyed.setdefault(cache.key(module.text, target), module)
     objects = {key: hit for key in keyed if (hit := cache.get(key, out_dir, target)) is not None}
-    workers = max(1, min(len(keyed) - len(objects), os.cpu_count() or 1))
-    if len(objects) < len(keyed):
+    todo = {key: module for key, module in keyed.items() if key not in objects}
+    # one LLVM child per compile unit at most: a module's unit per function it defines
+    workers = max(1, min(sum(module.text.count("func.func @") for module in todo.values()), os.cpu_count() or 1))
+    if todo:
         start_backends(workers)  # LLVM children start while the MLIR below is lowered
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending = {}  # key -> its object, compiling while the next module is lowered
-        for key, module in keyed.items():
-            if key not in objects:
-                mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
-                pending[key] = pool.submit(compile_object, to_llvm_ir(mlir), target, out_dir, key[:16])
+        pending = {}  # key -> its units' objects, compiling while the next unit is lowered
+        for key, module in todo.items():
+            mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
+            pending[key] = [pool.submit(compile_object, to_llvm_ir(unit), target, out_dir, f"{key[:16]}.{i}")
+                            for i, unit in enumerate(compile_units(mlir))]  # fmt: skip
         for count, (key, compiling) in enumerate(pending.items(), 1):
-            objects[key] = compiling.result()
+            objects[key] = [unit.result() for unit in compiling]
             cache.put(key, objects[key])
             if progress:
                 progress(count, len(pending))
-    return [objects[key] for key in keyed], len(pending)
+    return [obj for key in keyed for obj in objects[key]], len(pending), len(keyed) - len(pending)

@@ -92,6 +92,28 @@ def single_kernel(sig: KernelSignature, target: Target, body: Callable[[dict[str
     return KernelModule(module=module, signatures=(sig,), target=target)
 
 
+def outlined(name: str, captures: Sequence[ir.Value], body: Callable[[list[ir.Value]], None]) -> None:
+    """Call ``func.func @name(captures)`` here, whose body is `body(arguments)`, adding
+    it to the enclosing module the first time. The body sees only its arguments (a
+    function is isolated from the values around it: the verifier rejects any other).
+
+    A module's functions are compiled in parallel (`kernels.lower.compile_units`), so
+    outlining a loop nest that LLVM takes long to optimize (a matmul's packing) lets
+    it compile beside the rest, at the cost of a call where the nest was. `name` must
+    be unique in the library: derive it from the kernel's symbol."""
+    owner = ir.InsertionPoint.current.block.owner.operation
+    while owner.name != "builtin.module":
+        owner = owner.parent
+    if name not in ir.SymbolTable(owner):
+        with ir.InsertionPoint(owner.regions[0].blocks[0]):
+            fn = func.FuncOp(name, ir.FunctionType.get([value.type for value in captures], []))
+        entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            body(list(entry.arguments))
+            func.return_([])
+    func.call([], name, list(captures))
+
+
 def index(value: int | ir.Value) -> ir.Value:
     """An ``index`` value from a Python int or an i64 value."""
     idx = ir.IndexType.get()

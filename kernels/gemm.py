@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kernels.emit import index
 from kernels.loops import equal, for_range, for_tiles, for_unrolled, load, offset, store, strided_load, strided_store
-from kernels.loops import when_else
+from kernels.loops import if_values
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 
@@ -196,30 +196,35 @@ def write_back(tile: OutputTile, accs: list[ir.Value], k_lo: ir.Value, k_hi: ir.
                blocks: KBlocks, finish: Finish | None) -> None:  # fmt: skip
     """Store the accumulators of the K block [k_lo, k_hi): over the output on the first
     block (unless accumulating), added to it on the others; `finish` (the epilogue)
-    only on the last block, when the sum is complete."""
+    only on the last block, when the sum is complete. With several blocks, only what
+    differs between them branches — the output read back (or zeros on the first
+    block) and the finished values — and the stores are emitted once: emitting the
+    whole write-back per case had made LLVM compile each tile's stores three times."""
     vectors = len(tile.cols)
-
-    def emit(add: bool, last: bool) -> None:
-        for r in range(len(tile.rows)):
-            for v in range(vectors):
-                value = accs[r * vectors + v]
-                if add:
-                    value = arith.addf(tile.load(r, v), value)
-                if last and finish is not None:
-                    value = finish(value, r, v)
-                tile.store(r, v, value)
-
+    places = [(r, v) for r in range(len(tile.rows)) for v in range(vectors)]
+    types = [acc.type for acc in accs]
     if blocks.single:
-        emit(add=blocks.accumulate, last=True)
-        return
+        values = [arith.addf(tile.load(r, v), acc) if blocks.accumulate else acc
+                  for (r, v), acc in zip(places, accs, strict=True)]  # fmt: skip
+        if finish is not None:
+            values = [finish(value, r, v) for (r, v), value in zip(places, values, strict=True)]
+    else:
+        def read() -> list[ir.Value]:
+            return [tile.load(r, v) for r, v in places]
 
-    def later_block() -> None:
-        when_else(equal(k_hi, blocks.k), lambda: emit(True, True), lambda: emit(True, False))
-
-    if blocks.accumulate:
-        later_block()
-    else:  # several blocks: the first is never the last
-        when_else(equal(k_lo, 0), lambda: emit(False, False), later_block)
+        if blocks.accumulate:
+            old = read()
+        else:  # nothing to add on the first block
+            zero = vector.broadcast(tile.vec, arith.constant(ir.F32Type.get(), 0.0))
+            old = if_values(equal(k_lo, 0), types, lambda: [zero] * len(places), read)
+        values = [arith.addf(c, acc) for c, acc in zip(old, accs, strict=True)]
+        if finish is not None:
+            sums = values
+            values = if_values(equal(k_hi, blocks.k), types,
+                               lambda: [finish(value, r, v) for (r, v), value in zip(places, sums, strict=True)],
+                               lambda: sums)  # fmt: skip
+    for (r, v), value in zip(places, values, strict=True):
+        tile.store(r, v, value)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
         tasks = start_tool(["cc", "-c", "-fPIC", "-O2", f"-I{out_dir}", "-o", str(out_dir / "tasks.o"),
                             str(out_dir / "tasks.c")])  # fmt: skip
     try:
-        objects, compiled = compile_modules(modules, out_dir, cache)
+        objects, compiled, cached = compile_modules(modules, out_dir, cache)
     except BaseException:
         if tasks is not None:  # no child left running when the kernels fail to compile
             tasks.kill()
@@ -114,7 +114,7 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
         command = [target.cross_cc, "-static", "-O2", f"-I{out_dir}", "-o", str(binary)]
         run_tool([*command, str(driver), str(archive), "-lm"], "linking the driver")
     return KernelLibrary(target, tuple(signatures), tuple(objects), header, execution.mode, binary,
-                         archive, compiled, len(objects) - compiled, workdir, cdll)  # fmt: skip
+                         archive, compiled, cached, workdir, cdll)  # fmt: skip
 
 
 def unique_signatures(modules: Sequence[KernelModule]) -> list[KernelSignature]:

@@ -112,18 +112,22 @@ def for_tile_trips(lo: ir.Value, hi: ir.Value, size: int, extent: int, edge_as_f
     if not edge_as_full:
         for_tiles(lo, hi, size, extent, lambda first, count: body(first, count, lambda part: part(count)))
         return
-    full_tiles, rest = divmod(extent, size)
 
     def trip(tile: ir.Value) -> None:
-        def sized(part: Callable[[int], None]) -> None:
-            if rest:
-                when_else(equal(tile, full_tiles), lambda: part(rest), lambda: part(size))
-            else:
-                part(size)
-
-        body(arith.muli(tile, index(size)), size, sized)
+        first = arith.muli(tile, index(size))
+        body(first, size, sized_tile(first, size, size, extent, True))
 
     for_range(lo, hi, 1, trip)
+
+
+def sized_tile(first: ir.Value, count: int, size: int, extent: int, edge_as_full: bool) -> Sized:
+    """sized(part) of `for_tile_trips` for the tile at `first` of `count` elements:
+    part(count); for a tile computed as a full one (`edge_as_full`), part(its size),
+    branching at run time on the partial tile when the extent has one."""
+    rest = extent % size
+    if not (edge_as_full and rest):
+        return lambda part: part(count)
+    return lambda part: when_else(equal(first, index(extent - rest)), lambda: part(rest), lambda: part(size))
 
 
 def when(condition: ir.Value, then: Callable[[], None]) -> None:
@@ -132,6 +136,17 @@ def when(condition: ir.Value, then: Callable[[], None]) -> None:
     with ir.InsertionPoint(branch.then_block):
         then()
         scf.yield_([])
+
+
+def if_values(condition: ir.Value, types: Sequence[ir.Type], then: Callable[[], list[ir.Value]],
+              otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
+    """``then() if condition else otherwise()``, values of `types` either way: only the
+    branch taken is computed (a load on one side reads nothing on the other)."""
+    branch = scf.IfOp(condition, list(types), has_else=True)
+    for block, build in ((branch.then_block, then), (branch.else_block, otherwise)):
+        with ir.InsertionPoint(block):
+            scf.yield_(build())
+    return list(branch.results)
 
 
 def when_else(condition: ir.Value, then: Callable[[], None], otherwise: Callable[[], None]) -> None:

@@ -37,7 +37,9 @@ Edges: the last row tile has M mod mr rows, the last column tile N mod nr column
 (its last vector masked); K blocks end at K. With `full_row_edge` / `full_column_edge`,
 an edge tile is computed as a full one and only stored as an edge, so that its own
 micro-kernel is not generated: rows past M read zero-padded panels (or A's last row
-again, A read in place), columns past N zero-padded panels.
+again, A read in place), columns past N zero-padded panels. Otherwise an edge tile's
+micro-kernel is a function of its own, as packing is (LLVM compiles a module's
+functions in parallel, `kernels.lower.compile_units`).
 
 The kernel computes the row tiles ``[row_begin, row_end)`` of the column tiles
 ``[col_begin, col_end)`` (mr rows, nr columns; one row and one vector for
@@ -56,10 +58,10 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
-from kernels.emit import config_symbol, new_module, offset_pointer, tail_mask, verify
+from kernels.emit import config_symbol, new_module, offset_pointer, outlined, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import Sized, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
-from kernels.loops import offset, store, when
+from kernels.loops import offset, sized_tile, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div, round_up
@@ -361,7 +363,8 @@ def _product(config: MatmulConfig, args: dict, q: ir.Value) -> dict:
 @dataclass(frozen=True)
 class _Kernel:
     """What every algorithm's loop nest works with: the config, the vector type, the
-    buffers as memrefs and the tile ranges asked for."""
+    buffers as memrefs and the tile ranges asked for (and the arguments they were made
+    from, for a function outlined from the kernel)."""
 
     config: MatmulConfig
     target: Target
@@ -374,6 +377,7 @@ class _Kernel:
     work: ir.Value | None
     rows: tuple[ir.Value, ir.Value]  # row tiles [begin, end)
     cols: tuple[ir.Value, ir.Value]  # column tiles [begin, end)
+    args: dict[str, ir.Value]
 
     @classmethod
     def of(cls, config: MatmulConfig, target: Target, args: dict) -> _Kernel:
@@ -387,7 +391,8 @@ class _Kernel:
                    f32_memref(args["c"], config.c_shape()), f32_memref(args["a"], a_shape),
                    f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands, work,
                    (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(config.row_tiles()))),
-                   (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))))  # fmt: skip
+                   (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))),
+                   args)  # fmt: skip
 
     @property
     def lanes(self) -> int:
@@ -507,59 +512,125 @@ def _dot(kn: _Kernel) -> None:
 
 
 def _blocked(kn: _Kernel) -> None:
-    """The BLIS loop nest around the register micro-kernel, packing optional."""
+    """The BLIS loop nest around the register micro-kernel, packing optional. Packing
+    and each edge tile's micro-kernel are functions of their own (`_outlined`): LLVM
+    compiles each on a core of its own."""
     cfg = kn.config
     shape, packed = cfg.shape, cfg.algorithm == "packed"
     kc, mc, nc = cfg.blocks()
     pkc, _, pnc = cfg.packed_blocks()
-    row_tiles_per_block, col_tiles_per_block = mc // cfg.mr, nc // cfg.nr
-    blocks = KBlocks(shape.k, kc, cfg.accumulate)
 
     def column_block(jt: ir.Value) -> None:
-        jt_end = arith.minsi(offset(jt, col_tiles_per_block), kn.cols[1])
+        jt_end = arith.minsi(offset(jt, nc // cfg.nr), kn.cols[1])
 
         def k_block(pc: ir.Value) -> None:
             pc_end = arith.minsi(offset(pc, kc), index(shape.k))
-            bp = None
-            if cfg.transposed:  # this K block's panels of all column tiles, as pack_b laid them
-                bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, index(0),
-                             arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
-            elif packed:
-                bp = PackedB(kn.work, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, arith.muli(jt, index(cfg.nr)))
-                bp.pack((jt, jt_end), shape.n, lambda k, col, mask: load(kn.vec, kn.b, [k, col], mask), kn.mask)
+            if packed and not cfg.transposed:
+                def pack_b(inner: _Kernel, extra: list[ir.Value]) -> None:
+                    k0, k1, t0, t1 = extra
+                    panels = PackedB(inner.work, inner.vec, inner.lanes, cfg.nv, pkc, k0, k1, arith.muli(t0, index(cfg.nr)))
+                    panels.pack((t0, t1), shape.n, lambda k, col, mask: load(inner.vec, inner.b, [k, col], mask),
+                                inner.mask)  # fmt: skip
+
+                _outlined(kn, "pack_b", [pc, pc_end, jt, jt_end], pack_b)
 
             def row_block(it: ir.Value) -> None:
-                it_end = arith.minsi(offset(it, row_tiles_per_block), kn.rows[1])
-                ap = None
-                if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
-                    ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
-                elif packed and not cfg.transposed:
-                    ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, it)
-                    ap.pack((it, it_end), shape.m, lambda row, k: memref.load(kn.a, [row, k]))
+                it_end = arith.minsi(offset(it, mc // cfg.mr), kn.rows[1])
+                if packed and not cfg.transposed and not cfg.a_packed:
+                    def pack_a(inner: _Kernel, extra: list[ir.Value]) -> None:
+                        k0, k1, t0, t1 = extra
+                        panels = PackedA(inner.work, index(pkc * pnc), cfg.mr, k0, k1, t0)
+                        panels.pack((t0, t1), shape.m, lambda row, k: memref.load(inner.a, [row, k]))
 
-                rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
-                last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place else None
+                    _outlined(kn, "pack_a", [pc, pc_end, it, it_end], pack_a)
+                _block_tiles(kn, _Block(jt, jt_end, pc, pc_end, it, it_end))
 
-                def column_tile(col0: ir.Value, columns: int, sized_columns: Sized) -> None:
-                    def row_tile(row0: ir.Value, rows: int, sized_rows: Sized) -> None:
-                        ahead = None
-                        if cfg.a_packed:
-                            ahead = ap.prefetcher(row0)
-                        elif cfg.transposed:  # the row tiles of the block share the next B panel's lines
-                            tile = arith.subi(arith.divsi(row0, index(cfg.mr)), it)
-                            ahead = bp.prefetcher(col0, tile, min(row_tiles_per_block, cfg.row_tiles()), cfg.unroll)
-                        _tile(kn, row0, rows, col0, columns, (pc, pc_end), blocks, bp, ap, ahead,
-                              lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)
-
-                    for_tile_trips(it, it_end, cfg.mr, shape.m, cfg.full_row_edge, row_tile)
-
-                for_tile_trips(jt, jt_end, cfg.nr, shape.n, cfg.full_column_edge, column_tile)
-
-            for_range(*kn.rows, row_tiles_per_block, row_block)
+            for_range(*kn.rows, mc // cfg.mr, row_block)
 
         for_range(0, shape.k, kc, k_block)
 
-    for_range(*kn.cols, col_tiles_per_block, column_block)
+    for_range(*kn.cols, nc // cfg.nr, column_block)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Where the tiles of one block are: column tiles [jt, jt_end) and row tiles [it,
+    it_end) over the K block [pc, pc_end)."""
+
+    jt: ir.Value
+    jt_end: ir.Value
+    pc: ir.Value
+    pc_end: ir.Value
+    it: ir.Value
+    it_end: ir.Value
+
+    def values(self) -> list[ir.Value]:
+        return [self.jt, self.jt_end, self.pc, self.pc_end, self.it, self.it_end]
+
+
+def _block_tiles(kn: _Kernel, block: _Block) -> None:
+    """The micro-kernel on every tile of the block. A tile whose size differs from the
+    full tile's (an edge the config does not compute as a full one) has a micro-kernel
+    of its own: it goes to a function of its own, named by its size, which LLVM
+    compiles on another core."""
+    cfg = kn.config
+
+    def column_tile(col0: ir.Value, columns: int, _sized: Sized) -> None:
+        def tile(row0: ir.Value, rows: int, _sized: Sized) -> None:
+            if (rows, columns) == (cfg.mr, cfg.nr):
+                _block_tile(kn, block, col0, columns, row0, rows)
+                return
+
+            def edge(inner: _Kernel, extra: list[ir.Value]) -> None:
+                _block_tile(inner, _Block(*extra[:6]), extra[6], columns, extra[7], rows)
+
+            _outlined(kn, f"tile_{rows}x{columns}", [*block.values(), col0, row0], edge)
+
+        for_tile_trips(block.it, block.it_end, cfg.mr, cfg.shape.m, cfg.full_row_edge, tile)
+
+    for_tile_trips(block.jt, block.jt_end, cfg.nr, cfg.shape.n, cfg.full_column_edge, column_tile)
+
+
+def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: ir.Value, rows: int) -> None:
+    """The micro-kernel on the tile at (row0, col0) of rows × columns of the block,
+    reading the block's packed panels (or A and B in place), and its write-back."""
+    cfg = kn.config
+    shape, packed = cfg.shape, cfg.algorithm == "packed"
+    kc, mc, _ = cfg.blocks()
+    pkc, _, pnc = cfg.packed_blocks()
+    pc, pc_end = block.pc, block.pc_end
+    bp = ap = ahead = None
+    if cfg.transposed:  # this K block's panels of all column tiles, as pack_b laid them
+        bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, index(0),
+                     arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
+        tile = arith.subi(arith.divsi(row0, index(cfg.mr)), block.it)  # the block's row tiles share
+        ahead = bp.prefetcher(col0, tile, min(mc // cfg.mr, cfg.row_tiles()), cfg.unroll)  # the next B panel's lines
+    elif packed:
+        bp = PackedB(kn.work, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, arith.muli(block.jt, index(cfg.nr)))
+    if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
+        ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
+        ahead = ap.prefetcher(row0)
+    elif packed and not cfg.transposed:
+        ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, block.it)
+    rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
+    last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place else None
+    sized_rows = sized_tile(row0, rows, cfg.mr, shape.m, cfg.full_row_edge)
+    sized_columns = sized_tile(col0, columns, cfg.nr, shape.n, cfg.full_column_edge)
+    _tile(kn, row0, rows, col0, columns, (pc, pc_end), KBlocks(shape.k, kc, cfg.accumulate), bp, ap, ahead,
+          lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)  # fmt: skip
+
+
+def _outlined(kn: _Kernel, name: str, extra: list[ir.Value], body: Callable[[_Kernel, list[ir.Value]], None]) -> None:
+    """body(kernel, extra) as the function ``<symbol>_<name>`` of the kernel's arguments
+    and `extra`, called here: inside, the kernel's buffers are made again from its
+    arguments, with their static shapes (LLVM folds their strides as in the kernel)."""
+    names = list(kn.args)
+
+    def inner(values: list[ir.Value]) -> None:
+        body(_Kernel.of(kn.config, kn.target, dict(zip(names, values[: len(names)], strict=True))),
+             values[len(names):])  # fmt: skip
+
+    outlined(f"{kn.config.symbol}_{name}", [*kn.args.values(), *extra], inner)
 
 
 def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_range: tuple[ir.Value, ir.Value],

@@ -11,6 +11,7 @@ from kernels import fma
 from kernels import matmul as mm
 from kernels.cache import KernelCache
 from kernels.library import build_library
+from kernels.lower import compile_units
 from tests.conftest import require_runnable, target_for
 
 MATMULS = [
@@ -55,12 +56,32 @@ def test_second_build_compiles_nothing(tmp_path):
     assert all(o.assembly is None for o in first.objects) and not list((tmp_path / "cache").glob("*.s"))
     second = build_library(modules(target), cache=cache)  # generated anew: same text, same keys
     assert (second.compiled, second.cached) == (0, 3)
+    # the packed matmul's outlined functions compiled apart: more objects than modules, all cached
+    assert len(second.objects) == len(first.objects) > 3
     config = MATMULS[0]
     s = config.shape
     a, b = np.ones((s.m, s.k), np.float32), np.ones((s.k, s.n), np.float32)
     c = np.zeros((s.m, s.n), np.float32)
     second.kernel(config.symbol)(c, a, b, 0, config.row_tiles(), 0, config.col_tiles())
     assert (c == s.k).all()  # the cached object is the working kernel
+
+
+def test_a_module_compiles_as_one_unit_per_function():
+    module = mm.generate(MATMULS[1], target_for("avx2")).module  # packing and edge tiles outlined
+    functions = sorted(str(op.attributes["sym_name"]) for op in module.body.operations)
+    units = compile_units(module)
+    assert len(units) == len(functions) >= 4
+    defined = []
+    for unit in units:
+        ops = list(unit.regions[0].blocks[0].operations)
+        assert sorted(str(op.attributes["sym_name"]) for op in ops) == functions  # the others declared
+        bodies = [op for op in ops if len(op.regions[0].blocks)]
+        assert len(bodies) == 1
+        defined.append(str(bodies[0].attributes["sym_name"]))
+        assert all(str(op.attributes["sym_visibility"]) == '"private"' for op in ops if op not in bodies)
+    assert sorted(defined) == functions
+    single = fma.generate(fma.FmaConfig(4), target_for("avx2")).module
+    assert compile_units(single) == [single]  # one function: the module itself
 
 
 def test_symbols_are_unique_per_config():
