@@ -44,7 +44,7 @@ from autoconfig.accuracy import spearman
 from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
-from autoconfig.models.matmul import BROADCAST_ROWS, UNROLL, MatmulPlan, block_sizes, blockings, choose, predict
+from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, block_sizes, blockings, choose, k_unroll, predict
 from kernels import matmul as mm
 from kernels.library import build_library
 from kernels.target import get_target
@@ -78,7 +78,8 @@ def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
     for mr, nv in TILES:
         for kc, kinds in blockings(shape, mr, nv * widest, m):
             _, mc, nc, _ = block_sizes(shape, mr, nv * widest, m, kc)
-            configs += [mm.MatmulConfig(shape, algorithm, widest, mr, nv, kc, mc, nc, UNROLL) for algorithm in kinds]
+            configs += [mm.MatmulConfig(shape, algorithm, widest, mr, nv, kc, mc, nc, k_unroll(mr, nv))
+                        for algorithm in kinds]  # fmt: skip
     if shape.n == 1:  # matrix times vector: rows x partial sums along K
         configs += [mm.MatmulConfig(shape, "dot", widest, mr=mr, unroll=u) for mr, u in DOT_TILES]
     return [c for c in configs if c.registers_needed()[0] <= target.vector_registers]

@@ -16,7 +16,7 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models.matmul import C_PASSES_TERM, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, _best, block_sizes, blockings
-from autoconfig.models.matmul import Term, candidates, choose, floor_ns, full_edges, predict
+from autoconfig.models.matmul import UNROLL, Term, candidates, choose, floor_ns, full_edges, k_unroll, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -364,6 +364,19 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
         same = [p for p in every if p.config.algorithm == best.config.algorithm]
         assert best.plan == _best(same).plan
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
+
+
+def test_k_loop_copies_give_a_trip_enough_fmas():
+    """A trip holds TRIP_FMAS FMAs: 4 copies of AVX2's 6x2 tile (the measured case), 2
+    of AVX-512's 8x3 or 6x4, one of a tile that big alone; never more than UNROLL. The
+    candidates' register tiles are unrolled so."""
+    assert (k_unroll(6, 2), k_unroll(8, 3), k_unroll(6, 4), k_unroll(12, 4)) == (4, 2, 2, 1)
+    assert k_unroll(1, 1) == UNROLL and all(48 <= k_unroll(r, v) * r * v or k_unroll(r, v) == UNROLL
+                                            for r in range(1, 13) for v in range(1, 7))  # fmt: skip
+    profile = load_profile(Path(__file__).parent.parent / "hwprofiles" / "intel-xeon-model167-avx512.yaml")
+    plans = candidates(mm.MatmulShape(300, 200, 100), Machine.of(profile), target_for("avx512"), 1)
+    tiled = [p.config for p in plans if p.config.algorithm in ("tiled", "packed")]
+    assert tiled and all(c.unroll == k_unroll(c.mr, c.nv) for c in tiled)
 
 
 @pytest.mark.parametrize("name, lanes", [("intel-xeon-model167-avx512", 16), ("amd-epyc-zen4-avx512", 16),

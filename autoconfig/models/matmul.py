@@ -55,8 +55,24 @@ if TYPE_CHECKING:
     from autoconfig.models.conv import ConvPlan
 
 UNROLL = 4
-"""K-loop copies per trip: hides the loop's own instructions; measured at 512³ on the
-development machine, packed 6x2 went from 58 to 78 GFLOP/s with 4 copies."""
+"""K-loop copies per trip at most (K blocks are multiples of it): hides the loop's own
+instructions; measured at 512³ on the development machine, packed 6x2 went from 58 to
+78 GFLOP/s with 4 copies."""
+
+TRIP_FMAS = 48
+"""FMAs worth one K-loop trip: the 4 copies of the measured 6x2 tile. A larger tile
+needs fewer copies: on the Zen 5 VM (AVX-512), 8x3, 6x4 and 5x5 tiles ran as fast with
+2 as with 4 (512³ 567 vs 568 µs, 1024³ 4448 vs 4447, 49x1024x1024 277 vs 273,
+196x672x112 83 vs 84), and LLVM compiled 512³'s tile 12 ms faster (72 -> 60)."""
+
+
+def k_unroll(mr: int, nv: int) -> int:
+    """K-loop copies per trip for an mr x nv tile: the fewest (a power of two, at most
+    UNROLL) that give a trip TRIP_FMAS FMAs."""
+    copies = 1
+    while copies < UNROLL and copies * mr * nv < TRIP_FMAS:
+        copies *= 2
+    return copies
 
 STORE_FORWARD_FACTOR = 1.5
 """Broadcast's C vector goes store→load every k: store forwarding adds about half an
@@ -737,7 +753,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             if blocked and not all(nhwc) and lanes != target.f32_lanes:
                 continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     UNROLL, epilogue=epilogue, transposed=True, blocked=blocked,
+                                     k_unroll(mr, nv), epilogue=epilogue, transposed=True, blocked=blocked,
                                      a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, lanes, True))
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
             continue
@@ -750,7 +766,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             for nv in range(1, MAX_NV + 1):
                 for kc, kinds in blockings(shape, mr, nv * lanes, m):
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
-                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, UNROLL, epilogue=epilogue,
+                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv), epilogue=epilogue,
                                              a_packed=a_constant and kind == "packed",
                                              **full_edges(shape, mr, nv, lanes, kind == "packed"))
                                 for kind in kinds]  # fmt: skip
