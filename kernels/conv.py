@@ -61,7 +61,7 @@ from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index
-from kernels.emit import config_symbol, single_kernel, tail_mask
+from kernels.emit import config_symbol, outlined_nest, single_kernel, tail_mask
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
 from kernels.layout import PhaseSplit, copy_plane, generate_phase_split, source_memref
 from kernels.loops import for_carry, for_range, for_tiles, load, offset, store, when_else
@@ -470,17 +470,23 @@ def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
 # ---------------------------------------------------------------- direct
 
 
+def _direct_buffers(cfg: DirectConfig, target: Target, args: dict) -> tuple:
+    """(vector type, y, xt, w, epilogue operands by position) made from the kernel's
+    arguments: Y's rows are (n, co, oh)."""
+    s = cfg.shape
+    rows = [s.batch * s.out_channels * s.out_height, s.out_width]
+    operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else rows)
+                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    return (f32_vector_type(target, cfg.lanes), f32_memref(args["y"], rows),
+            f32_memref(args["xt"], [cfg.split().size]),
+            f32_memref(args["w"], [s.out_channels * s.in_per_group * s.taps]), operands)  # fmt: skip
+
+
 def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
     s, split = cfg.shape, cfg.split()
     lanes, nr = cfg.lanes, cfg.nr
-    vec = f32_vector_type(target, lanes)
-    oh_, ow_ = s.out_height, s.out_width
-    y = f32_memref(args["y"], [s.batch * s.out_channels * oh_, ow_])  # rows: (n, co, oh)
-    xt = f32_memref(args["xt"], [split.size])
-    k_row = s.in_per_group * s.taps  # weights per output channel
-    w = f32_memref(args["w"], [s.out_channels * k_row])
-    operands = {i: f32_memref(args[name], [s.out_channels] if kind == "channel" else [s.batch * s.out_channels * oh_, ow_])
-                for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+    ow_ = s.out_width
+    buffers = _direct_buffers(cfg, target, args)
     taps = s.tap_offsets(split)
     blocks = KBlocks(s.in_per_group, cfg.block, accumulate=False)
     full_per_row, edge_columns = divmod(ow_, nr)
@@ -506,8 +512,16 @@ def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
 
                 def tiles(columns: int) -> None:
                     def row_tile(co0: ir.Value, rows: int) -> None:
-                        _direct_tile(cfg, vec, y, xt, w, operands, taps, blocks, (c0, c_end), window,
-                                     n, first_channel, co0, rows, oh, ow0, columns, mask)  # fmt: skip
+                        place = [c0, c_end, window, n, first_channel, co0, oh, ow0]
+                        if (rows, columns) == (cfg.mr, nr):
+                            _direct_tile(cfg, buffers, taps, blocks, place, rows, columns, mask)
+                            return
+
+                        def edge(inner: dict, values: list[ir.Value]) -> None:  # its own micro-kernel
+                            _direct_tile(cfg, _direct_buffers(cfg, target, inner), taps, blocks, values, rows,
+                                         columns, mask)  # fmt: skip
+
+                        outlined_nest(f"{cfg.symbol}_tile_{rows}x{columns}", args, place, edge)
 
                     for_tiles(*rows_range, cfg.mr, s.out_per_group, row_tile)
 
@@ -526,12 +540,15 @@ def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
     for_range(index(args["ng_begin"]), arith.minsi(index(args["ng_end"]), index(cfg.groups())), 1, image_group)
 
 
-def _direct_tile(cfg: DirectConfig, vec: ir.VectorType, y, xt, w, operands: dict, taps: list[int],
-                 blocks: KBlocks, c_range: tuple[ir.Value, ir.Value], window: ir.Value, n: ir.Value,
-                 first_channel: ir.Value, co0: ir.Value, rows: int, oh: ir.Value, ow0: ir.Value, columns: int,
-                 mask) -> None:  # fmt: skip
-    """One register tile of image n: `rows` output channels from first_channel + co0 ×
-    `columns` output pixels from (oh, ow0), over the input channels of `c_range`."""
+def _direct_tile(cfg: DirectConfig, buffers: tuple, taps: list[int], blocks: KBlocks, place: list[ir.Value],
+                 rows: int, columns: int, mask) -> None:  # fmt: skip
+    """One register tile: at place = (c0, c_end, window, n, first_channel, co0, oh,
+    ow0), `rows` output channels of image n from first_channel + co0 × `columns` output
+    pixels from (oh, ow0), over the input channels [c0, c_end). An edge tile's is a
+    function of its own (`outlined_nest`), which LLVM compiles on another core."""
+    vec, y, xt, w, operands = buffers
+    c0, c_end, window, n, first_channel, co0, oh, ow0 = place
+    c_range = (c0, c_end)
     s, lanes = cfg.shape, cfg.lanes
     split_plane = cfg.split().plane_size
     k_row = s.in_per_group * s.taps

@@ -114,6 +114,21 @@ def outlined(name: str, captures: Sequence[ir.Value], body: Callable[[list[ir.Va
     func.call([], name, list(captures))
 
 
+def outlined_nest(name: str, args: dict[str, ir.Value], extra: Sequence[ir.Value],
+                  body: Callable[[dict[str, ir.Value], list[ir.Value]], None]) -> None:
+    """`outlined` for a loop nest of a kernel: the function takes the kernel's
+    arguments (raw buffers and sizes) and the `extra` values it depends on, and
+    body(arguments by name, extra values) makes its buffers from them again as the
+    kernel did: with their static shapes, so LLVM folds their strides as in the kernel
+    (memrefs passed in would arrive with dynamic ones)."""
+    names = list(args)
+
+    def inner(values: list[ir.Value]) -> None:
+        body(dict(zip(names, values[: len(names)], strict=True)), values[len(names):])
+
+    outlined(name, [*args.values(), *extra], inner)
+
+
 def index(value: int | ir.Value) -> ir.Value:
     """An ``index`` value from a Python int or an i64 value."""
     idx = ir.IndexType.get()

@@ -58,7 +58,7 @@ from autoconfig.errors import AutoconfigError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
-from kernels.emit import config_symbol, new_module, offset_pointer, outlined, tail_mask, verify
+from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import Sized, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
 from kernels.loops import offset, sized_tile, store, when
@@ -622,15 +622,9 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
 
 def _outlined(kn: _Kernel, name: str, extra: list[ir.Value], body: Callable[[_Kernel, list[ir.Value]], None]) -> None:
     """body(kernel, extra) as the function ``<symbol>_<name>`` of the kernel's arguments
-    and `extra`, called here: inside, the kernel's buffers are made again from its
-    arguments, with their static shapes (LLVM folds their strides as in the kernel)."""
-    names = list(kn.args)
-
-    def inner(values: list[ir.Value]) -> None:
-        body(_Kernel.of(kn.config, kn.target, dict(zip(names, values[: len(names)], strict=True))),
-             values[len(names):])  # fmt: skip
-
-    outlined(f"{kn.config.symbol}_{name}", [*kn.args.values(), *extra], inner)
+    and `extra`, called here (`outlined_nest`)."""
+    outlined_nest(f"{kn.config.symbol}_{name}", kn.args, extra,
+                  lambda args, values: body(_Kernel.of(kn.config, kn.target, args), values))
 
 
 def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_range: tuple[ir.Value, ir.Value],

@@ -41,7 +41,7 @@ from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_v
 from kernels.emit import config_symbol, mask_type, new_module, splat, tail_mask, verify
 from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.layout import PhaseSplit, generate_phase_split
-from kernels.loops import for_range, for_tiles, load, offset, prefix_mask, store, when
+from kernels.loops import Sized, for_range, for_tile_trips, load, offset, prefix_mask, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -162,8 +162,10 @@ class WinogradConfig:
         return self.t**2 * self.product_strides()[0]
 
     def m_size(self) -> int:
-        """f32 elements of M, the T² products."""
-        return self.t**2 * self.product_strides()[1]
+        """f32 elements of M, the T² products, and a vector's worth after them: the output
+        transform reads a row's last vector whole (its lanes past the row are never
+        stored), so that its code has no masked variant."""
+        return self.t**2 * self.product_strides()[1] + self.lanes
 
     @property
     def symbol(self) -> str:
@@ -279,17 +281,21 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
             window = arith.addi(arith.muli(p, index(split.plane_size)), arith.muli(ty, index(split.phase_cols)))
             tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
 
-            def step(tx0: ir.Value, count: int) -> None:
-                mask = tail_mask(target, lanes, count)
-                start = arith.addi(window, tx0)
+            def step(tx0: ir.Value, _count: int, sized: Sized) -> None:  # the last step's junk lanes
+                start = arith.addi(window, tx0)  # read the padding: only its stores are masked
                 d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
                 transformed = _two_sided(b_t, d, zero)
                 at = arith.addi(arith.muli(c, index(columns)), arith.addi(tile, tx0))
-                for xi in range(t):
-                    for nu in range(t):
-                        store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
 
-            for_tiles(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, step)
+                def stores(count: int) -> None:
+                    mask = tail_mask(target, lanes, count)
+                    for xi in range(t):
+                        for nu in range(t):
+                            store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
+
+                sized(stores)
+
+            for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
 
         for_range(0, cfg.tiles_h, 1, tile_row)
 
@@ -331,11 +337,10 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
         def tile_row(ty: ir.Value) -> None:
             tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
 
-            def step(tx0: ir.Value, count: int) -> None:
-                mask = tail_mask(target, lanes, count)
-                at = arith.addi(tile, tx0)
+            def step(tx0: ir.Value, _count: int, _sized: Sized) -> None:  # the last step's junk lanes read
+                at = arith.addi(tile, tx0)  # what follows the row in M (see m_size) and are never stored
                 first = arith.addi(arith.muli(k, index(columns)), at)
-                grid = [[load(vec, products, [offset(first, (xi * t + nu) * stride)], mask) for nu in range(t)]
+                grid = [[load(vec, products, [offset(first, (xi * t + nu) * stride)]) for nu in range(t)]
                         for xi in range(t)]  # fmt: skip
                 out = _two_sided(a_t, grid, zero)
                 x0 = arith.muli(tx0, index(m))
@@ -360,7 +365,7 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
                     else:
                         store_row()
 
-            for_tiles(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, step)
+            for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
 
         for_range(0, cfg.tiles_h, 1, tile_row)
 
