@@ -64,7 +64,7 @@ from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type,
 from kernels.emit import config_symbol, outlined_nest, single_kernel, tail_mask
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
 from kernels.layout import PhaseSplit, copy_plane, generate_phase_split, source_memref
-from kernels.loops import for_carry, for_range, for_tiles, load, offset, store, when_else
+from kernels.loops import for_blocks, for_carry, for_range, for_tiles, load, offset, store, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -533,11 +533,12 @@ def _direct(cfg: DirectConfig, target: Target, args: dict) -> None:
 
             for_range(*cols_range, 1, column_tile)
 
-        for_range(0, s.in_per_group, cfg.block, channel_block)
+        for_blocks(0, s.in_per_group, cfg.block, s.in_per_group, channel_block)
 
     rows_range = (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.row_tiles())))
     cols_range = (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(cfg.col_tiles())))
-    for_range(index(args["ng_begin"]), arith.minsi(index(args["ng_end"]), index(cfg.groups())), 1, image_group)
+    for_blocks(index(args["ng_begin"]), arith.minsi(index(args["ng_end"]), index(cfg.groups())), 1, cfg.groups(),
+               image_group)  # fmt: skip
 
 
 def _direct_tile(cfg: DirectConfig, buffers: tuple, taps: list[int], blocks: KBlocks, place: list[ir.Value],

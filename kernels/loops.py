@@ -46,6 +46,20 @@ def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body
         loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(_NO_UNROLL)
 
 
+def for_blocks(lo: ir.Value | int, hi: ir.Value | int, step: int, extent: int, body: Body) -> None:
+    """``for i in [lo, hi) step step: body(i)`` for a range within [0, extent): where one
+    step covers the extent, the range holds one block at most, emitted as ``if lo < hi:
+    body(lo)`` — no loop for LLVM to analyze (its loop passes cost milliseconds per
+    loop: a 512³ matmul's block loops alone took 30 ms of its LLVM time)."""
+    if step < extent:
+        for_range(lo, hi, step, body)
+    elif isinstance(lo, int) and isinstance(hi, int):
+        if lo < hi:
+            body(index(lo))
+    else:
+        when(less(lo, hi), lambda: body(_as_index(lo)))
+
+
 _NO_UNROLL = "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>"
 """Loop metadata MLIR's scf-to-cf lowering carries to the loop's back edge (checked on
 the bundled bindings: a ``loop_annotation`` attribute on scf.for becomes !llvm.loop)."""

@@ -11,7 +11,7 @@ broadcast (Buddy Compiler's matmul vectorization: one row, C streamed through me
         [epilogue: one more pass over the row's vectors]
 
 tiled (register-tiled outer products, cache-blocked, no packing) and packed (the same
-loop nest around packed, zero-padded copies of the A and B blocks, BLIS/Goto; the
+loop nest around packed, padded copies of the A and B blocks, BLIS/Goto; the
 micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives already in
 its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time;
 with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
@@ -36,10 +36,10 @@ dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead
 Edges: the last row tile has M mod mr rows, the last column tile N mod nr columns
 (its last vector masked); K blocks end at K. With `full_row_edge` / `full_column_edge`,
 an edge tile is computed as a full one and only stored as an edge, so that its own
-micro-kernel is not generated: rows past M read zero-padded panels (or A's last row
-again, A read in place), columns past N zero-padded panels. Otherwise an edge tile's
-micro-kernel is a function of its own, as packing is (LLVM compiles a module's
-functions in parallel, `kernels.lower.compile_units`).
+micro-kernel is not generated: rows past M read A's last row again (in place or
+packed; zeros in an A packed once), columns past N zero-padded panels. Otherwise an
+edge tile's micro-kernel is a function of its own, as packing is (LLVM compiles a
+module's functions in parallel, `kernels.lower.compile_units`).
 
 The kernel computes the row tiles ``[row_begin, row_end)`` of the column tiles
 ``[col_begin, col_end)`` (mr rows, nr columns; one row and one vector for
@@ -60,7 +60,7 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
-from kernels.loops import Sized, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
+from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
 from kernels.loops import offset, sized_tile, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.nchwc import check_blocked
@@ -126,7 +126,7 @@ class MatmulConfig:
     c_nhwc: bool = False  # blocked only: Cᵀ an NHWC image, Cᵀ[n, m] at m·N + n (C
     # row-major): any N, a pixel's last vector masked
     full_row_edge: bool = False  # tiled and packed: the last row tile, if partial, is
-    # computed as a full one (rows past M read zero-padded panels, or A's last row again)
+    # computed as a full one (rows past M read A's last row again, or zeros packed once)
     # and only stored as an edge: it has no micro-kernel of its own
     full_column_edge: bool = False  # packed only: the same for the last column tile
     # (columns past N read the zero-padded B panels)
@@ -545,11 +545,11 @@ def _blocked(kn: _Kernel) -> None:
                     _outlined(kn, "pack_a", [pc, pc_end, it, it_end], pack_a)
                 _block_tiles(kn, _Block(jt, jt_end, pc, pc_end, it, it_end))
 
-            for_range(*kn.rows, mc // cfg.mr, row_block)
+            for_blocks(*kn.rows, mc // cfg.mr, cfg.row_tiles(), row_block)
 
-        for_range(0, shape.k, kc, k_block)
+        for_blocks(0, shape.k, kc, shape.k, k_block)
 
-    for_range(*kn.cols, nc // cfg.nr, column_block)
+    for_blocks(*kn.cols, nc // cfg.nr, cfg.col_tiles(), column_block)
 
 
 @dataclass(frozen=True)

@@ -366,6 +366,20 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
 
 
+def test_a_range_of_one_block_is_no_loop():
+    """Blocks holding all the column tiles, all the row tiles or all of K are one trip
+    at most: an `if`, not a loop (left are the column tiles, row tiles and k); the K
+    blocks stay a loop when there are several, as do the row and column blocks."""
+    target = target_for("avx2")
+    whole = mm.MatmulConfig(mm.MatmulShape(24, 32, 16), "tiled", 8, mr=3, nv=2, unroll=2)
+    loops = {kw: mm.generate(replace(whole, **dict(kw)), target).text.count("scf.for")
+             for kw in ((), (("kc", 8),), (("mc", 6), ("nc", 16)))}  # fmt: skip
+    assert list(loops.values()) == [3, 4, 5]
+    require_runnable(target)
+    for kw in ((), (("kc", 8),), (("mc", 6), ("nc", 16))):
+        check(build(replace(whole, **dict(kw)), target), replace(whole, **dict(kw)))
+
+
 def test_k_loop_copies_give_a_trip_enough_fmas():
     """A trip holds TRIP_FMAS FMAs: 4 copies of AVX2's 6x2 tile (the measured case), 2
     of AVX-512's 8x3 or 6x4, one of a tile that big alone; never more than UNROLL. The
