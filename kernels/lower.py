@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoconfig.errors import AutoconfigError
-from kernels.emit import first_diagnostic
+from kernels.emit import first_diagnostic, shared_context
 from kernels.mlir import MLIRError, func, ir, passmanager, translate_module_to_llvmir
 from kernels.target import Target
 
@@ -61,8 +61,9 @@ class ObjectFile:
 
 
 def parse_mlir(text: str, source: str = "<input>") -> ir.Module:
-    """Parse and verify MLIR text in a fresh context; errors name the first diagnostic."""
-    context = ir.Context()
+    """Parse and verify MLIR text (in this thread's context, `shared_context`); errors
+    name the first diagnostic."""
+    context = shared_context()
     try:
         with context, ir.Location.unknown():
             module = ir.Module.parse(text)
