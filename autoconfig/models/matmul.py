@@ -855,7 +855,11 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc)]
-    floors: dict[tuple, float] = {}  # a floor depends on the tile, width, threads and split alone
+    # A floor depends on the tile, width, threads and split, and on which edge tiles are
+    # computed as full ones: a packed plan may compute its column edge so where the tiled
+    # one may not. Tiled candidates come first, and a packed floor is never below the
+    # tiled one's, so the first floor of a key is a lower bound for both.
+    floors: dict[tuple, float] = {}
 
     def floor(p: MatmulPlan) -> float:
         c = p.config
