@@ -5,10 +5,11 @@ by the system linker and called through ctypes (which releases the GIL, so a thr
 pool can use every core). ``ld -shared`` is called directly, with libm for the math
 the kernels call: ``cc -shared`` took 20 ms, ``ld`` 6 (Zen 5 VM), and libc, which
 ``cc`` also links, is in every process that loads the library. On a target it runs
-only under emulation, the object is linked statically with a generated C driver (`kernels.abi.c_driver`) by
-the cross gcc and run under qemu-user, buffers passing through files. Both paths are
-behind one `Kernel` interface: ``kernel(*args)`` with numpy arrays and ints in the
-order of the kernel's signature; written buffers are updated in place.
+only under emulation, the object is linked statically with a generated C driver
+(`kernels.abi.c_driver`) by the cross gcc and run under qemu-user, buffers passing
+through files. Both paths are behind one `Kernel` interface: ``kernel(*args)`` with
+numpy arrays and ints in the order of the kernel's signature; written buffers are
+updated in place.
 """
 
 from __future__ import annotations

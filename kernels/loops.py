@@ -124,7 +124,8 @@ def for_tile_trips(lo: ir.Value, hi: ir.Value, size: int, extent: int, edge_as_f
     that depends on the size (an output tile's stores) is emitted twice, not the whole
     body."""
     if not edge_as_full:
-        for_tiles(lo, hi, size, extent, lambda first, count: body(first, count, lambda part: part(count)))
+        for_tiles(lo, hi, size, extent,
+                  lambda first, count: body(first, count, sized_tile(first, count, size, extent, False)))
         return
 
     def trip(tile: ir.Value) -> None:

@@ -60,8 +60,8 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
-from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum, less, load
-from kernels.loops import offset, sized_tile, store, when
+from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum
+from kernels.loops import less, load, offset, sized_tile, store, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div, round_up
@@ -528,7 +528,8 @@ def _blocked(kn: _Kernel) -> None:
             if packed and not cfg.transposed:
                 def pack_b(inner: _Kernel, extra: list[ir.Value]) -> None:
                     k0, k1, t0, t1 = extra
-                    panels = PackedB(inner.work, inner.vec, inner.lanes, cfg.nv, pkc, k0, k1, arith.muli(t0, index(cfg.nr)))
+                    first_column = arith.muli(t0, index(cfg.nr))
+                    panels = PackedB(inner.work, inner.vec, inner.lanes, cfg.nv, pkc, k0, k1, first_column)
                     panels.pack((t0, t1), shape.n, lambda k, col, mask: load(inner.vec, inner.b, [k, col], mask),
                                 inner.mask)  # fmt: skip
 

@@ -109,12 +109,13 @@ def grid(shape, profile, target) -> list:
                     for kc, kinds in blockings(gemm, mr, nv * lanes, m):
                         _, mc, nc, _ = block_sizes(gemm, mr, nv * lanes, m, kc)
                         for kind in kinds:
-                            config = mm.MatmulConfig(gemm, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv), channel_axis="rows")
+                            config = mm.MatmulConfig(gemm, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
+                                                     channel_axis="rows")  # fmt: skip
                             plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
                     if algorithm == "gemm1x1":  # output channels in the lanes, in one K block
                         _, mc, nc, _ = block_sizes(transposed_shape(gemm), mr, nv * lanes, m)
-                        config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, mr, nv, 0, mc, nc, k_unroll(mr, nv),
-                                                 transposed=True)  # fmt: skip
+                        config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, mr, nv, 0, mc, nc,
+                                                 k_unroll(mr, nv), transposed=True)  # fmt: skip
                         plans.append(ConvPlan(GemmConvConfig(shape, algorithm, config)))
     return plans + winograd_plans(shape, profile, target, 1)
 

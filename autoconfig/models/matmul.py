@@ -766,8 +766,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             for nv in range(1, MAX_NV + 1):
                 for kc, kinds in blockings(shape, mr, nv * lanes, m):
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
-                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv), epilogue=epilogue,
-                                             a_packed=a_constant and kind == "packed",
+                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
+                                             epilogue=epilogue, a_packed=a_constant and kind == "packed",
                                              **full_edges(shape, mr, nv, lanes, kind == "packed"))
                                 for kind in kinds]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
