@@ -43,15 +43,15 @@ CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
 @functools.cache  # asked once per kernel; reading package metadata took 0.4 s of a warm YOLO-V4 build
 def toolchain_version() -> str:
     """What besides the MLIR text decides the object: package versions, the pipeline,
-    and the source of the LLVM step."""
+    and the source of the lowering and LLVM steps."""
     versions = []
     for package in ("autoconfig", "llvmlite", "torch-mlir", "mlir"):
         try:
             versions.append(f"{package}={metadata.version(package)}")
         except metadata.PackageNotFoundError:
             continue
-    backend = Path(__file__).with_name("llvm_backend.py").read_bytes()
-    return ";".join(versions) + f";{PIPELINE};{hashlib.sha256(backend).hexdigest()[:16]}"
+    steps = b"".join(Path(__file__).with_name(name).read_bytes() for name in ("lower.py", "llvm_backend.py"))
+    return ";".join(versions) + f";{PIPELINE};{hashlib.sha256(steps).hexdigest()[:16]}"
 
 
 @functools.cache

@@ -17,10 +17,11 @@ there is one phase and Xt is the padded plane.
 The transform is one pass over the input (the convolution reads it
 taps × output channels times), split across threads by planes::
 
-    for plane in [begin, end):  for (py, px) in phases:  for i in phase rows:
+    for plane in [begin, end):  for (py, i) in (row phase, phase row):   # in one loop or sh
         y = i·sh + py − top
-        if 0 <= y < H:  Xt row = fill | X[plane, y, x(j)] for x(j) = j·sw + px − left in [0, W) | fill
-        else:           Xt row = fill          # the middle as vectors (sw > 1: gathered)
+        for px in column phases:
+            if 0 <= y < H:  Xt row = fill | X[plane, y, x(j)] for x(j) = j·sw + px − left in [0, W) | fill
+            else:           Xt row = fill          # the middle as vectors (sw > 1: deinterleaved or gathered)
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def _phase_split(s: PhaseSplit, target: Target, args: dict) -> None:
     xt = f32_memref(args["xt"], [s.size])
 
     def plane(p: ir.Value) -> None:
-        copy_plane(s, target, x, xt, p, arith.muli(p, index(s.plane_size)))
+        copy_plane(s, target, x, xt, p, arith.muli(p, index(s.plane_size)), one_nest=True)
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
 
@@ -159,10 +160,15 @@ def source_memref(s: PhaseSplit, pointer: ir.Value) -> ir.Value:
     return f32_memref(pointer, [s.planes * s.height, s.width])
 
 
-def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.Value, first: ir.Value) -> None:
+def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.Value, first: ir.Value,
+               one_nest: bool = False) -> None:  # fmt: skip
     """Emit the transform of plane `p` of `x` (`source_memref`) into the flat `xt` from
     element `first`: the whole buffer's planes, or one plane's scratch of a kernel that
-    transforms each plane just before reading it (depthwise, pooling). Each source row
+    transforms each plane just before reading it (depthwise, pooling). The rows of all
+    row phases in `one_nest` loop, else one loop per row phase. One nest is for the
+    transform kernel, whose LLVM time grows per nest: Winograd F(4,3)'s split into 4x4
+    phases, 92 -> 33 ms (128 planes of 52², Zen 5 VM); inside a depthwise kernel it
+    measured 5-8% slower (3x3/2 on 64x112²: 50-53 -> 54-56 µs). Each source row
     is read once for all its column phases: a load of sw·L columns deinterleaved sw
     ways (reading it again per phase, one column off, cost two-thirds of a strided
     depthwise layer on Zen 4: every 64-byte load crossed a line)."""
@@ -181,10 +187,10 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
 
         for_tiles(index(0), index(ceil_div(s.phase_cols, lanes)), lanes, s.phase_cols, piece)
 
-    def row(i: ir.Value, py: int) -> None:  # phase row i of the row phase py, every column phase
-        starts = [arith.addi(first, arith.addi(index((py * sw + px) * s.phase_size), arith.muli(i, index(s.phase_cols))))
-                  for px in range(sw)]  # fmt: skip
-        y = arith.subi(arith.addi(arith.muli(i, index(sh)), index(py)), index(top))
+    def row(i: ir.Value, py: ir.Value) -> None:  # phase row i of the row phase py, every column phase
+        phase0 = arith.addi(first, arith.addi(arith.muli(py, index(sw * s.phase_size)), arith.muli(i, index(s.phase_cols))))
+        starts = [arith.addi(phase0, index(px * s.phase_size)) for px in range(sw)]
+        y = arith.subi(arith.addi(arith.muli(i, index(sh)), py), index(top))
         inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
                             arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
         source_row = arith.addi(arith.muli(p, index(s.height)), y)
@@ -244,5 +250,8 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
         if s.width % chunk:
             put(index(full * chunk), s.width % chunk)
 
-    for py in range(sh):
-        for_range(0, s.phase_rows, 1, lambda i, py=py: row(i, py))
+    if one_nest:  # padded row r: phase row r div sh of row phase r mod sh
+        for_range(0, sh * s.phase_rows, 1, lambda r: row(arith.divui(r, index(sh)), arith.remui(r, index(sh))))
+    else:
+        for py in range(sh):
+            for_range(0, s.phase_rows, 1, lambda i, py=py: row(i, index(py)))
