@@ -99,12 +99,12 @@ def for_unrolled(lo: ir.Value, hi: ir.Value, unroll: int, init: Sequence[ir.Valu
 
 
 def for_tiles(lo: ir.Value, hi: ir.Value, size: int, extent: int,
-              body: Callable[[ir.Value, int], None]) -> None:  # fmt: skip
+              body: Callable[[ir.Value, int], None], llvm_unrolls: bool = True) -> None:  # fmt: skip
     """body(first, count) for the tiles [lo, hi) of `size` elements over [0, extent): the
-    full tiles in a loop (first = tile·size, count = size), then the partial tile of
-    extent mod size elements if the range holds it."""
+    full tiles in a loop (first = tile·size, count = size; `llvm_unrolls` as `for_range`),
+    then the partial tile of extent mod size elements if the range holds it."""
     full_tiles = extent // size
-    for_range(lo, arith.minsi(hi, index(full_tiles)), 1, lambda t: body(arith.muli(t, index(size)), size))
+    for_range(lo, arith.minsi(hi, index(full_tiles)), 1, lambda t: body(arith.muli(t, index(size)), size), llvm_unrolls)
     if extent % size:
         has_edge = arith.andi(_compare("sle", lo, index(full_tiles)), _compare("sgt", hi, index(full_tiles)))
         when(has_edge, lambda: body(index(full_tiles * size), extent % size))
