@@ -207,8 +207,7 @@ class MatmulConfig:
             return self.unroll + 2, f"{self.unroll} A broadcasts + C + B"
         if self.algorithm == "dot":
             return self.mr * self.unroll + 2, f"{self.mr}x{self.unroll} partial sums + A + B"
-        count = self.mr * self.nv
-        return count + self.nv + 1, f"{count} accumulators + {self.nv} B vectors + 1 A broadcast"
+        return tile_registers(self.mr, self.nv), f"{self.mr * self.nv} accumulators + {self.nv} B vectors + 1 A broadcast"
 
     def validate(self, target: Target) -> None:
         """Reject a config that the target cannot run, with the reason."""
@@ -308,6 +307,12 @@ def _operands(config: MatmulConfig, op: str) -> str:
     if config.transposed:
         return f"C[{m}x{n}] stored as its transpose {op} A (given as its transpose) . B (given packed)"
     return f"C[{m}x{n}] {op} A[{m}x{k}{' packed' if config.a_packed else ''}] . B[{k}x{n}]"
+
+
+def tile_registers(mr: int, nv: int) -> int:
+    """Vector registers an mr x nv register tile keeps live: its accumulators, a row of B
+    vectors and an A broadcast."""
+    return mr * nv + nv + 1
 
 
 def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:

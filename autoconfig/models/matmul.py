@@ -47,7 +47,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from kernels import epilogue as ep
-from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape
+from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape, tile_registers
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
@@ -218,39 +218,50 @@ of L2 and each micro-panel's first row tile waiting on L3."""
 
 
 def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
-                kc: int | None = None) -> tuple[int, int, int, list[tuple[str, str]]]:  # fmt: skip
-    """(kc, mc, nc) from the cache geometry, with the reason for each; `kc` one of
-    `kc_options` (default: the first, the L1 rule's)."""
+                kc: int | None = None) -> tuple[int, int, int, Callable[[], list[tuple[str, str]]]]:  # fmt: skip
+    """(kc, mc, nc, why) from the cache geometry, `kc` one of `kc_options` (default: the
+    first, the L1 rule's); why() gives the reason for each, worded only when asked (a
+    decision asks for the sizes of every candidate tile, and wording them all took a
+    tenth of its time)."""
     l1_kc, b_ways = _l1_kc(nr, mr, m)
-    if kc is None or kc <= l1_kc:
+    streamed = kc is not None and kc > l1_kc
+    if not streamed:
         kc = min(l1_kc, shape.k)
-        kc_why = (f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways" if kc < shape.k
-                  else f"{shape.k} = K: all of K fits B's L1 share ({b_ways} of {m.l1_ways} ways)")  # fmt: skip
-    else:
-        kc_why = (f"{kc}{' = K' if kc == shape.k else ''}: B micro-panel {kc}x{nr}x{F32} B streamed from L2 "
-                  f"(its B block in {STREAMED_B_BLOCK_L2_SHARE:.0%} of L2), {math.ceil(shape.k / kc)} K block(s) "
-                  f"instead of {math.ceil(shape.k / l1_kc)}")  # fmt: skip
-
     l2_way = m.l2_sets * m.line
     b_in_l2 = math.ceil(2 * kc * nr * F32 / l2_way)
     a_ways = max(1, m.l2_ways_effective - 1 - b_in_l2)
     mc = min(max(mr, a_ways * l2_way // (kc * F32) // mr * mr), round_up(shape.m, mr))
-    mc_why = (f"{mc}: A block {mc}x{kc}x{F32} B in {a_ways} of {m.l2_ways_effective} effective "
-              f"L2 ways (2 B micro-panels take {b_in_l2})")  # fmt: skip
-
-    if m.l3 is None:
-        nc, nc_why = round_up(shape.n, nr), "N: no L3 to block for"
-    else:
+    if m.l3 is not None:
         ways, sets, sharing = m.l3
         own_ways = ways // max(1, min(m.threads, sharing))  # each thread packs its own B block
         l3_way = sets * m.line
         a_in_l3 = math.ceil(2 * kc * mc * F32 / l3_way)
         b_ways_l3 = max(1, own_ways - 1 - a_in_l3)
         nc = max(nr, b_ways_l3 * l3_way // (kc * F32) // nr * nr)
-        nc_why = f"{nc}: B block {kc}x{nc}x{F32} B in {b_ways_l3} of the {own_ways} L3 ways per thread"
-        if nc >= shape.n:
-            nc, nc_why = round_up(shape.n, nr), f"{round_up(shape.n, nr)}: all of N fits the L3 share"
-    return kc, mc, nc, [("kc", kc_why), ("mc", mc_why), ("nc", nc_why)]
+    all_n = m.l3 is None or nc >= shape.n
+    if all_n:
+        nc = round_up(shape.n, nr)
+
+    def why() -> list[tuple[str, str]]:
+        if streamed:
+            kc_why = (f"{kc}{' = K' if kc == shape.k else ''}: B micro-panel {kc}x{nr}x{F32} B streamed from L2 "
+                      f"(its B block in {STREAMED_B_BLOCK_L2_SHARE:.0%} of L2), {math.ceil(shape.k / kc)} K block(s) "
+                      f"instead of {math.ceil(shape.k / l1_kc)}")  # fmt: skip
+        elif kc < shape.k:
+            kc_why = f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways"
+        else:
+            kc_why = f"{shape.k} = K: all of K fits B's L1 share ({b_ways} of {m.l1_ways} ways)"
+        mc_why = (f"{mc}: A block {mc}x{kc}x{F32} B in {a_ways} of {m.l2_ways_effective} effective "
+                  f"L2 ways (2 B micro-panels take {b_in_l2})")  # fmt: skip
+        if m.l3 is None:
+            nc_why = "N: no L3 to block for"
+        elif all_n:
+            nc_why = f"{nc}: all of N fits the L3 share"
+        else:
+            nc_why = f"{nc}: B block {kc}x{nc}x{F32} B in {b_ways_l3} of the {own_ways} L3 ways per thread"
+        return [("kc", kc_why), ("mc", mc_why), ("nc", nc_why)]
+
+    return kc, mc, nc, why
 
 
 # ---------------------------------------------------------------- prediction
@@ -601,7 +612,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     *derived, reasons = block_sizes(shape, c.mr, nr, m, kc if kc in kc_options(shape, c.mr, nr, m) else None)
     blocks = [
         (name, why if value == model else f"{value} (forced; the model derives {model})")
-        for (name, why), value, model in zip(reasons, (c.kc, c.mc, c.nc), derived)
+        for (name, why), value, model in zip(reasons(), (c.kc, c.mc, c.nc), derived)
     ]
     if c.transposed:  # candidates() gives it one K block
         blocks[0] = ("kc", f"{shape.k} = K: one block, since every further one gathers and scatters all of C again")
@@ -755,7 +766,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
                                      k_unroll(mr, nv), epilogue=epilogue, transposed=True, blocked=blocked,
                                      a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, lanes, True))
-                        for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)]  # fmt: skip
+                        for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
+                        if tile_registers(mr, nv) <= registers]  # fmt: skip
             continue
         configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
                                     epilogue=epilogue))
@@ -764,6 +776,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
+                if tile_registers(mr, nv) > registers:
+                    continue
                 for kc, kinds in blockings(shape, mr, nv * lanes, m):
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
                     configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
