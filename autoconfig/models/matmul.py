@@ -953,10 +953,25 @@ def instructions_per_flop(config: MatmulConfig) -> float:
     return issued / sum(count * rows * vectors * config.lanes for count, rows, vectors in kinds)
 
 
+def micro_kernels(config: MatmulConfig) -> int:
+    """The micro-kernels a config's code holds: one per tile size that runs (each edge
+    tile not computed as a full one is a function of its own, `kernels.matmul`)."""
+    if config.algorithm not in ("tiled", "packed"):
+        return 1
+    return len({(rows, vectors) for _, rows, vectors in _tile_kinds(config)})
+
+
 def _best(predictions) -> Prediction:
-    """The fastest prediction; within RESOLUTION of it, the fewest instructions per
-    flop, then a split by rows."""
+    """The fastest prediction; within RESOLUTION of it, the fewest micro-kernels, then
+    the fewest instructions per flop, then a split by rows. An edge tile's micro-kernel
+    took ~15 ms of a ~100 ms build on the Zen 5 VM (2 threads), and ties without one
+    mostly ran faster there too (model's candidates, 9 alternating rounds): 512³ tiled
+    8x2 721 µs against the 8x3 picked before 759; 196x672x112 7x3 74 against 5x5 86;
+    128x128x8192 8x2 675 against 6x4 709; 128x3136x128 packed 8x3 229 against 5x5 235.
+    Known loss: 64x3136x64 tiled 4x4, 82.5 µs where the 5x5 picked before ran 75 (and
+    8x2, which instructions per flop ranks after 4x4, 74)."""
     predictions = list(predictions)
     fastest = min(p.total_ns for p in predictions)
     near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))
+    return min(near, key=lambda p: (micro_kernels(p.config), instructions_per_flop(p.config),
+                                    p.plan.split != "rows", p.total_ns))  # fmt: skip
