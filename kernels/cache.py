@@ -34,7 +34,8 @@ from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
-from kernels.lower import PIPELINE, ObjectFile, compile_object, compile_units, parse_mlir, start_backends, to_llvm_ir
+from kernels.lower import PIPELINE, ObjectFile, backend_count, compile_object, compile_units, parse_mlir, start_backends
+from kernels.lower import to_llvm_ir
 from kernels.target import Target
 
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
@@ -157,7 +158,7 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     objects = {key: hit for key in keyed if (hit := cache.get(key, out_dir, target)) is not None}
     todo = {key: module for key, module in keyed.items() if key not in objects}
     # one LLVM child per compile unit at most: a module's unit per function it defines
-    workers = max(1, min(sum(module.text.count("func.func @") for module in todo.values()), os.cpu_count() or 1))
+    workers = max(1, min(sum(module.text.count("func.func @") for module in todo.values()), backend_count()))
     if todo:
         start_backends(workers)  # LLVM children start while the MLIR below is lowered
     with ThreadPoolExecutor(max_workers=workers) as pool:

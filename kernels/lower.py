@@ -161,6 +161,20 @@ def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "ker
     return ObjectFile(path=obj_path, assembly=asm_path and asm_path.read_text(), target=target)
 
 
+BACKENDS_PER_CORE = 2
+"""LLVM children compiling at once, per core. More than one: a kernel's units differ
+in LLVM time, and with one child per core the last ones ran on one core while the
+other idled (Zen 5 VM, 2 cores: a 2704x255x256 packed kernel's three units, main 44
+ms beside packing B, 35, then packing A alone, 30); sharing the cores, they end
+together: 2704x255x256's build 102 -> 90 ms, 6 kernels' geomean 3% less (bt of
+compare_tvm's kernels, 2 alternating rounds)."""
+
+
+def backend_count() -> int:
+    """How many LLVM children a build keeps compiling at once (`BACKENDS_PER_CORE`)."""
+    return BACKENDS_PER_CORE * (os.cpu_count() or 1)
+
+
 def start_backends(count: int = 1) -> None:
     """Start up to `count` LLVM children ahead of need (without waiting for them): their
     start-up then overlaps the caller's decision and MLIR lowering."""

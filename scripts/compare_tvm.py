@@ -279,9 +279,9 @@ def our_build_times(task: dict, threads: int) -> dict:
     time: our imports, reading the profile, and a tiny kernel compiled, so the LLVM
     children a build keeps for all its kernels (one per core) are running."""
     import autoconfig
-    from kernels.lower import start_backends
+    from kernels.lower import backend_count, start_backends
 
-    start_backends(os.cpu_count() or 1)
+    start_backends(backend_count())
     autoconfig.compile_matmul(8, 8, 8, profile=task["profile"], threads=threads)
     autoconfig.plan_conv2d((1, 8, 8, 8), (8, 8, 3, 3), profile=task["profile"], threads=threads)
     start = time.perf_counter()
