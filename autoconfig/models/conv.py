@@ -815,8 +815,19 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
         math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
+    # A product in NCHW is not scored where a plan in NCHW already beats its floor: its
+    # multiply-adds at the fastest FMA rate (a matmul decision is 10-15 ms, a third of a
+    # Winograd layer's; in a model, a plan in other layouts pays transforms instead).
+    in_nchw = [p.total_ns for p in predictions if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]
+    floor = min(fma_floor_ns(shape.flops / 2, width, t, machine)
+                for width in vector_widths(machine, target) for t in {1, budget})  # fmt: skip
+    unscored = []
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
         if algorithm == "gemm1x1" and not shape.pointwise:
+            continue
+        if not transposed and in_nchw and floor > min(in_nchw) * (1 + RESOLUTION):
+            unscored.append(f"{algorithm:<8} nchw: not scored, at least {floor / 1e3:.1f} µs (its multiply-adds at "
+                            f"the fastest FMA rate), more than the best NCHW plan's {min(in_nchw) / 1e3:.1f}")
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
@@ -844,7 +855,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     if plain_input and reads_blocked(shape, machine, target):
         twin = _best(plain_input).plan
         per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
-    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target)
+    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, tuple(unscored))
 
 
 def _kind(config: ConvConfig) -> tuple:

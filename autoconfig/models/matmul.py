@@ -820,6 +820,7 @@ class Choice:
     per_algorithm: tuple[Prediction, ...]
     profile: HardwareProfile
     target: Target
+    unscored: tuple[str, ...] = ()  # algorithms not scored, each with why (its floor)
 
     def explain(self) -> str:
         """A human explanation: the choice, each parameter and each term with its reason,
@@ -830,6 +831,7 @@ class Choice:
                  + self.rate_note(), "parameters:", *b.parameter_lines(), self.formula(), *b.term_lines(),
                  "best of each algorithm:"]  # fmt: skip
         lines += [self.runner_up(p) for p in sorted(self.per_algorithm, key=lambda p: p.total_ns)]
+        lines += [f"  {why}" for why in self.unscored]
         return "\n".join(lines)
 
     def heading(self) -> str:
