@@ -299,8 +299,8 @@ class PackedB:
                 # 2704x256x256 packed 6x4, 184 -> 119 ms of LLVM time on the Zen 5 VM.
                 for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), self.k_hi), 1, row, llvm_unrolls=False)
 
-            # Nor the panels: unrolled, 2704x255x256 packed 6x4's packing took 45 ms of LLVM
-            # time, not, 26 (Zen 5 VM; run times within noise).
+            # Nor the panels: unrolling them made 2704x255x256 packed 6x4's packing 45 ms of
+            # LLVM time instead of 26 (Zen 5 VM; run times within noise).
             for_tiles(*tiles, self.nr, columns, panel, llvm_unrolls=False)
 
         for_range(self.k0, self.k_hi, PACK_B_ROWS, band)

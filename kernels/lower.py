@@ -166,8 +166,8 @@ BACKENDS_PER_CORE = 2
 in LLVM time, and with one child per core the last ones ran on one core while the
 other idled (Zen 5 VM, 2 cores: a 2704x255x256 packed kernel's three units, main 44
 ms beside packing B, 35, then packing A alone, 30); sharing the cores, they end
-together: 2704x255x256's build 102 -> 90 ms, 6 kernels' geomean 3% less (bt of
-compare_tvm's kernels, 2 alternating rounds)."""
+together: 2704x255x256's build 102 -> 90 ms, six kernels' geomean 3% less (median
+of 5 builds each, 2 alternating rounds)."""
 
 
 def backend_count() -> int:

@@ -207,7 +207,8 @@ class MatmulConfig:
             return self.unroll + 2, f"{self.unroll} A broadcasts + C + B"
         if self.algorithm == "dot":
             return self.mr * self.unroll + 2, f"{self.mr}x{self.unroll} partial sums + A + B"
-        return tile_registers(self.mr, self.nv), f"{self.mr * self.nv} accumulators + {self.nv} B vectors + 1 A broadcast"
+        held = f"{self.mr * self.nv} accumulators + {self.nv} B vectors + 1 A broadcast"
+        return tile_registers(self.mr, self.nv), held
 
     def validate(self, target: Target) -> None:
         """Reject a config that the target cannot run, with the reason."""

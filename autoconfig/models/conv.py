@@ -815,10 +815,12 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
         math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
-    # A product in NCHW is not scored where a plan in NCHW already beats its floor: its
-    # multiply-adds at the fastest FMA rate (a matmul decision is 10-15 ms, a third of a
-    # Winograd layer's; in a model, a plan in other layouts pays transforms instead).
-    in_nchw = [p.total_ns for p in predictions if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]
+    # A product in NCHW is not scored where a plan in NCHW already beats its floor, its
+    # multiply-adds at the fastest FMA rate: a matmul decision took 10-15 ms, a third of a
+    # Winograd layer's. Safe inside a model too: the plan that beats it reads and writes
+    # the same layouts, so both pay the same transforms.
+    in_nchw = [p.total_ns for p in predictions
+               if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]  # fmt: skip
     floor = min(fma_floor_ns(shape.flops / 2, width, t, machine)
                 for width in vector_widths(machine, target) for t in {1, budget})  # fmt: skip
     unscored = []

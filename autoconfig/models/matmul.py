@@ -221,8 +221,8 @@ def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
                 kc: int | None = None) -> tuple[int, int, int, Callable[[], list[tuple[str, str]]]]:  # fmt: skip
     """(kc, mc, nc, why) from the cache geometry, `kc` one of `kc_options` (default: the
     first, the L1 rule's); why() gives the reason for each, worded only when asked (a
-    decision asks for the sizes of every candidate tile, and wording them all took a
-    tenth of its time)."""
+    decision asks for the sizes of every candidate tile: wording them all was ~3% of a
+    12 ms matmul decision on the Zen 5 VM)."""
     l1_kc, b_ways = _l1_kc(nr, mr, m)
     streamed = kc is not None and kc > l1_kc
     if not streamed:
