@@ -10,8 +10,8 @@ generator: new code, new text, new key.
 MLIR is lowered to LLVM IR in this process (the bindings are not thread-safe), one
 compile unit after another (a module's unit per function it defines, the others
 declared: `kernels.lower.compile_units`); LLVM compiles each in a child process as
-soon as it is lowered, as many at once as there are cores. A module's cache entry is
-its units' objects and then their count, written last.
+soon as it is lowered, two per core at once (`kernels.lower.BACKENDS_PER_CORE`). A
+module's cache entry is its units' objects and then their count, written last.
 
 Generating a module costs time too (YOLO-V4's 115 kernels: ~9 s of building and
 printing MLIR), so the same cache also keeps each config's generated text and

@@ -64,10 +64,10 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
     """Lower, compile and link kernel modules (one target) into one library that runs
     on this host, natively or emulated.
 
-    Modules are compiled in parallel (LLVM in child processes, one per core); a module
-    whose compiled object is in `cache` (default: the user's, `default_cache()`) is
-    not compiled again. Files go to `out_dir`, or to a temporary directory removed
-    with the library.
+    Modules are compiled in parallel (LLVM in child processes, two per core,
+    `kernels.lower.backend_count`); a module whose compiled object is in `cache`
+    (default: the user's, `default_cache()`) is not compiled again. Files go to
+    `out_dir`, or to a temporary directory removed with the library.
     """
     modules = [modules] if isinstance(modules, KernelModule) else list(modules)
     if not modules:

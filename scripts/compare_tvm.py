@@ -277,7 +277,7 @@ def our_build_times(task: dict, threads: int) -> dict:
     generation, compilation, linking) for the task, with the kernel cache as the caller
     set it. Untimed first, as TVM's import and target set-up are not in its tuning
     time: our imports, reading the profile, and a tiny kernel compiled, so the LLVM
-    children a build keeps for all its kernels (one per core) are running."""
+    children a build keeps for all its kernels (`backend_count()`) are running."""
     import autoconfig
     from kernels.lower import backend_count, start_backends
 

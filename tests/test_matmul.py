@@ -17,6 +17,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models.matmul import C_PASSES_TERM, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, _best, block_sizes, blockings
 from autoconfig.models.matmul import UNROLL, Term, candidates, choose, floor_ns, full_edges, k_unroll, predict
+from autoconfig.models.matmul import RESOLUTION, instructions_per_flop, micro_kernels
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -364,6 +365,23 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
         same = [p for p in every if p.config.algorithm == best.config.algorithm]
         assert best.plan == _best(same).plan
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
+
+
+@pytest.mark.parametrize("mnk", [(512, 512, 512), (196, 672, 112), (128, 128, 8192), (49, 1024, 1024)])
+def test_a_tie_goes_to_the_fewest_micro_kernels(mnk):
+    """Among an algorithm's plans predicted within RESOLUTION of its best, the choice
+    compiles the fewest micro-kernels (each edge tile is one), and of those issues the
+    fewest instructions per flop."""
+    profile = load_profile(Path(__file__).parent.parent / "hwprofiles" / "amd-epyc-zen5-avx512.yaml")
+    target, machine, shape = target_for("avx512"), Machine.of(profile), mm.MatmulShape(*mnk)
+    every = [predict(p, machine) for t in (1, 2) for p in candidates(shape, machine, target, t)]
+    for best in choose(shape, profile, target, 2).per_algorithm:
+        same = [p for p in every if p.config.algorithm == best.config.algorithm]
+        near = [p for p in same if p.total_ns <= min(q.total_ns for q in same) * (1 + RESOLUTION)]
+        fewest = min(micro_kernels(p.config) for p in near)
+        assert micro_kernels(best.config) == fewest
+        assert instructions_per_flop(best.config) == min(instructions_per_flop(p.config) for p in near
+                                                         if micro_kernels(p.config) == fewest)  # fmt: skip
 
 
 def test_a_range_of_one_block_is_no_loop():
