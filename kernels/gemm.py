@@ -349,6 +349,6 @@ class PackedA:
                 for r, row in enumerate(sources):
                     memref.store(read(row, k), self.work, [self.at(row0, k, r)])
 
-            for_range(self.k0, self.k_hi, 1, column)
+            for_range(self.k0, self.k_hi, 1, column, llvm_unrolls=False, llvm_vectorizes=False)
 
         for_tile_trips(*tiles, self.mr, rows, True, tile)

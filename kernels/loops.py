@@ -32,18 +32,21 @@ CarriedBody = Callable[[ir.Value, list[ir.Value]], list[ir.Value]]
 
 
 def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body: Body,
-              llvm_unrolls: bool = True) -> None:  # fmt: skip
+              llvm_unrolls: bool = True, llvm_vectorizes: bool = True) -> None:  # fmt: skip
     """``for i in [lo, hi) step step: body(i)`` (the step may be a run-time value, e.g.
     a scalable vector's length). Without `llvm_unrolls`, the loop carries LLVM's
     ``unroll.disable``: for a short loop of many accesses, which LLVM would otherwise
     unroll to its bound, making its enclosing loop one whose dependence analysis
-    (LoopLoadElimination's) grows with the square of its accesses."""
+    (LoopLoadElimination's) grows with the square of its accesses. Without
+    `llvm_vectorizes`, ``vectorize.disable``: for a scalar loop not worth LLVM's
+    vectorizing (its checks and the vector loop it adds)."""
     loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step))
     with ir.InsertionPoint(loop.body):
         body(loop.induction_variable)
         scf.yield_([])
-    if not llvm_unrolls:
-        loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(_NO_UNROLL)
+    hints = ([] if llvm_unrolls else [_NO_UNROLL]) + ([] if llvm_vectorizes else [_NO_VECTORIZE])
+    if hints:
+        loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(f"#llvm.loop_annotation<{', '.join(hints)}>")
 
 
 def for_blocks(lo: ir.Value | int, hi: ir.Value | int, step: int, extent: int, body: Body) -> None:
@@ -60,7 +63,8 @@ def for_blocks(lo: ir.Value | int, hi: ir.Value | int, step: int, extent: int, b
         when(less(lo, hi), lambda: body(_as_index(lo)))
 
 
-_NO_UNROLL = "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>"
+_NO_VECTORIZE = "vectorize = #llvm.loop_vectorize<width = 1 : i32>"
+_NO_UNROLL = "unroll = #llvm.loop_unroll<disable = true>"
 """Loop metadata MLIR's scf-to-cf lowering carries to the loop's back edge (checked on
 the bundled bindings: a ``loop_annotation`` attribute on scf.for becomes !llvm.loop)."""
 
