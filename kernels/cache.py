@@ -28,14 +28,13 @@ import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
-from kernels.lower import PIPELINE, ObjectFile, backend_count, compile_object, compile_units, parse_mlir, start_backends
-from kernels.lower import to_llvm_ir
+from kernels.lower import GENERATED_PIPELINE, Compiling, ObjectFile, backend_count, compile_units, parse_mlir
+from kernels.lower import start_backends, to_llvm_ir, wait_any
 from kernels.target import Target
 
 CACHE_ENV = "AUTOCONFIG_CACHE_DIR"
@@ -52,7 +51,7 @@ def toolchain_version() -> str:
         except metadata.PackageNotFoundError:
             continue
     steps = b"".join(Path(__file__).with_name(name).read_bytes() for name in ("lower.py", "llvm_backend.py"))
-    return ";".join(versions) + f";{PIPELINE};{hashlib.sha256(steps).hexdigest()[:16]}"
+    return ";".join(versions) + f";{GENERATED_PIPELINE};{hashlib.sha256(steps).hexdigest()[:16]}"
 
 
 @functools.cache
@@ -161,15 +160,28 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     workers = max(1, min(sum(module.text.count("func.func @") for module in todo.values()), backend_count()))
     if todo:
         start_backends(workers)  # LLVM children start while the MLIR below is lowered
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending = {}  # key -> its units' objects, compiling while the next unit is lowered
+    pending: dict[str, list[Compiling]] = {}  # key -> its units, compiling while the next unit is lowered
+    running: list[Compiling] = []
+    try:
         for key, module in todo.items():
             mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
-            pending[key] = [pool.submit(compile_object, to_llvm_ir(unit), target, out_dir, f"{key[:16]}.{i}")
-                            for i, unit in enumerate(compile_units(mlir))]  # fmt: skip
-        for count, (key, compiling) in enumerate(pending.items(), 1):
-            objects[key] = [unit.result() for unit in compiling]
+            pending[key] = []
+            for i, unit in enumerate(compile_units(mlir)):
+                llvm_ir = to_llvm_ir(unit, GENERATED_PIPELINE)
+                while len(running) >= workers:  # a child answered is free for the next unit
+                    wait_any(running)
+                    for answered in [c for c in running if c.done()]:
+                        answered.result()
+                        running.remove(answered)
+                running.append(Compiling(llvm_ir, target, out_dir, f"{key[:16]}.{i}"))
+                pending[key].append(running[-1])
+        for count, (key, units) in enumerate(pending.items(), 1):
+            objects[key] = [unit.result() for unit in units]
             cache.put(key, objects[key])
             if progress:
                 progress(count, len(pending))
+    finally:
+        for units in pending.values():
+            for unit in units:
+                unit.abandon()
     return [obj for key in keyed for obj in objects[key]], len(pending), len(keyed) - len(pending)

@@ -3,7 +3,7 @@
 The MLIR part runs in-process with the bindings' pass manager. The LLVM part runs in
 child processes with llvmlite (`kernels.llvm_backend`), because a fatal LLVM error
 aborts its process: here it becomes an AutoconfigError naming the target. The
-children are kept for the next kernel (one per thread compiling at once) and end
+children are kept for the next kernel (as many as have compiled at once) and end
 with this process.
 """
 
@@ -13,12 +13,14 @@ import atexit
 import json
 import os
 import re
+import select
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,27 +29,28 @@ from kernels.emit import first_diagnostic, shared_context
 from kernels.mlir import MLIRError, func, ir, passmanager, translate_module_to_llvmir
 from kernels.target import Target
 
-PIPELINE = ",".join(
+GENERATED_PIPELINE = ",".join(
     [
         "cse",  # first: the generators repeat index arithmetic per access; fewer ops to lower
-        "lower-affine",
-        "convert-vector-to-scf",
         "convert-scf-to-cf",
         "convert-vector-to-llvm{vector-contract-lowering=outerproduct}",
-        "convert-math-to-llvm",
-        "finalize-memref-to-llvm",
-        "convert-arith-to-llvm",
-        "convert-cf-to-llvm",
-        "convert-func-to-llvm",
-        "convert-index-to-llvm",
+        "convert-to-llvm",  # math, memref, arith, cf, func and index in one conversion
         "reconcile-unrealized-casts",
     ]
 )
-"""The MLIR pass pipeline to the LLVM dialect, checked on the bundled bindings (LLVM 24 dev):
-common subexpressions merged, vector ops become scf loops or LLVM intrinsics, scf
-becomes cf, then everything LLVM. The merge comes first because the generators work
-out an address per access (a packed 1024³ matmul: 122 KB of LLVM IR, 101 with it;
-its lowering 36 -> 25 ms on the Zen 5 VM; LLVM's own time unchanged)."""
+"""The MLIR pass pipeline from what the generators emit (scf, vector, memref, arith,
+math; no affine or vector transfer ops) to the LLVM dialect, checked on the bundled
+bindings (LLVM 24 dev): common subexpressions merged, scf becomes cf, vector ops
+become LLVM intrinsics, then the rest in one dialect conversion. The merge comes
+first because the generators work out an address per access (a packed 1024³ matmul:
+122 KB of LLVM IR, 101 with it; its lowering 36 -> 25 ms on the Zen 5 VM). One
+conversion for six dialects, not a pass each, and no passes for ops the generators
+never emit: the same LLVM IR, 33% less lowering time (the modules of three kernels,
+88 -> 59 ms)."""
+
+PIPELINE = ",".join(["lower-affine", "convert-vector-to-scf", GENERATED_PIPELINE])
+"""The pipeline for MLIR from anywhere (``autoconfig lower``): affine and n-D vector
+transfer ops lowered to scf first."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,13 @@ def _functions(module: ir.Operation) -> list[ir.OpView]:
     return [op for op in module.regions[0].blocks[0].operations if op.operation.name == "func.func"]
 
 
-def to_llvm_ir(module: ir.Module | ir.OpView) -> str:
-    """Lower a verified module (or a compile unit) to LLVM IR text (a copy is lowered;
-    `module` is kept)."""
+def to_llvm_ir(module: ir.Module | ir.OpView, pipeline: str = PIPELINE) -> str:
+    """Lower a verified module (or a compile unit) to LLVM IR text with `pipeline` (a
+    copy is lowered; `module` is kept)."""
     with module.context:
         try:
             lowered = module.operation.clone()
-            passmanager.PassManager.parse(f"builtin.module({PIPELINE})").run(lowered.operation)
+            passmanager.PassManager.parse(f"builtin.module({pipeline})").run(lowered.operation)
             return exact_float_literals(str(translate_module_to_llvmir(lowered.operation)))
         except MLIRError as err:
             raise AutoconfigError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
@@ -142,23 +145,62 @@ def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "ker
                    assembly: bool = False) -> ObjectFile:  # fmt: skip
     """Compile LLVM IR for `target` into ``out_dir/stem.o`` in an LLVM child process,
     and its assembly listing into ``out_dir/stem.s`` when `assembly` is asked for."""
-    ir_path = out_dir / f"{stem}.ll"
-    obj_path = out_dir / f"{stem}.o"
-    asm_path = out_dir / f"{stem}.s" if assembly else None
-    ir_path.write_text(llvm_ir)
-    request = {"ir": str(ir_path), "triple": target.triple, "cpu": target.cpu, "features": target.features,
-               "abi": target.abi, "object": str(obj_path), "assembly": asm_path and str(asm_path)}  # fmt: skip
-    backend = _Backends.take()
-    answer = backend.ask(request)
-    if answer is None:
-        detail, code = backend.last_words()
-        if code is not None and code < 0:
-            raise AutoconfigError(f"LLVM aborted ({signal.Signals(-code).name}) compiling for {target.name}: {detail}")
-        raise AutoconfigError(f"LLVM could not compile for {target.name}: {detail}")
-    _Backends.give_back(backend)
-    if "error" in answer:
-        raise AutoconfigError(f"LLVM could not compile for {target.name}: {answer['error']}")
-    return ObjectFile(path=obj_path, assembly=asm_path and asm_path.read_text(), target=target)
+    return Compiling(llvm_ir, target, out_dir, stem, assembly).result()
+
+
+class Compiling:
+    """One LLVM IR compilation sent to an LLVM child and answered later, so that the
+    caller lowers the next unit meanwhile. No thread waits for the child, so a build
+    starts none (a thread started while the children kept both cores busy took ~4 ms
+    to run: four per Winograd build, on its critical path; Zen 5 VM)."""
+
+    def __init__(self, llvm_ir: str, target: Target, out_dir: Path, stem: str, assembly: bool = False) -> None:
+        self.target = target
+        self.obj_path = out_dir / f"{stem}.o"
+        self.asm_path = out_dir / f"{stem}.s" if assembly else None
+        ir_path = out_dir / f"{stem}.ll"
+        ir_path.write_text(llvm_ir)
+        self.error: str | None = None
+        self.backend: _Backend | None = _Backends.take()  # None once answered or abandoned
+        self.backend.send({"ir": str(ir_path), "triple": target.triple, "cpu": target.cpu, "features": target.features,
+                           "abi": target.abi, "object": str(self.obj_path),
+                           "assembly": self.asm_path and str(self.asm_path)})  # fmt: skip
+
+    def done(self) -> bool:
+        """Whether `result` would not wait: the child answered (or died)."""
+        return self.backend is None or self.backend.readable()
+
+    def result(self) -> ObjectFile:
+        """The object, once the child has answered (then the child is free for another
+        request); an AutoconfigError if LLVM could not compile or died (a fatal LLVM
+        error aborts its process)."""
+        if self.backend is not None:
+            backend, self.backend = self.backend, None
+            answer = backend.receive()
+            if answer is None:
+                detail, code = backend.last_words()
+                how = f"aborted ({signal.Signals(-code).name})" if code is not None and code < 0 else "could not compile"
+                self.error = f"LLVM {how} compiling for {self.target.name}: {detail}"
+            else:
+                _Backends.give_back(backend)
+                self.error = answer.get("error") and f"LLVM could not compile for {self.target.name}: {answer['error']}"
+        if self.error:
+            raise AutoconfigError(self.error)
+        return ObjectFile(path=self.obj_path, assembly=self.asm_path and self.asm_path.read_text(), target=self.target)
+
+    def abandon(self) -> None:
+        """Stop waiting for an unanswered compilation: its child is ended, not kept (its
+        answer would be read as the next request's)."""
+        if self.backend is not None:
+            backend, self.backend = self.backend, None
+            backend.process.kill()
+            backend.close()
+
+
+def wait_any(compilations: Sequence[Compiling]) -> None:
+    """Wait until at least one of `compilations` is answered."""
+    if compilations and not any(c.done() for c in compilations):
+        select.select([c.backend.process.stdout for c in compilations], [], [])
 
 
 BACKENDS_PER_CORE = 2
@@ -190,13 +232,21 @@ class _Backend:
         self.process = subprocess.Popen([sys.executable, "-m", "kernels.llvm_backend"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
 
-    def ask(self, request: dict) -> dict | None:
-        """The child's answer, or None if it died (a fatal LLVM error aborts it)."""
+    def send(self, request: dict) -> None:
+        """Send one request (to a dead child: its answer, `receive`, is then None)."""
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
         except BrokenPipeError:
-            return None
+            pass
+
+    def readable(self) -> bool:
+        """Whether the answer (or end of output) is there to read without waiting. The
+        child writes one line per request, so nothing is ever left buffered."""
+        return bool(select.select([self.process.stdout], [], [], 0)[0])
+
+    def receive(self) -> dict | None:
+        """The answer to the request sent, or None if the child died."""
         line = self.process.stdout.readline()
         return json.loads(line) if line else None
 
