@@ -666,29 +666,34 @@ def test_the_conv_choice_skips_only_plans_that_cannot_win(s):
         assert chosen[kind].plan == conv_model._best([p for p in every if conv_model._kind(p.config) == kind]).plan
 
 
-@pytest.mark.parametrize("s, left_out", [(ConvShape(1, 128, 52, 52, 128, (3, 3), pads=(1, 1, 1, 1)), True),
-                                          (ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)), True),
+@pytest.mark.parametrize("s, left_out", [(ConvShape(1, 128, 52, 52, 128, (3, 3), pads=(1, 1, 1, 1)),
+                                           {"winograd F(2,3)", "im2col"}),
+                                          (ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)), {"im2col"}),
                                           (ConvShape(1, 256, 26, 26, 512, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1)),
-                                           False)],
-                         ids=lambda v: v.describe() if isinstance(v, ConvShape) else str(v))  # fmt: skip
-def test_a_gemm_left_unscored_could_not_have_won(s, left_out):
-    """choose() does not score a GEMM in NCHW (im2col here) whose FMA floor exceeds the
-    best NCHW plan: scored anyway, as choose() would, a left-out one must lose to that
-    plan, and the explanation must say it was left out; one that can win is scored."""
+                                           set())],
+                         ids=lambda v: v.describe() if isinstance(v, ConvShape) else ",".join(sorted(v)))  # fmt: skip
+def test_a_product_left_unscored_could_not_have_won(s, left_out):
+    """choose() does not score a product in NCHW (a Winograd transform's, im2col's GEMM)
+    whose FMA floor exceeds the best NCHW plan: scored anyway, as choose() would, a
+    left-out one must lose to that plan, and the explanation must say it was left out;
+    one that can win is scored."""
     profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
     machine = Machine.of(profile)
     choice = choose(s, profile, target, 2)
     gemm = conv_model.choose_matmul(s.gemm_shape(), profile, target, 2, (), a_constant=True).best.plan
     config = GemmConvConfig(s, "im2col", replace(gemm.config, channel_axis="rows"))
-    im2col = conv_model.predict(ConvPlan(config, gemm.threads, gemm.split), machine)
-    assert bool(choice.unscored) == left_out
-    if left_out:
-        assert all("im2col" in why and why in choice.explain() for why in choice.unscored)
-        in_nchw = [p for p in choice.per_algorithm
-                   if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]  # fmt: skip
-        assert im2col.total_ns > min(p.total_ns for p in in_nchw)
-    else:
-        assert im2col.plan in [p.plan for p in choice.per_algorithm]
+    plans = {"im2col": ConvPlan(config, gemm.threads, gemm.split)}
+    if winograd.applies(s, target):
+        plans |= {f"winograd F({m},3)": conv_model.winograd_plan(s, m, profile, target, 2) for m in (2, 4)}
+    in_nchw = [p for p in choice.per_algorithm if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]
+    assert {why.split(" nchw:")[0].strip() for why in choice.unscored} == left_out
+    assert all(why in choice.explain() for why in choice.unscored)
+    for name, plan in plans.items():
+        predicted = conv_model.predict(plan, machine).total_ns
+        if name in left_out:
+            assert predicted > min(p.total_ns for p in in_nchw)
+        else:  # scored: its algorithm's best is at most it
+            assert min(p.total_ns for p in choice.per_algorithm if p.config.algorithm == name.split()[0]) <= predicted
 
 
 def test_direct_layers_may_take_all_input_channels_in_one_block():

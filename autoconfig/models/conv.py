@@ -629,13 +629,22 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     layer and the target allow Winograd."""
     if not applies(shape, target):
         return []
-    plans = []
-    for m in TRANSFORMS:
-        probe = WinogradConfig(shape, m, 1, None)  # for its product's shape
-        gemm = choose_matmul(probe.gemm_shape(), profile, target, threads, a_constant=True).best.plan
-        config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue)
-        plans.append(ConvPlan(config, gemm.threads, gemm.split))
-    return plans
+    return [winograd_plan(shape, m, profile, target, threads, epilogue) for m in TRANSFORMS]
+
+
+def winograd_plan(shape: ConvShape, m: int, profile: HardwareProfile, target: Target, threads: int,
+                  epilogue: ep.Epilogue = ()) -> ConvPlan:  # fmt: skip
+    """Winograd F(m,3) with the matmul model's choice for its product."""
+    gemm = choose_matmul(WinogradConfig(shape, m, 1, None).gemm_shape(), profile, target, threads,
+                         a_constant=True).best.plan  # fmt: skip
+    config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue)
+    return ConvPlan(config, gemm.threads, gemm.split)
+
+
+def winograd_multiply_adds(shape: ConvShape, m: int) -> int:
+    """The multiply-adds of F(m,3)'s products: one per phase, (m+2)² of them."""
+    product = WinogradConfig(shape, m, 1, None).gemm_shape()
+    return (m + 2) ** 2 * product.m * product.n * product.k
 
 
 def direct_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
@@ -800,7 +809,28 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions = promising_predictions(
         plans, lambda p: fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine), lambda p: _kind(p.config),
         lambda p: predict(p, machine))  # fmt: skip
-    predictions += [predict(p, machine) for p in winograd_plans(shape, profile, target, budget, epilogue)]
+    # A product in NCHW (Winograd's, or a GEMM's) is not scored where a plan in NCHW
+    # already beats its floor, its multiply-adds at the fastest FMA rate: a matmul
+    # decision took 8-15 ms, a third of a Winograd layer's. Safe inside a model too: the
+    # plan that beats it reads and writes the same layouts, so both pay the same
+    # transforms. F(4,3) first: fewer multiply-adds, so it is the one that prunes.
+    unscored: list[str] = []
+
+    def beaten(algorithm: str, multiply_adds: float) -> bool:
+        in_nchw = [p.total_ns for p in predictions
+                   if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]  # fmt: skip
+        floor = min(fma_floor_ns(multiply_adds, width, t, machine)
+                    for width in vector_widths(machine, target) for t in {1, budget})  # fmt: skip
+        if not in_nchw or floor <= min(in_nchw) * (1 + RESOLUTION):
+            return False
+        unscored.append(f"{algorithm:<8} nchw: not scored, at least {floor / 1e3:.1f} µs (its multiply-adds at the "
+                        f"fastest FMA rate), more than the best NCHW plan's {min(in_nchw) / 1e3:.1f}")  # fmt: skip
+        return True
+
+    if applies(shape, target):
+        for m in sorted(TRANSFORMS, reverse=True):
+            if not beaten(f"winograd F({m},3)", winograd_multiply_adds(shape, m)):
+                predictions.append(predict(winograd_plan(shape, m, profile, target, budget, epilogue), machine))
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
     # the other's, at the widest vectors. Where the input's or output's channels fill no
@@ -815,21 +845,10 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
         math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
-    # A product in NCHW is not scored where a plan in NCHW already beats its floor, its
-    # multiply-adds at the fastest FMA rate: a matmul decision took 10-15 ms, a third of a
-    # Winograd layer's. Safe inside a model too: the plan that beats it reads and writes
-    # the same layouts, so both pay the same transforms.
-    in_nchw = [p.total_ns for p in predictions
-               if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]  # fmt: skip
-    floor = min(fma_floor_ns(shape.flops / 2, width, t, machine)
-                for width in vector_widths(machine, target) for t in {1, budget})  # fmt: skip
-    unscored = []
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
         if algorithm == "gemm1x1" and not shape.pointwise:
             continue
-        if not transposed and in_nchw and floor > min(in_nchw) * (1 + RESOLUTION):
-            unscored.append(f"{algorithm:<8} nchw: not scored, at least {floor / 1e3:.1f} µs (its multiply-adds at "
-                            f"the fastest FMA rate), more than the best NCHW plan's {min(in_nchw) / 1e3:.1f}")
+        if not transposed and beaten(algorithm, shape.flops / 2):
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
