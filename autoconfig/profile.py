@@ -253,6 +253,15 @@ SVE_BITS = (128, 256, 512, 1024, 2048)
 
 CACHE_KINDS = ("data", "instruction", "unified")
 
+VECTOR_OPS_PER_NS = (1e-3, 64.0)
+"""Vector FMAs or loads one hardware thread completes per ns: above one per µs (slower
+than any emulator), at most 16 pipes at 4 GHz (more than any core has). The models
+divide by these rates and raise them to powers: outside this range a mistyped
+figure overflowed them instead of being refused."""
+
+FMA_LATENCY_NS = (1e-2, 1e3)
+"""A dependent vector FMA's latency: from a cycle at 100 GHz to 1 µs."""
+
 
 def _check_ranges(x: Any, path: str) -> None:
     """Every figure anywhere in the profile is a finite positive number (each is a size,
@@ -293,6 +302,14 @@ def _check_meaning(profile: HardwareProfile) -> None:
                                   f"from 128 to the registers' {bits} bits")  # fmt: skip
         if width in widths[:i]:
             raise AutoconfigError(f"field 'fma[{i}].vector_bits': {width} bits appears twice")
+    for i, fma in enumerate(profile.fma):
+        for name, low, high in (("latency", *FMA_LATENCY_NS), ("throughput", *VECTOR_OPS_PER_NS),
+                                ("throughput_all", VECTOR_OPS_PER_NS[0], VECTOR_OPS_PER_NS[1] * threads),
+                                ("loads", *VECTOR_OPS_PER_NS), ("broadcasts", *VECTOR_OPS_PER_NS)):  # fmt: skip
+            figure = getattr(fma, name)
+            if figure is not None and not low <= float(figure) <= high:
+                raise AutoconfigError(f"field 'fma[{i}].{name}': {float(figure):g} {figure.unit} is not a figure "
+                                      f"a machine has (from {low:g} to {high:g})")  # fmt: skip
     if profile.bandwidth is not None:
         for kind in ("single_thread", "all_threads"):
             if getattr(profile.bandwidth, kind).threads < 1:
