@@ -36,8 +36,9 @@ class KernelModule:
     @functools.cached_property
     def text(self) -> str:
         """The module printed, once: the kernel cache's key and the artifact's .mlir file
-        both need it, and printing a large module takes milliseconds."""
-        return self.stored_text if self.module is None else str(self.module)
+        both need it, and printing a large module takes milliseconds (without checking
+        it again: generators verify what they make, `verify`)."""
+        return self.stored_text if self.module is None else self.module.operation.get_asm(assume_verified=True)
 
 
 _THREAD = threading.local()
