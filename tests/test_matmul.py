@@ -21,7 +21,7 @@ from autoconfig.models.matmul import RESOLUTION, instructions_per_flop, micro_ke
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.library import build_library
-from kernels.lower import compile_object, to_llvm_ir
+from kernels.lower import compile_object, compile_units, to_llvm_ir
 from tests.conftest import require_runnable, target_for
 
 PROFILES = Path(__file__).parent.parent / "hwprofiles"
@@ -148,6 +148,18 @@ def test_generated_instructions(tmp_path, case_id, pattern, absent):
     asm = compile_object(to_llvm_ir(mm.generate(config, target).module), target, tmp_path, assembly=True).assembly
     assert re.search(pattern, asm)
     assert absent is None or absent not in asm
+
+
+def test_packing_a_carries_loop_hints_llvm_reads():
+    """Packing A (a strided copy, a read per row of the tile) is neither vectorized nor
+    unrolled by LLVM: vectorized, it took half of its unit's LLVM time. The hints must be
+    ones llvmlite's LLVM reads (vectorize.width 1; llvm.loop.vectorize.disable it ignores)."""
+    target = target_for("avx512")
+    config = mm.MatmulConfig(mm.MatmulShape(20, 40, 30), "packed", target.f32_lanes, mr=4, nv=2, kc=16, unroll=2)
+    lowered = [to_llvm_ir(unit) for unit in compile_units(mm.generate(config, target).module)]
+    (pack_a,) = [llvm_ir for llvm_ir in lowered if re.search(r"define void @\w+_pack_a\(", llvm_ir)]
+    assert '!{!"llvm.loop.vectorize.width", i32 1}' in pack_a and '!{!"llvm.loop.unroll.disable"}' in pack_a
+    assert "llvm.loop.vectorize.disable" not in pack_a
 
 
 def test_api_chooses_builds_and_runs_with_threads():
