@@ -38,7 +38,7 @@ def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body
     ``unroll.disable``: for a short loop of many accesses, which LLVM would otherwise
     unroll to its bound, making its enclosing loop one whose dependence analysis
     (LoopLoadElimination's) grows with the square of its accesses. Without
-    `llvm_vectorizes`, ``vectorize.disable``: for a scalar loop not worth LLVM's
+    `llvm_vectorizes`, a vectorization width of 1: for a scalar loop not worth LLVM's
     vectorizing (its checks and the vector loop it adds)."""
     loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step))
     with ir.InsertionPoint(loop.body):
@@ -66,7 +66,9 @@ def for_blocks(lo: ir.Value | int, hi: ir.Value | int, step: int, extent: int, b
 _NO_VECTORIZE = "vectorize = #llvm.loop_vectorize<width = 1 : i32>"
 _NO_UNROLL = "unroll = #llvm.loop_unroll<disable = true>"
 """Loop metadata MLIR's scf-to-cf lowering carries to the loop's back edge (checked on
-the bundled bindings: a ``loop_annotation`` attribute on scf.for becomes !llvm.loop)."""
+the bundled bindings: a ``loop_annotation`` attribute on scf.for becomes !llvm.loop).
+Width 1, not ``disable = true``: the bindings print that as
+``llvm.loop.vectorize.disable``, which llvmlite's LLVM 22 ignores."""
 
 
 def for_carry(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, init: Sequence[ir.Value],

@@ -188,7 +188,8 @@ class Compiling:
                 self.error = f"LLVM {how} compiling for {self.target.name}: {detail}"
             else:
                 _Backends.give_back(backend)
-                self.error = answer.get("error") and f"LLVM could not compile for {self.target.name}: {answer['error']}"
+                if "error" in answer:
+                    self.error = f"LLVM could not compile for {self.target.name}: {answer['error']}"
         if self.error:
             raise AutoconfigError(self.error)
         return ObjectFile(path=self.obj_path, assembly=self.asm_path and self.asm_path.read_text(), target=self.target)

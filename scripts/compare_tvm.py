@@ -288,6 +288,7 @@ def our_build_times(task: dict, threads: int, work: Path) -> dict:
     kernel compiled, so the LLVM children a build keeps for all its kernels
     (`backend_count()`) are running."""
     import autoconfig
+    import bench_conv
     from kernels.cache import CACHE_ENV
     from kernels.lower import backend_count, start_backends
 
@@ -312,8 +313,6 @@ def our_build_times(task: dict, threads: int, work: Path) -> dict:
             if task["kind"] == "matmul":
                 autoconfig.compile_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
             else:
-                import bench_conv
-
                 bench_conv.ours_call(task, data, threads)
             builds.append(time.perf_counter() - start)
     finally:
