@@ -97,21 +97,21 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     if peer.startswith("tvm"):
         call = _tvm_call(task, task["libs"][peer], data)
         return _checked(peer, task, call, expected)
-    from autoconfig.runtime import aligned_empty  # ours: not in the peers' environment
+    from autoconfig.runtime import aligned_array  # ours: not in the peers' environment
 
+    out = aligned_array(int(np.prod(task["output"]))).reshape(task["output"])  # made once, as TVM's output is
     if task["kind"] == "matmul":
         from autoconfig import compile_matmul
 
         kernel = compile_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
-        a, b, out = on_a_line(data["a"]), on_a_line(data["b"]), aligned_empty(tuple(task["output"]))
+        a, b = on_a_line(data["a"]), on_a_line(data["b"])
 
         def call() -> np.ndarray:
             return kernel(a, b, out=out)
     else:
         import bench_conv
 
-        call, _ = bench_conv.ours_call(task, {name: on_a_line(x) for name, x in data.items()}, threads,
-                                       out=aligned_empty(tuple(task["output"])))  # fmt: skip
+        call, _ = bench_conv.ours_call(task, {name: on_a_line(x) for name, x in data.items()}, threads, out=out)
     return _checked(peer, task, call, expected)
 
 
@@ -127,19 +127,15 @@ def _checked(peer: str, task: dict, call, expected: np.ndarray) -> harness.Prepa
 
 
 def on_a_line(array: np.ndarray) -> np.ndarray:
-    """A copy of `array` starting on a cache line. TVM's peers get their operands in
-    tensors its runtime allocates on 64-byte boundaries (and the output made once);
-    ours get the same, not the arrays read from the .npz file, which start 16-48 bytes
+    """`array` if it starts on a cache line, else a copy that does. TVM's peers get
+    their operands in tensors its runtime allocates on 64-byte boundaries (and the
+    output made once); ours get the same, not the arrays read from the .npz file, which start 16-48 bytes
     off a line: there, ours split vector loads and stores across lines and copied B
     into an aligned buffer on every call (a tiled 256³ matmul at 2 threads measured
     83-90 µs from them, 72-74 from aligned copies; Zen 5 VM)."""
-    from autoconfig.runtime import aligned_empty
+    from autoconfig.runtime import AlignedStaging
 
-    if array.dtype != np.float32:
-        return array
-    copy = aligned_empty(array.shape)
-    np.copyto(copy, array)
-    return copy
+    return AlignedStaging(array.shape)(array) if array.dtype == np.float32 else array
 
 
 def _tvm_call(task: dict, library: str, data: dict[str, np.ndarray]):
