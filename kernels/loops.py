@@ -128,8 +128,8 @@ def for_tile_trips(lo: ir.Value, hi: ir.Value, size: int, extent: int, edge_as_f
     it): every tile is a trip of one loop, count is `size`, and sized(part) emits
     part(the tile's size), branching on the partial tile at run time — only the code
     that depends on the size (an output tile's stores) is emitted twice, not the whole
-    body."""
-    if not edge_as_full:
+    body. Where the extent has no partial tile, both are the same loop."""
+    if not edge_as_full or extent % size == 0:
         for_tiles(lo, hi, size, extent,
                   lambda first, count: body(first, count, sized_tile(first, count, size, extent, False)))
         return

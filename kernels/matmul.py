@@ -620,7 +620,7 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     elif packed and not cfg.transposed:
         ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, block.it)
     rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
-    last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place else None
+    last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place and shape.m % cfg.mr else None
     sized_rows = sized_tile(row0, rows, cfg.mr, shape.m, cfg.full_row_edge)
     sized_columns = sized_tile(col0, columns, cfg.nr, shape.n, cfg.full_column_edge)
     _tile(kn, row0, rows, col0, columns, (pc, pc_end), KBlocks(shape.k, kc, cfg.accumulate), bp, ap, ahead,
