@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
-from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
+from autoconfig.machine import F32, PROGRAM_STEP_NS, THREAD_DISPATCH_NS, Machine
 from kernels import epilogue as ep
 from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape, tile_registers
 from kernels.sizes import ceil_div, round_up
@@ -85,10 +85,10 @@ max hid the kernel under memory entirely and tied configurations that measured
 of the smaller term when the two are equal."""
 
 RESOLUTION = 0.02
-"""Predictions closer than 2% are ties (the model is not finer than that); a tie goes
-to the tile issuing fewer instructions per flop, whose advantage the FMA-bound terms hide,
-then to a split by rows: each thread's rows of A and C are its own contiguous block,
-where a split by columns has every thread read all of A."""
+"""Predictions closer than 2% are ties (the model is not finer than that); `best_of` says
+how a tie is broken: in the end by the tile issuing fewer instructions per flop, whose
+advantage the FMA-bound terms hide, then by a split by rows: each thread's rows of A and
+C are its own contiguous block, where a split by columns has every thread read all of A."""
 
 MASKED_LOAD_COST = 3.0
 """A masked vector load costs about three plain ones (vmaskmovps on AVX2: 3+ µops on
@@ -108,7 +108,10 @@ BROADCAST_ROWS = 8
 """Rows of B that broadcast adds per pass over the C row (its unroll), as OpenBLAS's
 gemv kernels do: C traffic drops by that factor and B streams from as many rows at
 once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
-12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread)."""
+12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread). One row per
+pass is scored too: it reads B in address order, as one stream, and where the C
+traffic it adds is hidden under B's (predicted within RESOLUTION) it ran faster on the
+Zen 5 VM (`best_of`)."""
 
 Split = Literal["rows", "columns"]
 SPLITS: tuple[Split, ...] = ("rows", "columns")
@@ -769,8 +772,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
                         if tile_registers(mr, nv) <= registers]  # fmt: skip
             continue
-        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
-                                    epilogue=epilogue))
+        configs += [MatmulConfig(shape, "broadcast", lanes, unroll=rows, epilogue=epilogue)
+                    for rows in sorted({1, min(BROADCAST_ROWS, registers - 2)})]  # fmt: skip
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
@@ -888,9 +891,9 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     per_algorithm = tuple(
-        _best(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
+        best_of(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
     )
-    return Choice(_best(per_algorithm), per_algorithm, profile, target)
+    return Choice(best_of(per_algorithm), per_algorithm, profile, target)
 
 
 Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
@@ -963,17 +966,55 @@ def micro_kernels(config: MatmulConfig) -> int:
     return len({(rows, vectors) for _, rows, vectors in _tile_kinds(config)})
 
 
-def _best(predictions) -> Prediction:
+def rows_streamed(config: MatmulConfig) -> int:
+    """Rows of an operand a matrix-vector kernel reads at once, each its own stream through
+    memory: broadcast's B rows per pass over the C row, dot's A rows per step; a blocked
+    kernel reads one B row (segment or packed panel) per k step."""
+    if config.algorithm == "broadcast":
+        return min(config.unroll, config.shape.k)
+    if config.algorithm == "dot":
+        return min(config.mr, config.shape.m)
+    return 1
+
+
+def memory_bound(prediction: Prediction) -> bool:
+    """Whether the prediction's largest memory term exceeds its compute terms: then the
+    instructions a plan issues wait under memory, and do not separate it from another."""
+    kernel = sum(t.ns for t in prediction.terms if t.name in KERNEL_TERMS)
+    return max((t.ns for t in prediction.terms if t.name.startswith("memory")), default=0.0) > kernel
+
+
+def best_of(predictions: Sequence[Prediction]) -> Prediction:
     """The fastest prediction; within RESOLUTION of it, the fewest micro-kernels, then
-    the fewest instructions per flop, then a split by rows. An edge tile's micro-kernel
-    took ~15 ms of a ~100 ms build on the Zen 5 VM (2 threads), and ties without one
-    mostly ran faster there too (model's candidates, 9 alternating rounds): 512³ tiled
-    8x2 721 µs against the 8x3 picked before 759; 196x672x112 7x3 74 against 5x5 86;
-    128x128x8192 8x2 675 against 6x4 709; 128x3136x128 packed 8x3 229 against 5x5 235.
-    Known loss: 64x3136x64 tiled 4x4, 82.5 µs where the 5x5 picked before ran 75 (and
-    8x2, which instructions per flop ranks after 4x4, 74)."""
+    (where memory bounds the time) the fewest rows streamed at once, then the fewest
+    instructions per flop, then a split by rows.
+
+    RESOLUTION is taken of the time the plans can differ in: the call every plan pays
+    (3.5 µs, the least 'call' term) is left out, else it hid every difference on small
+    shapes (3x5x7: tiled 8x1 predicted 10 ns, broadcast 36 ns, both 'tied' at 3.5 µs;
+    measured 0.6 against 0.7 µs without the Python call). Differences under one
+    PROGRAM_STEP_NS, what the least kernel costs to run, are ties too: the terms count
+    work, not a kernel's fixed instructions (1x1x1: packed 1x1 predicted 0.05 ns faster
+    than tiled for its zero-padded edge, measured 0.1 µs slower with its packing pass).
+
+    Micro-kernels: an edge tile's took ~15 ms of a ~100 ms build on the Zen 5 VM (2
+    threads), and ties without one mostly ran faster there too (model's candidates, 9
+    alternating rounds): 512³ tiled 8x2 721 µs against the 8x3 picked before 759;
+    196x672x112 7x3 74 against 5x5 86; 128x128x8192 8x2 675 against 6x4 709; 128x3136x128
+    packed 8x3 229 against 5x5 235. Known loss: 64x3136x64 tiled 4x4, 82.5 µs where the
+    5x5 picked before ran 75 (and 8x2, which instructions per flop ranks after 4x4, 74).
+
+    Rows streamed: each row a kernel reads at once is a stream the hardware prefetchers
+    follow within its page, and concurrent ones ramp up side by side. On the Zen 5 VM,
+    with B (4 MB) from L3 and operands on a cache line, 1x1000x1000 broadcast reading
+    one row of B per pass measured 1.00-1.02x the best of its grid in 3 processes, 8 rows
+    1.06-1.07x (1x1024x1024: 1.00-1.03 against 1.12-1.15); 1000x1x1000 dot over 2 or 4
+    rows of A 1.00-1.02x, over 8 rows 1.04-1.09x (up to 1.19x in earlier files, Zen 4
+    and 5). Predicted alike, they were tied, and fewer instructions per flop took the 8."""
     predictions = list(predictions)
-    fastest = min(p.total_ns for p in predictions)
-    near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (micro_kernels(p.config), instructions_per_flop(p.config),
-                                    p.plan.split != "rows", p.total_ns))  # fmt: skip
+    common_call = min((t.ns for p in predictions for t in p.terms if t.name == "call"), default=0.0)
+    fastest = min(p.total_ns for p in predictions) - common_call
+    near = [p for p in predictions
+            if p.total_ns - common_call <= max(fastest * (1 + RESOLUTION), fastest + PROGRAM_STEP_NS)]  # fmt: skip
+    return min(near, key=lambda p: (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
+                                    instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))  # fmt: skip
