@@ -44,7 +44,8 @@ from autoconfig.accuracy import spearman
 from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
-from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, block_sizes, blockings, choose, k_unroll, predict
+from autoconfig.runtime import AlignedStaging, aligned_array
+from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, best_of, block_sizes, blockings, choose, k_unroll, predict
 from kernels import matmul as mm
 from kernels.library import build_library
 from kernels.target import get_target
@@ -89,7 +90,10 @@ def grid(shape: mm.MatmulShape, profile, target) -> list[mm.MatmulConfig]:
 class Operands:
     """One shape's buffers, shared by all its configurations: the same physical pages
     for every configuration (L2 sets are physically indexed: the same code on a 1 MB
-    B in other pages measured up to 44% slower, differently in each process)."""
+    B in other pages measured up to 44% slower, differently in each process), each
+    starting on a cache line, as the runtime gives a kernel its operands (numpy's, 16
+    bytes off a line, split 64-byte loads: on the Zen 5 VM they turned 1x1000x1000's
+    order of broadcast widths around)."""
 
     a: np.ndarray
     b: np.ndarray
@@ -99,11 +103,12 @@ class Operands:
     @classmethod
     def of(cls, shape: mm.MatmulShape, configs: list[mm.MatmulConfig]) -> Operands:
         rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal(dims, dtype=np.float32) for dims in ((shape.m, shape.k), (shape.k, shape.n)))
         return cls(
-            rng.standard_normal((shape.m, shape.k), dtype=np.float32),
-            rng.standard_normal((shape.k, shape.n), dtype=np.float32),
-            np.empty((shape.m, shape.n), np.float32),
-            np.empty(max(1, *(c.workspace() for c in configs)), np.float32),
+            AlignedStaging(a.shape)(a),
+            AlignedStaging(b.shape)(b),
+            aligned_array(shape.m * shape.n).reshape(shape.m, shape.n),
+            aligned_array(max(1, *(c.workspace() for c in configs))),
         )
 
 
@@ -195,32 +200,37 @@ def load(path: str) -> tuple[Measurements, dict]:
 
 
 CONFIG_FIELDS = ("algorithm", "lanes", "mr", "nv", "kc", "mc", "nc", "unroll")
+EDGE_FIELDS = ("full_row_edge", "full_column_edge")
+"""Saved since the model may compute edge tiles as full ones; files from before lack them
+(False: the grid's own configurations never set them)."""
 
 
 def config_to_dict(c: mm.MatmulConfig) -> dict:
     """The fields that decide a bare matmul's code (validation configs have no epilogue)."""
-    return {name: getattr(c, name) for name in CONFIG_FIELDS}
+    return {name: getattr(c, name) for name in CONFIG_FIELDS + EDGE_FIELDS}
 
 
 def config_from_dict(shape: mm.MatmulShape, fields: dict) -> mm.MatmulConfig:
-    return mm.MatmulConfig(shape, **{name: fields[name] for name in CONFIG_FIELDS})
+    return mm.MatmulConfig(shape, **{name: fields[name] for name in CONFIG_FIELDS},
+                           **{name: fields.get(name, False) for name in EDGE_FIELDS})  # fmt: skip
 
 
 def score(measured: Measurements, profile, target, list_all: bool) -> None:
     """Per shape: the model's pick against the measured best (regret) and the rank
     correlation of predicted and measured times; then the summary. Where the model's
-    pick (under this profile) was not measured, the measured configuration it predicts
-    fastest stands in, marked '*'."""
+    pick (under this profile) was not measured, the measured configuration it would
+    pick among them stands in, marked '*'."""
     print(f"{'shape':<22}{'model pick':<26}{'measured best':<26}{'pick µs':>10}{'best µs':>10}{'regret':>8}"
           f"{'spearman':>10}{'n':>4}")  # fmt: skip
     regrets, rhos, pooled_pred, pooled_meas, stand_ins = [], [], [], [], 0
     for name, (shape, times) in measured.items():
         configs = list(times)
-        predicted = {c: predict(MatmulPlan(c), profile).total_ns for c in configs}
+        predictions = {c: predict(MatmulPlan(c), profile) for c in configs}
+        predicted = {c: p.total_ns for c, p in predictions.items()}
         pick = choose(shape, profile, target, threads=1).best.config
         mark = ""
         if pick not in times:
-            pick, mark, stand_ins = min(configs, key=predicted.get), "*", stand_ins + 1
+            pick, mark, stand_ins = best_of(list(predictions.values())).config, "*", stand_ins + 1
         best = min(times, key=times.get)
         regret = times[pick] / times[best] - 1
         rho = spearman([predicted[c] for c in configs], [times[c] for c in configs])
@@ -240,7 +250,7 @@ def score(measured: Measurements, profile, target, list_all: bool) -> None:
           f"pooled over all {len(pooled_pred)} (shape, config) pairs: {spearman(pooled_pred, pooled_meas):.2f}")
     if stand_ins:
         print(f"* {stand_ins} shape(s): the model's pick was not among the saved configurations; "
-              "the saved one it predicts fastest stood in")
+              "the one it picks among them stood in")
 
 
 def main() -> int:
