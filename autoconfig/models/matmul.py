@@ -109,9 +109,10 @@ BROADCAST_ROWS = 8
 gemv kernels do: C traffic drops by that factor and B streams from as many rows at
 once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
 12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread). One row per
-pass is scored too: it reads B in address order, as one stream, and where the C
-traffic it adds is hidden under B's (predicted within RESOLUTION) it ran faster on the
-Zen 5 VM (`best_of`)."""
+pass, scored as well for a while, read B as one stream in address order and ran
+1.00-1.03x the best on 1x1000x1000 and 1x1024x1024 on the Zen 5 VM (B, 4 MB, from L3;
+8 rows 1.06-1.15x), but 0.63x 8 rows' speed on 1x4096x4096 (B 64 MB, from DRAM, where
+more rows at once keep more misses in flight) and 0.73x on 1x1000x4096."""
 
 Split = Literal["rows", "columns"]
 SPLITS: tuple[Split, ...] = ("rows", "columns")
@@ -772,8 +773,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
                         if tile_registers(mr, nv) <= registers]  # fmt: skip
             continue
-        configs += [MatmulConfig(shape, "broadcast", lanes, unroll=rows, epilogue=epilogue)
-                    for rows in sorted({1, min(BROADCAST_ROWS, registers - 2)})]  # fmt: skip
+        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
+                                    epilogue=epilogue))
         if shape.n == 1:  # matrix times vector: rows x partial sums along K
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
@@ -1005,12 +1006,12 @@ def best_of(predictions: Sequence[Prediction]) -> Prediction:
     5x5 picked before ran 75 (and 8x2, which instructions per flop ranks after 4x4, 74).
 
     Rows streamed: each row a kernel reads at once is a stream the hardware prefetchers
-    follow within its page, and concurrent ones ramp up side by side. On the Zen 5 VM,
-    with B (4 MB) from L3 and operands on a cache line, 1x1000x1000 broadcast reading
-    one row of B per pass measured 1.00-1.02x the best of its grid in 3 processes, 8 rows
-    1.06-1.07x (1x1024x1024: 1.00-1.03 against 1.12-1.15); 1000x1x1000 dot over 2 or 4
-    rows of A 1.00-1.02x, over 8 rows 1.04-1.09x (up to 1.19x in earlier files, Zen 4
-    and 5). Predicted alike, they were tied, and fewer instructions per flop took the 8."""
+    follow within its page, and concurrent ones ramp up side by side. With A (4 MB) from
+    L3, 1000x1x1000 dot over 2 or 4 rows of A measured 1.00-1.02x the best of its grid in
+    3 processes on the Zen 5 VM, over 8 rows 1.04-1.09x; in the saved validations of Zen
+    4, Zen 5 and two Intel Xeons, 2-4 rows within 1.06x, 8 rows up to 1.19x. Predicted
+    alike, they were tied, and fewer instructions per flop took the 8. (From DRAM, more
+    rows may keep more misses in flight: not measured for dot; see BROADCAST_ROWS.)"""
     predictions = list(predictions)
     common_call = min((t.ns for p in predictions for t in p.terms if t.name == "call"), default=0.0)
     fastest = min(p.total_ns for p in predictions) - common_call
