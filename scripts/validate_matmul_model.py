@@ -5,24 +5,28 @@ For each shape, a grid of configurations spanning every algorithm (broadcast at 
 widths and two unrolls; tiled and packed with a range of register tiles, block sizes
 from the model's cache formulas) plus the model's own pick is built, checked against
 numpy, and timed. Per shape: the model's regret (its pick's time over the grid's best, minus 1)
-and the Spearman rank correlation between predicted and measured times. The grid is
-timed round-robin, one sample (>= 2 ms of calls) per configuration per round, in
-several passes over all shapes, and each configuration keeps its best sample:
-interference on a shared machine only ever slows a run and comes in bursts of a
-second or more; round-robin keeps one burst from sinking one configuration, and
-passes minutes apart keep a long one from sinking a whole shape (one pass of 7
-rounds left regrets of 25-40% on shapes that measured within 5% when repeated). The
-process is pinned to one core (as in bench_matmul.py: a thread moved to the other core
-leaves its working set in that core's L2). The grid's members are compared with each
-other, not with a peer.
+and the Spearman rank correlation between predicted and measured times.
+
+Each configuration's time is the median over several fresh processes (--processes) of
+its best sample in each. A process's buffers land on its own physical pages, and the
+order of near-equal configurations follows them: on the Zen 5 VM, broadcast at 16
+lanes on 1x1000x1024 measured 1.02-1.13x the best of its grid in 6 processes, and
+the fastest configuration changed between processes; the median is what a user meets.
+Within a process the grid is timed round-robin, one sample (>= 2 ms of calls) per
+configuration per round, in --passes passes over all shapes: interference on a shared
+machine only ever slows a run and comes in bursts of a second or more; round-robin
+keeps one burst from sinking one configuration, and the median over processes minutes
+apart keeps a long one from sinking a whole shape. The process is pinned to one core
+(as in bench_matmul.py: a thread moved to the other core leaves its working set in that
+core's L2). The grid's members are compared with each other, not with a peer.
 
 With --save FILE the measurements are also written as JSON (host, profile, target,
 every configuration's time); with --measured FILE nothing is timed: the model, under
 the file's profile or --profile P, is scored against those measurements, so it can be
 checked against a host one does not have.
 
-Usage: python scripts/validate_matmul_model.py [--profile P] [--reps 5] [--passes 3] [--quick]
-       [--shape M N K]   (one shape, every configuration's predicted and measured time)
+Usage: python scripts/validate_matmul_model.py [--profile P] [--processes 5] [--passes 1] [--reps 5]
+       [--quick] [--shape M N K]   (one shape, every configuration's predicted and measured time)
        [--save FILE] | --measured FILE [--profile P]
 """
 
@@ -32,7 +36,9 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -146,6 +152,26 @@ Measurements = dict[str, tuple[mm.MatmulShape, dict[mm.MatmulConfig, float]]]
 """Per shape name: the shape and the measured seconds of each configuration."""
 
 
+def measure_in_processes(args) -> Measurements:
+    """Each configuration's median over `args.processes` fresh runs of this script (one
+    after another, each timing every shape's grid in its own process)."""
+    runs: list[Measurements] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for number in range(args.processes):
+            saved = Path(scratch) / f"{number}.json"
+            command = [sys.executable, __file__, "--processes", "1", "--passes", str(args.passes),
+                       "--reps", str(args.reps), "--save", str(saved)]  # fmt: skip
+            command += (["--profile", args.profile] if args.profile else []) + (["--quick"] if args.quick else [])
+            command += ["--shape", *map(str, args.shape)] if args.shape else []
+            done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode:
+                sys.exit(f"process {number + 1} of {args.processes} failed: {done.stderr.strip()}")
+            runs.append(load(str(saved))[0])
+            print(f"  process {number + 1} of {args.processes} timed", file=sys.stderr, flush=True)
+    return {name: (shape, {c: float(np.median([run[name][1][c] for run in runs])) for c in times})
+            for name, (shape, times) in runs[0].items()}  # fmt: skip
+
+
 def measure(shapes: dict[str, tuple[int, int, int]], profile, target, args) -> Measurements:
     """Build, check and time each shape's grid plus the model's pick, pinned to one core."""
     all_cpus = os.sched_getaffinity(0)
@@ -161,7 +187,7 @@ def measure(shapes: dict[str, tuple[int, int, int]], profile, target, args) -> M
         grids[name] = (shape, {c: build_checked(shape, c, target, operands) for c in configs})
         print(f"  built {name}: {len(configs)} configurations", file=sys.stderr, flush=True)
     measured: Measurements = {name: (shape, {}) for name, (shape, _) in grids.items()}
-    for number in range(args.passes):  # minutes apart: one burst cannot hit every pass
+    for number in range(args.passes):
         for name, (_, calls) in grids.items():
             times = measured[name][1]
             for c, seconds in measure_round_robin(calls, args.reps).items():
@@ -175,7 +201,8 @@ def save(path: str, measured: Measurements, profile, target, args) -> None:
     """The measurements as JSON, with the host, the profile used and the settings, so
     the model can be re-scored against them on another machine (--measured)."""
     report = harness.Report("validate_matmul_model", profile.name,
-                            settings={"passes": args.passes, "rounds": args.reps, "threads": 1, "pinned": True})  # fmt: skip
+                            settings={"processes": args.processes, "passes": args.passes, "rounds": args.reps,
+                                      "threads": 1, "pinned": True})  # fmt: skip
     data = {"format": FORMAT, **asdict(report), "target": target.name, "profile_data": profile_to_dict(profile),
             "shapes": [{"name": name, "shape": [shape.m, shape.n, shape.k],
                         "measured": [{"config": config_to_dict(c), "seconds": t} for c, t in times.items()]}
@@ -258,7 +285,9 @@ def main() -> int:
     parser.add_argument("--profile", default=None,
                         help="hardware profile (default: this machine's; with --measured, the file's)")  # fmt: skip
     parser.add_argument("--reps", type=int, default=5, help="round-robin rounds per pass")
-    parser.add_argument("--passes", type=int, default=3, help="passes over all shapes")
+    parser.add_argument("--processes", type=int, default=5,
+                        help="fresh processes timing every configuration; each one's time is their median")  # fmt: skip
+    parser.add_argument("--passes", type=int, default=1, help="passes over all shapes in each process")
     parser.add_argument("--quick", action="store_true", help="every other shape")
     parser.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
                         help="only this shape, listing every configuration")  # fmt: skip
@@ -282,9 +311,12 @@ def main() -> int:
         shapes = dict(list(SHAPES.items())[:: 2 if args.quick else 1])
         if args.shape:
             shapes = {"x".join(map(str, args.shape)): tuple(args.shape)}
+        if args.processes < 1 or args.passes < 1 or args.reps < 1:
+            sys.exit("--processes, --passes and --reps must be at least 1")
         print(f"host {harness.host()['model_name']!r}, profile {profile.name}, target {target.name}, 1 thread; "
-              f"times: best of {args.passes} passes x {args.reps} round-robin rounds, pinned to one core", flush=True)  # fmt: skip
-        measured = measure(shapes, profile, target, args)
+              f"times: median over {args.processes} processes of the best of {args.passes} pass(es) x "
+              f"{args.reps} round-robin rounds, pinned to one core", flush=True)  # fmt: skip
+        measured = measure_in_processes(args) if args.processes > 1 else measure(shapes, profile, target, args)
         if args.save:
             save(args.save, measured, profile, target, args)
     score(measured, profile, target, list_all=bool(args.shape))

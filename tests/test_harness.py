@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytes
     shape = mm.MatmulShape(96, 80, 64)
     configs = validate.grid(shape, profile, target)[:6]
     times = {c: 1e-5 * (i + 1) for i, c in enumerate(configs)}
-    args = type("Args", (), {"passes": 1, "reps": 1})()
+    args = type("Args", (), {"processes": 1, "passes": 1, "reps": 1})()
     path = tmp_path / "measured.json"
     validate.save(str(path), {"one": (shape, times)}, profile, target, args)
     measured, data = validate.load(str(path))
@@ -124,6 +125,24 @@ def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytes
     assert "regret" in out and "one" in out
     pick = validate.choose(shape, profile, target, threads=1).best.config
     assert (pick in times) != ("not among the saved" in out)
+
+
+def test_validation_takes_each_configuration_over_fresh_processes(tmp_path: Path) -> None:
+    """--processes 2: two runs of the script, each timing the grid in its own process;
+    the saved file has every configuration of the grid (and the model's pick) with a
+    time, and says how it was measured."""
+    path = tmp_path / "measured.json"
+    done = subprocess.run([sys.executable, str(SCRIPTS / "validate_matmul_model.py"), "--profile",
+                           str(PROFILES / "amd-epyc.yaml"), "--shape", "3", "5", "7", "--processes", "2",
+                           "--reps", "1", "--save", str(path)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("timed") == 2 and "median over 2 processes" in done.stdout
+    measured, data = validate.load(str(path))
+    (shape, times), = measured.values()
+    profile = load_profile(PROFILES / "amd-epyc.yaml")
+    target = target_for_profile(profile)
+    assert set(validate.grid(shape, profile, target)) <= set(times) and all(t > 0 for t in times.values())
+    assert data["settings"]["processes"] == 2
 
 
 def test_load_rejects_a_file_of_another_format(tmp_path: Path) -> None:
