@@ -6,8 +6,10 @@ MobileNet-V1, EfficientNet-B0 and YOLO-V4 at batch 1, as M=pixels, N=out channel
 K=in channels) and each thread budget (1 and all cores; each runtime may use fewer,
 as torch and our model both do for small shapes), every peer is timed by the harness
 (scripts/harness.py): in its own fresh process per round, thread count through its own
-control, pinned alike. Our kernel is compiled by the model and checked against numpy
-before timing (build time reported, not timed); so is every peer's result.
+control, pinned alike, on the same operands, each starting on a cache line as a framework's
+allocator places them (`harness.on_a_line`). Our kernel is compiled by the model and
+checked against numpy before timing (build time reported, not timed); so is every
+peer's result.
 
 Prints GFLOP/s with the spread, each as a fraction of the profile's measured peak
 for that thread count, the ratios ours/peer and ours/(the better peer), geomeans over
@@ -75,10 +77,11 @@ def environment(peer: str, threads: int) -> dict:
 
 
 def operands(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A, B and the float64 reference product, the same for every peer."""
+    """A, B (each on a cache line, `harness.on_a_line`) and the float64 reference
+    product, the same for every peer."""
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = rng.standard_normal((k, n), dtype=np.float32)
+    a = harness.on_a_line(rng.standard_normal((m, k), dtype=np.float32))
+    b = harness.on_a_line(rng.standard_normal((k, n), dtype=np.float32))
     return a, b, a.astype(np.float64) @ b
 
 

@@ -23,7 +23,9 @@ ours in this one. Three parts, each run once per invocation:
    depthwise included: TVM's TE/TOPI operator tuned by MetaSchedule at each trial
    budget on all cores, against our generated kernel; latency of each (harness: each
    peer in its own process, pinned alike; each reading operands and writing an output
-   made once on cache-line boundaries, `on_a_line`), TVM's tuning time against our build time
+   made once on cache-line boundaries, `harness.on_a_line`: the .npz file's arrays start
+   16-48 bytes off a line, where a tiled 256³ matmul at 2 threads measured 83-90 µs, against
+   72-74 from aligned copies on the Zen 5 VM), TVM's tuning time against our build time
    (the median of `BUILD_REPS` builds, each from an empty kernel cache) and our
    decision time (the analytic model alone).
 3. model: MobileNet-V1 end to end — TVM untuned, TVM tuned by MetaSchedule (trials per
@@ -104,14 +106,14 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
         from autoconfig import compile_matmul
 
         kernel = compile_matmul(task["m"], task["n"], task["k"], profile=task["profile"], threads=threads)
-        a, b = on_a_line(data["a"]), on_a_line(data["b"])
+        a, b = harness.on_a_line(data["a"]), harness.on_a_line(data["b"])
 
         def call() -> np.ndarray:
             return kernel(a, b, out=out)
     else:
         import bench_conv
 
-        call, _ = bench_conv.ours_call(task, {name: on_a_line(x) for name, x in data.items()}, threads, out=out)
+        call, _ = bench_conv.ours_call(task, {name: harness.on_a_line(x) for name, x in data.items()}, threads, out=out)
     return _checked(peer, task, call, expected)
 
 
@@ -124,18 +126,6 @@ def _checked(peer: str, task: dict, call, expected: np.ndarray) -> harness.Prepa
     if error > ERROR_BOUND * spread:
         raise SystemExit(f"{task['name']}: {peer}'s output is wrong (max error {error:.3g} over range {spread:.3g})")
     return harness.Prepared(call)
-
-
-def on_a_line(array: np.ndarray) -> np.ndarray:
-    """`array` if it starts on a cache line, else a copy that does. TVM's peers get
-    their operands in tensors its runtime allocates on 64-byte boundaries (and the
-    output made once); ours get the same, not the arrays read from the .npz file, which start 16-48 bytes
-    off a line: there, ours split vector loads and stores across lines and copied B
-    into an aligned buffer on every call (a tiled 256³ matmul at 2 threads measured
-    83-90 µs from them, 72-74 from aligned copies; Zen 5 VM)."""
-    from autoconfig.runtime import AlignedStaging
-
-    return AlignedStaging(array.shape)(array) if array.dtype == np.float32 else array
 
 
 def _tvm_call(task: dict, library: str, data: dict[str, np.ndarray]):

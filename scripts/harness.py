@@ -179,6 +179,19 @@ def library_versions() -> dict:
 # ---------------------------------------------------------------- processes
 
 
+def on_a_line(array: np.ndarray) -> np.ndarray:
+    """`array` if it starts on a cache line, else a copy that does: a benchmark's
+    operands as a framework holds them (torch's allocator, TVM's runtime and ours place
+    tensors on 64-byte boundaries; numpy starts a large array 16 bytes off one), the same
+    arrays for every peer. On numpy's, our kernels split vector loads across lines or
+    copy an operand read many times to an aligned buffer on every call."""
+    import numpy as np
+
+    from autoconfig.runtime import AlignedStaging
+
+    return AlignedStaging(array.shape)(array) if array.dtype == np.float32 else array
+
+
 def worker_cpus(threads: int, pin: bool) -> list[int] | None:
     """The CPUs a `threads`-thread run is pinned to: the first `threads` of ours (see
     PINNING), or None for no pinning."""
