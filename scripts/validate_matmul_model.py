@@ -50,7 +50,7 @@ from autoconfig.accuracy import spearman
 from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
-from autoconfig.runtime import AlignedStaging, aligned_array
+from autoconfig.runtime import aligned_array
 from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, best_of, block_sizes, blockings, choose, k_unroll, predict
 from kernels import matmul as mm
 from kernels.library import build_library
@@ -111,8 +111,8 @@ class Operands:
         rng = np.random.default_rng(0)
         a, b = (rng.standard_normal(dims, dtype=np.float32) for dims in ((shape.m, shape.k), (shape.k, shape.n)))
         return cls(
-            AlignedStaging(a.shape)(a),
-            AlignedStaging(b.shape)(b),
+            harness.on_a_line(a),
+            harness.on_a_line(b),
             aligned_array(shape.m * shape.n).reshape(shape.m, shape.n),
             aligned_array(max(1, *(c.workspace() for c in configs))),
         )

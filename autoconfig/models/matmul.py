@@ -318,11 +318,16 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
 
+def compute_and_memory_ns(terms: Sequence[Term]) -> tuple[float, float]:
+    """The compute terms' sum and the largest memory term: what overlaps in a kernel."""
+    kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
+    return kernel, max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
+
+
 def total_ns(terms: list[Term]) -> float:
     """The time of a kernel's terms: the compute terms and the largest memory term
     overlap (their OVERLAP soft maximum); stalls, packing, transforms and calls add."""
-    kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
-    memory = max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
+    kernel, memory = compute_and_memory_ns(terms)
     rest = sum(t.ns for t in terms if t.name in SERIAL_TERMS)
     return (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP) + rest
 
@@ -982,8 +987,17 @@ def rows_streamed(config: MatmulConfig) -> int:
 def memory_bound(prediction: Prediction) -> bool:
     """Whether the prediction's largest memory term exceeds its compute terms: then the
     instructions a plan issues wait under memory, and do not separate it from another."""
-    kernel = sum(t.ns for t in prediction.terms if t.name in KERNEL_TERMS)
-    return max((t.ns for t in prediction.terms if t.name.startswith("memory")), default=0.0) > kernel
+    kernel, memory = compute_and_memory_ns(prediction.terms)
+    return memory > kernel
+
+
+def ties(predictions: Sequence[Prediction]) -> list[Prediction]:
+    """The predictions `best_of` counts as tied with the fastest: within RESOLUTION of
+    it, or within PROGRAM_STEP_NS, in the time they differ in (see `best_of`)."""
+    common_call = min((t.ns for p in predictions for t in p.terms if t.name == "call"), default=0.0)
+    fastest = min(p.total_ns for p in predictions) - common_call
+    return [p for p in predictions
+            if p.total_ns - common_call <= max(fastest * (1 + RESOLUTION), fastest + PROGRAM_STEP_NS)]  # fmt: skip
 
 
 def best_of(predictions: Sequence[Prediction]) -> Prediction:
@@ -1013,10 +1027,5 @@ def best_of(predictions: Sequence[Prediction]) -> Prediction:
     4, Zen 5 and two Intel Xeons, 2-4 rows within 1.06x, 8 rows up to 1.19x. Predicted
     alike, they were tied, and fewer instructions per flop took the 8. (From DRAM, more
     rows may keep more misses in flight: not measured for dot; see BROADCAST_ROWS.)"""
-    predictions = list(predictions)
-    common_call = min((t.ns for p in predictions for t in p.terms if t.name == "call"), default=0.0)
-    fastest = min(p.total_ns for p in predictions) - common_call
-    near = [p for p in predictions
-            if p.total_ns - common_call <= max(fastest * (1 + RESOLUTION), fastest + PROGRAM_STEP_NS)]  # fmt: skip
-    return min(near, key=lambda p: (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
+    return min(ties(predictions), key=lambda p: (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
                                     instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))  # fmt: skip
