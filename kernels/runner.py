@@ -42,7 +42,11 @@ extern "C" {
 typedef struct ac_model ac_model;
 /* Read the weights and allocate the arena; NULL (and a message on stderr) on failure. */
 ac_model *ac_model_load(const char *weights_path);
-/* Run the model: 0 on success. */
+/* Run the model: 0 on success, 1 for a NULL argument, 2 when no working memory could
+ * be allocated. Runs on one model may overlap, from any number of threads: each
+ * running call has its own arena (made when more calls overlap than ever before,
+ * then kept for later calls), and a call whose thread pool is busy with another runs
+ * its parts on its own thread. Load and free must not overlap a run. */
 int ac_model_run(ac_model *model, const float *const *inputs, float *const *outputs);
 /* Likewise, storing each program step's wall time in step_ns[ac_model_steps()]. */
 int ac_model_run_timed(ac_model *model, const float *const *inputs, float *const *outputs, double *step_ns);
@@ -99,11 +103,23 @@ def driver_source(config: RunnerConfig) -> str:
 
 
 RUNNER = r"""
-struct ac_model {
-  char *arena, *weights;
+#include <pthread.h>
+
+/* One call's working memory: the arena and the resolved buffer pointers. A model
+ * keeps the contexts of finished calls on a free list, so concurrent calls each
+ * take their own and sequential calls reuse one. */
+typedef struct ac_context {
+  struct ac_context *next;
+  char *arena;
   char *bases[FIRST_INPUT + INPUTS];
   void *pointers[POINTERS];
   ac_program program;
+} ac_context;
+
+struct ac_model {
+  char *weights;
+  pthread_mutex_t lock; /* guards `idle` only: held for a pop or a push, never for a run */
+  ac_context *idle;
 };
 
 static void *aligned(int64_t bytes) {
@@ -113,14 +129,50 @@ static void *aligned(int64_t bytes) {
 
 long ac_model_steps(void) { return STEPS; }
 
+static void free_context(ac_context *c) {
+  if (!c) return;
+  free(c->arena);
+  free(c);
+}
+
+static ac_context *new_context(char *weights) {
+  ac_context *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->arena = aligned(ARENA_BYTES);
+  if (!c->arena) {
+    free(c);
+    return NULL;
+  }
+  memset(c->arena, 0, (size_t)ARENA_BYTES);
+  c->bases[ARENA] = c->arena;
+  c->bases[WEIGHTS] = weights;
+  c->program = (ac_program){CODE, STEPS, TASKS, c->bases, c->pointers, 0};
+  return c;
+}
+
+static ac_context *take_context(ac_model *m) {
+  pthread_mutex_lock(&m->lock);
+  ac_context *c = m->idle;
+  if (c) m->idle = c->next;
+  pthread_mutex_unlock(&m->lock);
+  return c ? c : new_context(m->weights);
+}
+
+static void return_context(ac_model *m, ac_context *c) {
+  pthread_mutex_lock(&m->lock);
+  c->next = m->idle;
+  m->idle = c;
+  pthread_mutex_unlock(&m->lock);
+}
+
 ac_model *ac_model_load(const char *weights_path) {
   ac_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
-  m->arena = aligned(ARENA_BYTES);
+  pthread_mutex_init(&m->lock, NULL);
   m->weights = aligned(WEIGHTS_BYTES);
   FILE *f = fopen(weights_path, "rb");
-  if (!m->arena || !m->weights || !f || fread(m->weights, 1, (size_t)WEIGHTS_BYTES, f) != (size_t)WEIGHTS_BYTES ||
-      fgetc(f) != EOF) {
+  if (!m->weights || !f || fread(m->weights, 1, (size_t)WEIGHTS_BYTES, f) != (size_t)WEIGHTS_BYTES ||
+      fgetc(f) != EOF || !(m->idle = new_context(m->weights))) {
     fprintf(stderr, "autoconfig model: cannot read %lld bytes of weights from %s\n", (long long)WEIGHTS_BYTES,
             weights_path);
     if (f) fclose(f);
@@ -128,18 +180,17 @@ ac_model *ac_model_load(const char *weights_path) {
     return NULL;
   }
   fclose(f);
-  memset(m->arena, 0, (size_t)ARENA_BYTES);
-  m->bases[ARENA] = m->arena;
-  m->bases[WEIGHTS] = m->weights;
-  m->program = (ac_program){CODE, STEPS, TASKS, m->bases, m->pointers, 0};
   return m;
 }
 
 int ac_model_run_timed(ac_model *m, const float *const *inputs, float *const *outputs, double *step_ns) {
   if (!m || !inputs || !outputs) return 1;
-  for (int i = 0; i < INPUTS; i++) m->bases[FIRST_INPUT + i] = (char *)inputs[i];
-  ac_program_run(&m->program, step_ns);
-  for (int i = 0; i < OUTPUTS; i++) memcpy(outputs[i], m->arena + OUTPUT_OFFSETS[i], (size_t)OUTPUT_BYTES[i]);
+  ac_context *c = take_context(m);
+  if (!c) return 2;
+  for (int i = 0; i < INPUTS; i++) c->bases[FIRST_INPUT + i] = (char *)inputs[i];
+  ac_program_run(&c->program, step_ns);
+  for (int i = 0; i < OUTPUTS; i++) memcpy(outputs[i], c->arena + OUTPUT_OFFSETS[i], (size_t)OUTPUT_BYTES[i]);
+  return_context(m, c);
   return 0;
 }
 
@@ -149,7 +200,12 @@ int ac_model_run(ac_model *m, const float *const *inputs, float *const *outputs)
 
 void ac_model_free(ac_model *m) {
   if (!m) return;
-  free(m->arena);
+  while (m->idle) {
+    ac_context *c = m->idle;
+    m->idle = c->next;
+    free_context(c);
+  }
+  pthread_mutex_destroy(&m->lock);
   free(m->weights);
   free(m);
 }
