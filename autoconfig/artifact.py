@@ -217,7 +217,7 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     from autoconfig.build import build_model
     from autoconfig.fusion import STRATEGIES
     from autoconfig.graph.onnx_import import load_onnx
-    from autoconfig.resolve import resolve_profile, resolve_target
+    from autoconfig.resolve import resolve
 
     if fusion not in STRATEGIES:
         raise AutoconfigError(f"unknown fusion strategy {fusion!r}: {', '.join(STRATEGIES)}")
@@ -225,8 +225,7 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     if not out.parent.is_dir():  # before the slow work, not after
         raise AutoconfigError(f"cannot write {out}: directory {out.parent} does not exist")
     threads = checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     graph = load_onnx(model)
     cache = default_cache()
     built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache)

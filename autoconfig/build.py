@@ -52,7 +52,7 @@ from autoconfig.conv import conv_shape, pool_config, pool_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
-from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.lowering import conv_calls, matmul_call, pool_calls, reblock_call
 from autoconfig.machine import Machine
@@ -231,7 +231,7 @@ class _Builder:
         """Where the current kernel reads `value` in `layout` (a constant is added to the
         weights; a value held in the other layout is transformed first, once)."""
         if self.graph.is_constant(value):
-            return self.constant(self.graph.constants[value])
+            return self.constant(_in_layout(self.graph.constants[value], layout, self.target.f32_lanes))
         if self.layout(value) != layout:
             value = self._transformed(value, layout)
         buffer, offset = self.where[value]
@@ -273,6 +273,37 @@ class _Builder:
             self.pending.append(KernelGroup(f"{value}_to_{layout}", [f"{value} ({self.layout(value)} to {layout})"],
                                             "layout", [call], self.modules(nchwc.generate, config), predicted, why,
                                             f"{'x'.join(map(str, shape))} to {layout}, {threads} thread(s)"))  # fmt: skip
+        return name
+
+    def broadcast(self, value: str, shape: tuple[int, ...]) -> str:
+        """The name of `value` broadcast to `shape` (ONNX's multidirectional rule): a
+        constant's values repeated, a computed tensor gathered by a kernel run before
+        the kernel being lowered (once per tensor and shape), or a view of it where the
+        broadcast only adds axes of one."""
+        name = f"{value} broadcast to {'x'.join(map(str, shape))}"
+        if name in self.where or self.graph.is_constant(name):
+            return name
+        self.graph.types[name] = TensorType(tuple(shape), "float32")
+        if self.graph.is_constant(value):
+            array = np.asarray(self.graph.constants[value], np.float32)
+            self.graph.constants[name] = np.ascontiguousarray(np.broadcast_to(array, shape))
+            return name
+        size = self.graph.types[value].elements
+        source = np.broadcast_to(np.arange(size, dtype=np.int64).reshape(self.graph.types[value].shape), shape)
+        move = movement.plan(source, size, 0.0, self.target)
+        if move.view_offset is not None:
+            self.alias(name, value, move.view_offset)
+            return name
+        self.transforming = True
+        x, tables = self.read(value), self.constant(move.tables.view(np.float32))
+        self.where[name] = (self._buffer(math.prod(shape)), 0)
+        self.transforming = False
+        threads = min(self.threads, move.config.rows)
+        y = Ref(_VIRTUAL + self.where[name][0])
+        call = Call(move.config.symbol, tuple(Part((y, x, tables), r) for r in split(move.config.rows, threads)))
+        self.pending.append(_streaming(self, f"{value}_broadcast", [f"{value} (broadcast to {shape})"], "gather",
+                                       [call], self.modules(mv.generate, move.config), 8 * math.prod(shape),
+                                       f"broadcast to {'x'.join(map(str, shape))}"))  # fmt: skip
         return name
 
     def blocked_layouts(self, value: str) -> tuple[kc.Layout, ...]:
@@ -408,6 +439,17 @@ class _Builder:
         return Ref(ARENA, b.offset + offset)
 
 
+def _in_layout(array: np.ndarray, layout: kc.Layout, lanes: int) -> np.ndarray:
+    """A constant NCHW tensor's values in `layout` (NCHW[c] in blocks of `lanes`
+    channels, or NHWC); anything else as it is."""
+    if layout == "nchw" or array.ndim != 4:
+        return array
+    if layout == "nhwc":
+        return array.transpose(0, 2, 3, 1)
+    n, c, h, w = array.shape
+    return array.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2)
+
+
 def _aligned(size: int) -> int:
     return size + -size % ALIGN
 
@@ -458,10 +500,12 @@ def _clip_bounds(node: Node, graph: Graph) -> tuple[float, float]:
     return bounds[0], bounds[1]
 
 
-def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int) -> Epilogue:
-    """`nodes` (a group's elementwise ops, in order) as an epilogue on `start`: each op
-    takes the chain's current value and at most one operand."""
-    out_shape = b.graph.types[start].shape
+def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int,
+                   out_shape: tuple[int, ...] | None = None) -> Epilogue:  # fmt: skip
+    """`nodes` (a group's elementwise ops, in order) as an epilogue on `start` (seen as
+    broadcast to `out_shape` if given): each op takes the chain's current value and at
+    most one operand."""
+    out_shape = b.graph.types[start].shape if out_shape is None else tuple(out_shape)
     remaining = list(nodes)
     ops: list[ep.EpilogueOp] = []
     operands: list[np.ndarray | str] = []
@@ -471,9 +515,14 @@ def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int
         if not users:
             raise _fail(remaining[0], f"not on the chain of elementwise ops after {current!r}")
         gates = {u.op for u in users}
-        if len(users) == 2 and gates in ({"Sigmoid", "Mul"}, {"Softplus", "Mul"}):
+        if len(users) == 2 and gates in ({"Sigmoid", "Mul"}, {"Softplus", "Mul"}, {"HardSigmoid", "Mul"}):
             used, kind = _gated(b.graph, current, users, remaining)
             ops.append(ep.EpilogueOp(kind))
+        elif len(users) == 1 and users[0].op == "BatchNormalization":
+            used = [users[0]]
+            for op, values in zip((ep.scale(), ep.bias()), _batchnorm_affine(b, users[0], out_shape, channel_axis)):
+                ops.append(op)
+                operands.append(values)
         elif len(users) == 1 and users[0].op in UNARY:
             used = [users[0]]
             ops.append(UNARY[users[0].op](users[0], b.graph))
@@ -493,10 +542,35 @@ def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int
     return Epilogue(ops, operands, current)
 
 
+def _batchnorm_affine(b: _Builder, node: Node, out_shape: tuple[int, ...],
+                      channel_axis: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """An inference BatchNormalization as a per-channel scale, then a bias."""
+    g = b.graph
+    if node.attrs.get("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
+        raise _fail(node, "BatchNormalization in training mode is not generated")
+    if not all(g.is_constant(i) for i in node.inputs[1:5]) or len(out_shape) < 2:
+        raise _fail(node, "BatchNormalization needs constant statistics and a channel axis")
+    scale, bias, mean, var = (np.asarray(g.constants[i], np.float64) for i in node.inputs[1:5])
+    factor = scale / np.sqrt(var + node.attrs.get("epsilon", 1e-5))
+    shape = [1] * len(out_shape)
+    shape[1] = -1
+    pieces = []
+    for values in (factor, bias - mean * factor):
+        per_channel = _per_channel(values.astype(np.float32).reshape(shape), out_shape, channel_axis)
+        if per_channel is None:
+            raise _fail(node, f"its channels (axis 1 of {out_shape}) are not the planes of the kernel it joins")
+        pieces.append(per_channel)
+    return pieces[0], pieces[1]
+
+
 def _gated(graph: Graph, current: str, users: list[Node], remaining: list[Node]) -> tuple[list[Node], str]:
-    """x·Sigmoid(x) (SiLU) or x·Tanh(Softplus(x)) (Mish) as written by exporters."""
+    """x·Sigmoid(x) (SiLU), x·Tanh(Softplus(x)) (Mish) or x·HardSigmoid(x) with ONNX's
+    HardSwish slope and offset, as written by exporters."""
     mul = next(u for u in users if u.op == "Mul")
     gate = next(u for u in users if u.op != "Mul")
+    if gate.op == "HardSigmoid" and not (np.isclose(gate.attrs.get("alpha", 0.2), 1 / 6)
+                                         and gate.attrs.get("beta", 0.5) == 0.5):  # fmt: skip
+        raise _fail(gate, "HardSigmoid times its input is HardSwish only with alpha 1/6 and beta 0.5")
     chain = [gate]
     if gate.op == "Softplus":
         tanh = [n for n in remaining if gate.outputs[0] in n.inputs]
@@ -505,37 +579,34 @@ def _gated(graph: Graph, current: str, users: list[Node], remaining: list[Node])
         chain.append(tanh[0])
     if sorted(mul.inputs) != sorted([current, chain[-1].outputs[0]]):
         raise _fail(mul, "not x times its own gate")
-    return [*chain, mul], "silu" if gate.op == "Sigmoid" else "mish"
+    return [*chain, mul], {"Sigmoid": "silu", "Softplus": "mish", "HardSigmoid": "hard_swish"}[gate.op]
 
 
 def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],
             channel_axis: int) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
-    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op
-    (the operand: a constant's values per channel, or the tensor's name)."""
+    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op:
+    a constant per channel as its values; anything else of the output's shape (broadcast
+    to it first where it is not: `_Builder.broadcast`) as the tensor's name."""
     others = [i for i in node.inputs if i != current]
-    if len(others) != 1 or node.inputs.index(current) != 0 and node.op in ("Sub", "Div"):
-        raise _fail(node, "only chain - operand and chain / operand are generated")
-    other = others[0]
+    if len(others) != 1:
+        raise _fail(node, f"{node.op} of a value with itself is not generated")
+    other, first = others[0], node.inputs.index(current) == 0
     shape = b.graph.types[other].shape
     channels = out_shape[channel_axis] if out_shape else 1
-    if b.graph.is_constant(other):
+    if b.graph.is_constant(other) and (first or node.op in ("Add", "Mul")):
         values = _per_channel(np.asarray(b.graph.constants[other], np.float32), out_shape, channel_axis)
-        if values is None:
-            raise _fail(node, f"a constant of shape {shape} broadcast to {out_shape} is not per channel")
-        if node.op == "Sub":
-            values = -values
-        elif node.op == "Div":
-            values = 1 / values
-        kind = "bias" if node.op in ("Add", "Sub") else "scale"
-        return ep.EpilogueOp(kind), np.broadcast_to(values, (channels,))
-    if node.op in ("Sub", "Div"):
-        raise _fail(node, f"{node.op} by a tensor computed at run time is not generated")
-    if tuple(shape) == tuple(out_shape):
-        return ep.EpilogueOp("residual" if node.op == "Add" else "product"), other
-    if _along_channels(shape, out_shape, channel_axis):
+        if values is not None:
+            values = -values if node.op == "Sub" else 1 / values if node.op == "Div" else values
+            kind = "bias" if node.op in ("Add", "Sub") else "scale"
+            return ep.EpilogueOp(kind), np.broadcast_to(values, (channels,))
+    if tuple(shape) != tuple(out_shape) and not b.graph.is_constant(other) and node.op in ("Add", "Mul") \
+            and _along_channels(shape, out_shape, channel_axis):  # fmt: skip
         return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
-    raise _fail(node, f"an operand of shape {shape} broadcast to {out_shape} is neither per channel nor "
-                      "of the output's shape")  # fmt: skip
+    if tuple(shape) != tuple(out_shape):
+        other = b.broadcast(other, out_shape)
+    kinds = {"Add": "residual", "Mul": "product"} | ({"Sub": "difference", "Div": "quotient"} if first else
+                                                      {"Sub": "reverse_difference", "Div": "reverse_quotient"})
+    return ep.EpilogueOp(kinds[node.op]), other
 
 
 def _along_channels(shape: tuple[int, ...], out_shape: tuple[int, ...], axis: int) -> bool:
@@ -572,7 +643,13 @@ def _group_order(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
 
 
 def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
-    """The kernel of one group (None: views and concatenations, which need none)."""
+    """The kernel of one group (None: views and concatenations, which need none, and
+    groups whose outputs are all empty)."""
+    outputs = [out for n in members for out in n.outputs if out]
+    if all(b.graph.types[out].elements == 0 for out in outputs):
+        for out in outputs:
+            b.write(out)
+        return None
     kinds = [info(n).kernel for n in members]
     views = [n for n, k in zip(members, kinds) if k is Kernel.VIEW]
     anchors = [n for n, k in zip(members, kinds) if k in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)]
@@ -622,21 +699,22 @@ def _ops(nodes: list[Node]) -> list[str]:
     return [f"{n.name} ({n.op})" for n in nodes]
 
 
-def _conv_pads(node: Node, graph: Graph, kernel: tuple[int, int], strides, dilations) -> tuple[int, ...]:
-    """ONNX's pads, or those auto_pad implies (SAME_UPPER puts the odd one at the end)."""
+def _window_pads(node: Node, graph: Graph, kernel, strides, dilations) -> tuple[int, ...]:
+    """ONNX's pads (begins, then ends) of a convolution or pooling over the input's
+    spatial axes, or those auto_pad implies (SAME_UPPER puts the odd one at the end)."""
+    size = graph.types[node.inputs[0]].shape[2:]
     auto = node.attrs.get("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
-        return tuple(node.attrs.get("pads", (0, 0, 0, 0)))
+        return tuple(node.attrs.get("pads", (0,) * (2 * len(size))))
     if auto == "VALID":
-        return (0, 0, 0, 0)
-    size = graph.types[node.inputs[0]].shape[2:]
+        return (0,) * (2 * len(size))
     totals = []
-    for axis in range(2):
+    for axis in range(len(size)):
         out = -(-size[axis] // strides[axis])
         reach = (kernel[axis] - 1) * dilations[axis] + 1
         totals.append(max(0, (out - 1) * strides[axis] + reach - size[axis]))
     first = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
-    return (first[0], first[1], totals[0] - first[0], totals[1] - first[1])
+    return (*first, *(t - f for t, f in zip(totals, first)))
 
 
 def _conv_layer(b: _Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | None]:
@@ -650,7 +728,7 @@ def _conv_layer(b: _Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str 
         raise _fail(node, "a bias computed at run time is not generated")
     strides = tuple(node.attrs.get("strides", (1, 1)))
     dilations = tuple(node.attrs.get("dilations", (1, 1)))
-    pads = _conv_pads(node, g, weight.shape[2:], strides, dilations)
+    pads = _window_pads(node, g, weight.shape[2:], strides, dilations)
     shape = conv_shape(g.types[node.inputs[0]].shape, weight.shape, strides=strides, pads=pads,
                        dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
     return shape, weight, bias
@@ -685,44 +763,126 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
                        f"{plan.threads} thread(s)")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Product:
+    """A Gemm or MatMul as `batch` products C[M,N] = A[M,K]·B[K,N] (NumPy's matmul rules:
+    a 1-D A is a row, a 1-D B a column, batch axes broadcast), with each product's
+    offset into A, B and C in elements."""
+
+    m: int
+    n: int
+    k: int
+    offsets: tuple[tuple[int, int, int], ...]
+
+
+def _product(node: Node, graph: Graph, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> _Product:
+    """The products of a MatMul (or a 2-D Gemm, shapes transposed already): a batch of A
+    over one matrix B is one product of all A's rows."""
+    a_shape = (1, *a_shape) if len(a_shape) == 1 else a_shape
+    b_shape = (*b_shape, 1) if len(b_shape) == 1 else b_shape
+    (m, k), (k2, n) = a_shape[-2:], b_shape[-2:]
+    if k != k2:
+        raise _fail(node, f"inner sizes differ: {a_shape} times {b_shape}")
+    if len(b_shape) == 2:
+        return _Product(math.prod(a_shape[:-1]), n, k, ((0, 0, 0),))
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    a_index = np.broadcast_to(np.arange(math.prod(a_shape[:-2])).reshape(a_shape[:-2]), batch).reshape(-1)
+    b_index = np.broadcast_to(np.arange(math.prod(b_shape[:-2])).reshape(b_shape[:-2]), batch).reshape(-1)
+    return _Product(m, n, k, tuple((int(i) * m * k, int(j) * k * n, c * m * n)
+                                   for c, (i, j) in enumerate(zip(a_index, b_index))))  # fmt: skip
+
+
 def _gemm(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
-    g = b.graph
-    a_shape = g.types[node.inputs[0]].shape
-    if len(a_shape) != 2 or not g.is_constant(node.inputs[1]) or node.attrs.get("transA", 0):
-        raise _fail(node, "only A[M,K]·B[K,N] with a constant B (transB allowed) is generated")
-    weight = np.asarray(g.constants[node.inputs[1]], np.float32)
-    if node.attrs.get("alpha", 1.0) != 1.0:  # (a copy of VGG-16's 411 MB fc6 weights otherwise)
-        weight = weight * np.float32(node.attrs["alpha"])
-    trans_b = bool(node.attrs.get("transB", 0))
-    (m, k), n = a_shape, weight.shape[0 if trans_b else 1]
-    # One row times a transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own layout
-    # (transposing VGG-16's 411 MB fc6 took 2 s of its build); the output, a row, is the
-    # same memory as the column W·aᵀ, whose channels run along its rows.
-    as_column = trans_b and m == 1
-    if trans_b and not as_column:
-        weight = weight.T
-    a = b.read(node.inputs[0])
+    """Gemm (alpha, beta, transA, transB, any C broadcast to the output) and MatMul (any
+    ranks), B a constant or computed: one matrix kernel, called once per product."""
+    g, gemm = b.graph, node.op == "Gemm"
+    a_shape, b_shape = g.types[node.inputs[0]].shape, g.types[node.inputs[1]].shape
+    trans_a, trans_b = gemm and node.attrs.get("transA", 0), gemm and node.attrs.get("transB", 0)
+    alpha = float(node.attrs.get("alpha", 1.0)) if gemm else 1.0
+    a, calls, modules = b.read(node.inputs[0]), [], []
+    if trans_a:
+        a, calls, modules = _permuted(b, a, a_shape, (1, 0))
+        a_shape = a_shape[::-1]
+    constant_b = g.is_constant(node.inputs[1])
+    if trans_b:
+        b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
+    product = _product(node, g, a_shape, b_shape)
+    # One row times a constant transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own
+    # layout (a transpose of a large fc layer's weights costs the build seconds); the output,
+    # a row, is the same memory as the column W·aᵀ, whose channels run along its rows.
+    as_column = trans_b and constant_b and product.m == 1
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=-1)
     ops, operands = list(chain.ops), chain.refs(b)
-    bias = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
-    if bias:
-        values = _per_channel(np.asarray(g.constants[bias], np.float32), (m, n), -1) if g.is_constant(bias) else None
-        if values is None:
-            raise _fail(node, "a Gemm C operand that is not a constant per column is not generated")
-        ops.insert(0, ep.bias())
-        operands.insert(0, b.constant(np.broadcast_to(values * node.attrs.get("beta", 1.0), (n,))))
-    shape = mm.MatmulShape(n, 1, k) if as_column else mm.MatmulShape(m, n, k)
+    first_ops, first_operands = _gemm_operands(b, node, product, alpha if not constant_b else 1.0)
+    ops, operands = first_ops + ops, first_operands + operands
+    shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     choice = b.choose(matmul_model.choose, shape, tuple(ops))
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
     plan.config.validate(b.target)
-    w = b.constant(weight)
+    w = _right_operand(b, node, trans_b and not as_column, alpha if constant_b else 1.0, calls, modules)
     y = b.write(chain.end)
-    call = matmul_call(plan, y, w, a, operands, b) if as_column else matmul_call(plan, y, a, w, operands, b)
-    return KernelGroup(node.name, _ops([node, *after]), "matmul", [call], b.modules(mm.generate, plan.config),
-                       choice.best.total_ns, choice.explain(),
-                       f"{plan.config.algorithm} {plan.config.tile}, {plan.threads} thread(s)")  # fmt: skip
+    for a_at, b_at, c_at in product.offsets:
+        moved = [Ref(r.space, r.offset + c_at) if op.operand == "output" else r
+                 for op, r in zip([o for o in ops if o.operand], operands)]  # fmt: skip
+        left, right = Ref(a.space, a.offset + a_at), Ref(w.space, w.offset + b_at)
+        out = Ref(y.space, y.offset + c_at)
+        calls.append(matmul_call(plan, out, right, left, moved, b) if as_column else
+                     matmul_call(plan, out, left, right, moved, b))  # fmt: skip
+    return KernelGroup(node.name, _ops([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
+                       choice.best.total_ns * len(product.offsets), choice.explain(),
+                       f"{plan.config.algorithm} {plan.config.tile}"
+                       f"{f' x{len(product.offsets)}' if len(product.offsets) > 1 else ''}, "
+                       f"{plan.threads} thread(s)")  # fmt: skip
+
+
+def _right_operand(b: _Builder, node: Node, transpose: bool, alpha: float, calls: list[Call],
+                   modules: list[KernelModule]) -> Ref:  # fmt: skip
+    """Where the products read B: a constant (scaled by `alpha`, transposed in numpy), or
+    a computed tensor (transposed by a gather whose calls and modules are appended)."""
+    name = node.inputs[1]
+    if b.graph.is_constant(name):
+        weight = np.asarray(b.graph.constants[name], np.float32)
+        weight = weight * np.float32(alpha) if alpha != 1.0 else weight
+        return b.constant(np.swapaxes(weight, -1, -2) if transpose else weight)
+    w = b.read(name)
+    if not transpose:
+        return w
+    shape = b.graph.types[name].shape
+    w, more_calls, more_modules = _permuted(b, w, shape, (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2))
+    calls += more_calls
+    modules += more_modules
+    return w
+
+
+def _gemm_operands(b: _Builder, node: Node, product: _Product,
+                   alpha: float) -> tuple[list[ep.EpilogueOp], list[Ref]]:  # fmt: skip
+    """The epilogue ops a Gemm adds before its chain's: alpha as a scale (where B is
+    computed; a constant B is scaled instead), then beta·C — per column as a bias, else
+    broadcast to the output as a residual."""
+    ops, operands = [], []
+    m, n = product.m, product.n
+    if alpha != 1.0:
+        ops.append(ep.scale())
+        operands.append(b.constant(np.full(n, alpha, np.float32)))
+    c = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
+    if c is None:
+        return ops, operands
+    beta = float(node.attrs.get("beta", 1.0))
+    if b.graph.is_constant(c):
+        values = np.asarray(b.graph.constants[c], np.float32) * np.float32(beta)
+        column = _per_channel(values, (m, n), -1)
+        if column is not None:
+            return ops + [ep.bias()], operands + [b.constant(np.broadcast_to(column, (n,)))]
+        b.graph.constants[f"{c} times {beta}"] = values
+        b.graph.types[f"{c} times {beta}"] = TensorType(values.shape, "float32")
+        c = f"{c} times {beta}"
+    elif beta != 1.0:
+        raise _fail(node, "a computed C with beta other than 1 is not generated")
+    if tuple(b.graph.types[c].shape) != (m, n):
+        c = b.broadcast(c, (m, n))
+    return ops + [ep.residual()], operands + [b.read(c)]
 
 
 POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
@@ -732,36 +892,87 @@ fails the build whatever its input's layout)."""
 
 
 def _pool(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
-    g, a = b.graph, node.attrs
+    """A pooling: 1-D and 2-D as one 2-D pooling kernel; 3-D as two on views of the same
+    memory, over (height, width) of every depth slice, then over depth (a box window's
+    maximum, and its average with per-axis tap counts, are separable)."""
+    g = b.graph
     if node.op == "ReduceMean":
-        if _reduced_axes(node, g) != (2, 3):
-            raise _fail(node, "only a mean over the spatial axes of NCHW (a global average pool) is generated")
+        axes, shape = _reduced_axes(node, g), g.types[node.inputs[0]].shape
+        if axes != (2, 3) or len(shape) != 4:
+            return _reduce_mean(b, node, axes)
         node = Node(node.name, "GlobalAveragePool", node.inputs[:1], node.outputs, {})
-    if len(g.types[node.inputs[0]].shape) != 4 or len(node.outputs) > 1 and node.outputs[1]:
-        raise _fail(node, "only 2-D pooling without indices is generated")
-    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "") or a.get("storage_order", 0):
-        raise _fail(node, "auto_pad and storage_order are not generated for pooling")
-    shape = pool_shape(g.types[node.inputs[0]].shape, POOL_KINDS[node.op], a.get("kernel_shape"),
-                       strides=a.get("strides"), pads=a.get("pads"), dilations=a.get("dilations"),
-                       ceil_mode=a.get("ceil_mode", 0), count_include_pad=a.get("count_include_pad", 0))  # fmt: skip
+    input_shape = g.types[node.inputs[0]].shape
+    if len(input_shape) not in (3, 4, 5):
+        raise _fail(node, f"only 1-D, 2-D and 3-D pooling is generated, not {len(input_shape) - 2}-D")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise _fail(node, "the Indices output of MaxPool is not generated")
+    shapes = _pool_passes(node, g)
     declared = g.types[node.outputs[0]].shape
-    if math.prod(shape.output_shape) != math.prod(declared):  # ReduceMean may drop the 1×1
+    if math.prod(shapes[-1].output_shape) != math.prod(declared):  # ReduceMean may drop the 1×1
         raise _fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
-                          f"window that starts in the padding: {tuple(shape.output_shape)}; not built")  # fmt: skip
-    config = pool_config(shape, b.target)
+                          f"window that starts in the padding: {tuple(shapes[-1].output_shape)}; not built")  # fmt: skip
+    configs = [pool_config(shape, b.target) for shape in shapes]
     if node.op in BLOCKED_POOLS:  # in the layout its input is held in
-        config = replace(config, layout=b.layout(node.inputs[0]))
-    threads = min(b.threads, config.units())
-    x = b.read(node.inputs[0], config.layout)
+        configs = [replace(configs[0], layout=b.layout(node.inputs[0]))]
+    threads = min(b.threads, max(c.units() for c in configs))
+    x = b.read(node.inputs[0], configs[0].layout)
     y = b.write(node.outputs[0])
-    calls = pool_calls(config, threads, x, y, b)
-    moved = 4 * (math.prod(shape.input_shape) + math.prod(shape.output_shape))  # each plane transformed in cache
-    loads = round(config.loads_per_unit() * math.ceil(config.units() / threads)
-                  * conv_model.unaligned_load_cost(config.lanes, b.machine))  # in aligned loads
-    return _streaming(b, node.name, _ops([node]), "pool", calls, b.modules(pl.generate, config), moved,
-                      f"{shape.describe()}{'' if config.layout == 'nchw' else ' ' + config.layout}, "
-                      f"{config.nv} vectors of {config.lanes}, "
-                      f"{threads} thread(s)", loads)
+    middle = [b.scratch(math.prod(c.shape.output_shape)) for c in configs[:-1]]
+    calls = [call for c, source, dest in zip(configs, [x, *middle], [*middle, y])
+             for call in pool_calls(c, threads, source, dest, b)]  # fmt: skip
+    moved = sum(4 * (math.prod(c.shape.input_shape) + math.prod(c.shape.output_shape)) for c in configs)
+    loads = round(sum(c.loads_per_unit() * math.ceil(c.units() / threads) for c in configs)
+                  * conv_model.unaligned_load_cost(configs[0].lanes, b.machine))  # in aligned loads
+    modules = [m for c in configs for m in b.modules(pl.generate, c)]
+    return _streaming(b, node.name, _ops([node]), "pool", calls, modules, moved,
+                      f"{' then '.join(c.shape.describe() for c in configs)}"
+                      f"{'' if configs[0].layout == 'nchw' else ' ' + configs[0].layout}, "
+                      f"{configs[0].nv} vectors of {configs[0].lanes}, {threads} thread(s)", loads)
+
+
+def _pool_passes(node: Node, graph: Graph) -> list[pl.PoolShape]:
+    """The 2-D poolings a pooling node is computed as, in order: one for 1-D (rows of one
+    pixel) and 2-D, two for 3-D (height and width per depth slice, then depth over
+    columns of every output pixel)."""
+    shape = graph.types[node.inputs[0]].shape
+    window = _pool_window(node, graph)
+    kind, a = POOL_KINDS[node.op], node.attrs
+    options = {"ceil_mode": a.get("ceil_mode", 0), "count_include_pad": a.get("count_include_pad", 0)}
+    if window["kernel_shape"] is None:  # global: one plane per channel, whatever its rank
+        return [pool_shape((*shape[:2], 1, math.prod(shape[2:])) if len(shape) != 4 else shape, kind)]
+    if len(shape) == 3:
+        return [pool_shape((*shape[:2], 1, shape[2]), kind, **_lifted(window, 1), **options)]
+    if len(shape) == 4:
+        return [pool_shape(shape, kind, **window, **options)]
+    n, c, d, h, w = shape
+    plane = pool_shape((n, c * d, h, w), kind, **{k: v[1:] if k != "pads" else (*v[1:3], *v[4:6])
+                                                   for k, v in window.items()}, **options)  # fmt: skip
+    depth = {k: v[:1] if k != "pads" else (v[0], v[3]) for k, v in window.items()}
+    pixels = plane.out_height * plane.out_width
+    return [plane, pool_shape((n, c, d, pixels), kind, **_lifted(depth, 0), **options)]
+
+
+def _lifted(window: dict, axis: int) -> dict:
+    """A 1-D window as a 2-D one along rows (`axis` 0: a column of one pixel wide) or
+    along columns (`axis` 1: a row of one pixel high)."""
+    kernel, strides, dilations, (begin, end) = (window[k] for k in ("kernel_shape", "strides", "dilations", "pads"))
+
+    def two(v: tuple, unit: int) -> tuple:
+        return (v[0], unit) if axis == 0 else (unit, v[0])
+    pads = (begin, 0, end, 0) if axis == 0 else (0, begin, 0, end)
+    return {"kernel_shape": two(kernel, 1), "strides": two(strides, 1), "dilations": two(dilations, 1), "pads": pads}
+
+
+def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
+    """A pooling's kernel_shape, strides, pads (auto_pad resolved) and dilations, one
+    value per spatial axis (pads: begins, then ends)."""
+    if node.op == "GlobalAveragePool":
+        return {"kernel_shape": None}
+    a = node.attrs
+    kernel = tuple(a["kernel_shape"])
+    strides, dilations = tuple(a.get("strides", (1,) * len(kernel))), tuple(a.get("dilations", (1,) * len(kernel)))
+    pads = _window_pads(node, graph, kernel, strides, dilations)
+    return {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
 
 
 def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
@@ -777,22 +988,71 @@ def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
     return tuple(sorted(int(a) % rank for a in axes))
 
 
+def _reduce_mean(b: _Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
+    """A mean over any axes: the reduced axes transposed last (a gather, unless they are
+    last already), then a global average pool over rows of their elements."""
+    shape = b.graph.types[node.inputs[0]].shape
+    kept = [a for a in range(len(shape)) if a not in axes]
+    rows, length = math.prod(shape[a] for a in kept), math.prod(shape[a] for a in axes)
+    x, y = b.read(node.inputs[0]), b.write(node.outputs[0])
+    source, calls, modules = _permuted(b, x, shape, (*kept, *axes))
+    config = pool_config(pool_shape((1, rows, 1, length), "global_average"), b.target)
+    threads = min(b.threads, config.units())
+    calls += pool_calls(config, threads, source, y, b)
+    modules += b.modules(pl.generate, config)
+    return _streaming(b, node.name, _ops([node]), "pool", calls, modules, 4 * (2 * rows * length + rows),
+                      f"mean over axes {list(axes)}: {rows} rows of {length}, {threads} thread(s)")
+
+
+def _permuted(b: _Builder, x: Ref, shape: tuple[int, ...], perm: tuple[int, ...], into: Ref | None = None,
+              source: np.ndarray | None = None) -> tuple[Ref, list[Call], list[KernelModule]]:  # fmt: skip
+    """`x` (of `shape`) transposed by `perm` (or gathered by the flat indices of
+    `source`), by a gather into `into` (a scratch buffer if None), with its calls and
+    modules; `x` itself, and no call, where that moves nothing and no destination is
+    asked for."""
+    size = math.prod(shape)
+    if source is None:
+        source = np.arange(size, dtype=np.int64).reshape(shape).transpose(perm)
+    move = movement.plan(source, size, 0.0, b.target)
+    if move.view_offset is not None and into is None:
+        return x, [], []
+    out = into if into is not None else b.scratch(size)
+    if move.view_offset is not None:  # a copy
+        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+        return out, [Call(config.symbol, (Part((out, x), (0, 1)),))], b.modules(ew.generate, config)
+    tables = b.constant(move.tables.view(np.float32))
+    threads = min(b.threads, move.config.rows)
+    call = Call(move.config.symbol, tuple(Part((out, x, tables), r) for r in split(move.config.rows, threads)))
+    return out, [call], b.modules(mv.generate, move.config)
+
+
 def _softmax(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
+    """Softmax along one axis (opset 13 on; before, over the axes flattened from it): the
+    axis transposed last and back where it is not last already."""
     shape = b.graph.types[node.inputs[0]].shape
     if "legacy_axis" in node.attrs:
         axis = node.attrs["legacy_axis"] % len(shape)
         rows, length = math.prod(shape[:axis]), math.prod(shape[axis:])
+        perm = tuple(range(len(shape)))
     else:
-        if node.attrs.get("axis", -1) % len(shape) != len(shape) - 1:
-            raise _fail(node, "softmax along an axis other than the last is not generated")
-        rows, length = math.prod(shape[:-1]), shape[-1]
+        axis = node.attrs.get("axis", -1) % len(shape)
+        perm = (*(a for a in range(len(shape)) if a != axis), axis)
+        rows, length = math.prod(shape) // shape[axis], shape[axis]
     config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes)
     threads = min(b.threads, rows)
     x = b.read(node.inputs[0])
     y = b.write(node.outputs[0])
-    call = Call(config.symbol, tuple(Part((y, x), r) for r in split(rows, threads)))
-    return _streaming(b, node.name, _ops([node]), "softmax", [call], b.modules(sm.generate, config),
-                      8 * rows * length, f"{rows} rows of {length}, {threads} thread(s)")
+    source, calls, modules = _permuted(b, x, shape, perm)
+    last = perm == tuple(range(len(shape)))
+    result = y if last else b.scratch(rows * length)
+    calls.append(Call(config.symbol, tuple(Part((result, source), r) for r in split(rows, threads))))
+    modules += b.modules(sm.generate, config)
+    if not last:
+        moved = tuple(shape[a] for a in perm)
+        _, back, back_modules = _permuted(b, result, moved, tuple(int(i) for i in np.argsort(perm)), into=y)
+        calls, modules = calls + back, modules + back_modules
+    return _streaming(b, node.name, _ops([node]), "softmax", calls, modules,
+                      8 * rows * length * (1 if last else 3), f"{rows} rows of {length}, {threads} thread(s)")
 
 
 def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
@@ -800,11 +1060,13 @@ def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
     in the layout that tensor is held in where its readers can take it (NCHW else)."""
     first = nodes[0]
     out_shape = b.graph.types[first.outputs[0]].shape
-    streamed = [i for i in first.inputs if i and not b.graph.is_constant(i) and b.graph.types[i].shape == out_shape]
-    if not streamed:
-        raise _fail(first, f"no input of the output's shape {out_shape} to stream")
-    start = streamed[0]
-    chain = match_epilogue(b, start, nodes, channel_axis=_plane_axis(out_shape))
+    computed = [i for i in first.inputs if i and not b.graph.is_constant(i)]
+    if not computed:
+        raise _fail(first, "every input is a constant; it should have been folded")
+    start = next((i for i in computed if b.graph.types[i].shape == out_shape), computed[0])
+    chain = match_epilogue(b, start, nodes, _plane_axis(out_shape), out_shape)
+    if b.graph.types[start].shape != out_shape:  # every computed input is broadcast
+        start = b.broadcast(start, out_shape)
     layout, held = "nchw", b.layout(start)
     if held != "nchw":  # stay blocked unless its readers pay more than the transform back
         options = b.output_layouts(chain.end)
@@ -865,19 +1127,47 @@ def _streaming(b: _Builder, name: str, ops: list[str], kind: str, calls: list[Ca
 
 def _concat(b: _Builder, node: Node) -> KernelGroup | None:
     """Concat: its inputs placed as slices of its output where they can be, others copied
-    (in the output's layout: channel blocks when all inputs are held so)."""
+    (in the output's layout: channel blocks when all inputs are held so). Along an axis
+    with more than one slice per input, they are placed one after another in a buffer
+    of their own and gathered from there into the output."""
     shape = b.graph.types[node.outputs[0]].shape
     axis = node.attrs.get("axis", 0) % len(shape)
-    if math.prod(shape[:axis]) != 1:
-        raise _fail(node, "Concat along an axis with more than one slice per input is not generated")
+    interleaved = math.prod(shape[:axis]) != 1
     layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see blocked_layouts)
-    if b.concat_takes_blocks(node) and all(b.layout(v) == "nchwc" for v in node.inputs):
+    if not interleaved and b.concat_takes_blocks(node) and all(b.layout(v) == "nchwc" for v in node.inputs):
         layout = "nchwc"
-    out = b.write(node.outputs[0], layout)
+    out = Ref(_VIRTUAL + b._buffer(math.prod(shape))) if interleaved else b.write(node.outputs[0], layout)
+    copies = _place_slices(b, node, out, layout)
+    calls, modules = [], []
+    for value, at, size in copies:
+        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
+        modules += b.modules(ew.generate, config)
+    if interleaved:
+        pieces, at = [], 0
+        for value in node.inputs:
+            part = b.graph.types[value]
+            pieces.append(at + np.arange(part.elements, dtype=np.int64).reshape(part.shape))
+            at += part.elements
+        source = np.concatenate(pieces, axis=axis)
+        _, gather, gather_modules = _permuted(b, out, source.shape, tuple(range(len(shape))), into=b.write(node.outputs[0]),
+                                              source=source)  # fmt: skip
+        calls, modules = calls + gather, modules + gather_modules
+    if not calls:
+        return None
+    return _streaming(b, node.name, _ops([node]), "copy", calls, modules, 8 * math.prod(shape) * (1 + interleaved),
+                      f"{len(copies)} input(s) copied into place{', then gathered' if interleaved else ''}")
+
+
+def _place_slices(b: _Builder, node: Node, out: Ref, layout: kc.Layout) -> list[tuple[str, int, int]]:
+    """Each input of a Concat placed as the next slice of `out`'s buffer, where its
+    producer can write it there; the others' (value, offset, size), to be copied."""
     out_buffer = out.space - _VIRTUAL
     offset, copies = 0, []
     for value in node.inputs:
         size = b.graph.types[value].elements
+        if size == 0:
+            continue
         movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == layout
                    and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
                    and b.buffers[b.where[value][0]].input_index is None
@@ -892,15 +1182,24 @@ def _concat(b: _Builder, node: Node) -> KernelGroup | None:
         else:
             copies.append((value, offset, size))
         offset += size
-    if not copies:
+    return copies
+
+
+def _output_copy(b: _Builder, name: str) -> KernelGroup | None:
+    """A graph output the arena does not hold (a constant, a graph input, a view of
+    one) copied into it, as onnxruntime returns a copy; an empty one needs nothing."""
+    size = b.graph.types[name].elements
+    held = name in b.where and b.buffers[b._absolute(b.where[name][0], 0)[0]].input_index is None
+    if held and not b.graph.is_constant(name):
         return None
-    calls, modules = [], []
-    for value, at, size in copies:
-        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
-        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
-        modules += b.modules(ew.generate, config)
-    return _streaming(b, node.name, _ops([node]), "copy", calls, modules,
-                      8 * sum(size for _, _, size in copies), f"{len(copies)} input(s) copied into place")
+    source = b.read(name)
+    out = b.write(name)
+    if size == 0:
+        return None
+    config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+    call = Call(config.symbol, (Part((out, source), (0, 1)),))
+    return _streaming(b, f"{name}_copy", [f"{name} (output copy)"], "copy", [call], b.modules(ew.generate, config),
+                      8 * size, "the output copied out of the input or the weights")
 
 
 def _movement(b: _Builder, node: Node) -> KernelGroup | None:
@@ -913,10 +1212,13 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
         maps = movement.source_maps(node, b.graph)
         fill = movement.fill_value(node, b.graph)
         moves = [(out, movement.plan(source, b.graph.types[data].elements, fill, b.target))
-                 for out, source in zip(node.outputs, maps) if out]  # fmt: skip
+                 for out, source in zip(node.outputs, maps) if out and b.graph.types[out].elements]  # fmt: skip
     except AutoconfigError as err:
         raise _fail(node, str(err).removeprefix(f"node {node.name!r} ({node.op}): ")) from None
     calls, modules, moved = [], [], 0
+    for out in node.outputs:
+        if out and not b.graph.types[out].elements:
+            b.write(out)
     for out, move in moves:
         if move.view_offset is not None:
             b.alias(out, data, move.view_offset)
@@ -944,9 +1246,6 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     for name in graph.inputs + graph.outputs:
         if graph.types[name].dtype != "float32":
             raise AutoconfigError(f"{graph.name}: {name!r} is {graph.types[name].dtype}; only float32 models are built")
-    for name in graph.outputs:
-        if graph.is_constant(name) or name in graph.inputs:
-            raise AutoconfigError(f"{graph.name}: output {name!r} is computed by no node")
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = _Builder(graph, profile, target, threads, cache)
     plan = fusion_plan(graph, profile, fusion, b.decisions)
@@ -965,6 +1264,11 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if group is not None:
             kernels.append(group)
             b.step += 1
+    for name in dict.fromkeys(graph.outputs):
+        group = _output_copy(b, name)
+        if group is not None:
+            kernels.append(group)
+            b.step += 1
     arena = b.place(graph.outputs)
     for k in kernels:
         k.calls = [Call(c.symbol, tuple(Part(tuple(b.resolve(r) for r in p.buffers), p.sizes) for p in c.parts))
@@ -972,8 +1276,5 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     intermediate = sum(_aligned(buf.size) for buf in b.buffers if buf.inside is None and buf.input_index is None)
     outputs = []
     for name in graph.outputs:
-        ref = b.resolve(Ref(_VIRTUAL + b.where[name][0], b.where[name][1]))
-        if ref.space != ARENA:
-            raise AutoconfigError(f"{graph.name}: output {name!r} is an input seen in another shape; nothing to build")
-        outputs.append((name, ref.offset))
+        outputs.append((name, b.resolve(Ref(_VIRTUAL + b.where[name][0], b.where[name][1])).offset))
     return BuiltModel(graph, profile, target, fusion, threads, kernels, tuple(b.weights), arena, intermediate, outputs)

@@ -20,7 +20,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
 from autoconfig.models.matmul import Prediction
-from autoconfig.resolve import resolve_profile, resolve_target
+from autoconfig.resolve import resolve
 from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls, reblock_call
 from autoconfig.matmul import b_staging
 from autoconfig.runtime import Program, Ref, aligned_empty
@@ -162,8 +162,7 @@ def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations
     take and return NCHW, what `compile_conv2d` runs for a layer on its own)."""
     shape = conv_shape(input_shape, weight_shape, strides=strides, pads=pads, dilations=dilations, group=group)
     threads = checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     return choose(shape, prof, tgt, checks.threads_within(threads, prof), tuple(epilogue))
 
 
@@ -194,8 +193,7 @@ def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = No
                               f"beyond bias=) but {len(channel_values)} channel_values were given")  # fmt: skip
     channel = {i: checks.float32_array(name, v, (shape.out_channels,)) for (i, name), v in zip(wanted, values)}
     threads = checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     threads = checks.threads_within(threads, prof)
     choice = None
     start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
@@ -284,8 +282,7 @@ def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, p
     shape = pool_shape(input_shape, kind, kernel_shape, strides=strides, pads=pads, dilations=dilations,
                        ceil_mode=ceil_mode, count_include_pad=count_include_pad)  # fmt: skip
     threads = checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     threads = checks.threads_within(threads, prof) or int(prof.cores)
     start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
     return CompiledPool(pool_config(shape, tgt, lanes), tgt, threads)

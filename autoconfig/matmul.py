@@ -14,7 +14,7 @@ import numpy as np
 from autoconfig import checks
 from autoconfig.errors import AutoconfigError
 from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
-from autoconfig.resolve import resolve_profile, resolve_target
+from autoconfig.resolve import resolve
 from autoconfig.lowering import LayerBuffers, matmul_call
 from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
 from kernels import epilogue as ep
@@ -101,8 +101,7 @@ def plan_matmul(m: int, n: int, k: int, *, profile=None, target=None, threads=No
                 epilogue: ep.Epilogue = ()) -> Choice:  # fmt: skip
     """The model's choice for a shape, without building anything."""
     shape, threads = _shape(m, n, k), checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     return choose(shape, prof, tgt, checks.threads_within(threads, prof), tuple(epilogue))
 
 
@@ -125,8 +124,7 @@ def compile_matmul(
     forced config, it sets it, dividing the tiles `split_by` rows or columns).
     """
     shape, threads = _shape(m, n, k), checks.threads(threads)
-    prof = resolve_profile(profile)
-    tgt = checks.target_for(resolve_target(target, prof), prof)
+    prof, tgt = resolve(profile, target)
     threads = checks.threads_within(threads, prof)
     choice = None
     start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)

@@ -150,6 +150,8 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     whose functions compile apart has one per unit, `compile_units`), in `out_dir`;
     returns them, how many modules had to be compiled and how many came from the
     cache. `progress(done, total)` is told of each module compiled."""
+    if not modules:  # a model whose outputs are all empty or copies
+        return [], 0, 0
     target = modules[0].target
     keyed: dict[str, KernelModule] = {}
     for module in modules:

@@ -9,8 +9,12 @@ tensor (their operand), which becomes a kernel argument:
 - ``scale``     y · s[channel]            operand: likewise (with bias: a folded BatchNorm)
 - ``residual``  y + r[same position]      operand: a tensor of the output's shape
 - ``product``   y · r[same position]      operand: likewise
+- ``difference``  y − r[same position]    operand: likewise
+- ``quotient``  y / r[same position]      operand: likewise
+- ``reverse_difference``  r − y           operand: likewise
+- ``reverse_quotient``    r / y           operand: likewise
 - ``relu``      max(y, 0)
-- ``clip``      min(max(y, low), high)    (Relu6 is clip(0, 6))
+- ``clip``      min(max(y, low), high)    (Relu6 is clip(0, 6); high where low > high, as ONNX says)
 - ``leaky_relu``  y if y >= 0 else alpha·y
 - ``sigmoid``   1 / (1 + exp(-y))         exp by a degree-6 polynomial (below)
 - ``tanh``      2·sigmoid(2y) − 1
@@ -38,15 +42,19 @@ from autoconfig.errors import AutoconfigError
 from kernels.loops import maximum, minimum
 from kernels.mlir import arith, ir, math, vector
 
-EpilogueKind = Literal["bias", "scale", "residual", "product", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
+EpilogueKind = Literal["bias", "scale", "residual", "product", "difference", "quotient",
+                       "reverse_difference", "reverse_quotient", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
                        "silu", "mish", "hard_sigmoid", "hard_swish"]
 Operand = Literal["channel", "output"]
 
-OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output", "product": "output"}
+OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output", "product": "output",
+                                "difference": "output", "quotient": "output", "reverse_difference": "output",
+                                "reverse_quotient": "output"}
 """Ops that read a second tensor, and its shape: per channel, or the output's."""
 
 VECTOR_OPS: dict[str, int] = {
-    "bias": 1, "scale": 1, "residual": 1, "product": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
+    "bias": 1, "scale": 1, "residual": 1, "product": 1, "difference": 1, "quotient": 1, "reverse_difference": 1,
+    "reverse_quotient": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
     "softplus": 40, "silu": 21, "mish": 25, "hard_sigmoid": 3, "hard_swish": 5,
 }  # fmt: skip
 """Vector instructions one op emits per output vector (loads of operands not counted):
@@ -68,8 +76,6 @@ class EpilogueOp:
     def __post_init__(self) -> None:
         if self.kind not in VECTOR_OPS:
             raise AutoconfigError(f"unknown epilogue op {self.kind!r}: {', '.join(VECTOR_OPS)}")
-        if self.kind == "clip" and not self.low <= self.high:
-            raise AutoconfigError(f"clip needs low <= high, got low={self.low} high={self.high}")
 
     @property
     def operand(self) -> Operand | None:
@@ -167,6 +173,14 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
     for i, op in enumerate(epilogue):
         if op.kind in ("scale", "product"):
             value = arith.mulf(value, operand(i))
+        elif op.kind == "difference":
+            value = arith.subf(value, operand(i))
+        elif op.kind == "quotient":
+            value = arith.divf(value, operand(i))
+        elif op.kind == "reverse_difference":
+            value = arith.subf(operand(i), value)
+        elif op.kind == "reverse_quotient":
+            value = arith.divf(operand(i), value)
         elif op.operand:
             value = arith.addf(value, operand(i))
         elif op.kind == "relu":
@@ -304,6 +318,14 @@ def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray |
             y = y + x
         elif op.kind == "product":
             y = y * x
+        elif op.kind == "difference":
+            y = y - x
+        elif op.kind == "quotient":
+            y = y / x
+        elif op.kind == "reverse_difference":
+            y = x - y
+        elif op.kind == "reverse_quotient":
+            y = x / y
         elif op.kind == "relu":
             y = np.maximum(y, 0)
         elif op.kind == "clip":

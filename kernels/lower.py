@@ -119,15 +119,15 @@ def to_llvm_ir(module: ir.Module | ir.OpView, pipeline: str = PIPELINE) -> str:
             raise AutoconfigError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
 
 
-_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|-?inf|nan)(?!\w)")
+_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|nan)(?!\w)")
 
 
 def exact_float_literals(llvm_ir: str) -> str:
     """f32 constants in the hexadecimal form llvmlite's LLVM reads (the double with the
     same value). The bindings' newer LLVM prints them as short decimals
     (``1.000000e-01``, rejected unless exact in double precision) or as raw f32 bits
-    (``f0xC2B0C0A5``, a syntax llvmlite's LLVM does not know), infinities as ``-inf``
-    (a max-pooling border), which it does not read either. Every decimal literal is
+    (``f0xC2B0C0A5``, a syntax llvmlite's LLVM does not know), infinities as ``-inf`` and
+    ``+inf`` (a max-pooling border, a clip with one bound), which it does not read either. Every decimal literal is
     taken as an f32: generated kernels hold no f64 values."""
 
     def hexadecimal(match: re.Match) -> str:

@@ -79,8 +79,6 @@ class PoolShape:
             if max(self.pads[axis], self.pads[axis + 2]) >= self.span(axis):
                 raise AutoconfigError(f"pads {self.pads} must be smaller than the window "
                                       f"{self.kernel[0]}x{self.kernel[1]}")  # fmt: skip
-        if self.kind == "average" and self.dilations != (1, 1):
-            raise AutoconfigError("AveragePool has no dilations")
         if self.out_height < 1 or self.out_width < 1:
             raise AutoconfigError(f"a {self.kernel[0]}x{self.kernel[1]} window does not fit the padded "
                                   f"{self.height}x{self.width} input")  # fmt: skip
@@ -211,15 +209,16 @@ class PoolConfig:
 
 
 def average_scale(shape: PoolShape) -> np.ndarray:
-    """1/(elements averaged) per output position: the window's rows × columns inside the
-    input, or inside the padded input with count_include_pad (never the ceil-mode
-    overhang)."""
+    """1/(elements averaged) per output position: the window's taps (rows × columns, with
+    their dilations) inside the input, or inside the padded input with count_include_pad
+    (never the ceil-mode overhang)."""
 
     def counts(axis: int) -> np.ndarray:
         size, begin = (shape.height, shape.width)[axis], shape.pads[axis]
         lo, hi = (-begin, size + shape.pads[axis + 2]) if shape.count_include_pad else (0, size)
         starts = np.arange(shape.out_size(axis)) * shape.strides[axis] - begin
-        return np.minimum(starts + shape.kernel[axis], hi) - np.maximum(starts, lo)
+        taps = starts[:, None] + np.arange(shape.kernel[axis]) * shape.dilations[axis]
+        return ((taps >= lo) & (taps < hi)).sum(axis=1)
 
     return (1.0 / np.outer(counts(0), counts(1))).astype(np.float32).ravel()
 

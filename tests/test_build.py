@@ -249,15 +249,16 @@ def test_every_group_the_planner_proposes_is_one_generated_kernel_or_none(name, 
 
 
 def test_unsupported_operator_is_one_line_and_leaves_no_directory(tmp_path, capsys):
-    b = zoo.Builder("channel_mean", 0)
-    y = b.op("ReduceMean", [b.conv("input", 3, 8, 3)], axes=[1], keepdims=1)
-    path = tmp_path / "channel_mean.onnx"
-    onnx.save(b.model("input", [1, 3, 8, 8], [(y, [1, 1, 8, 8])]), path)
+    b = zoo.Builder("pool_indices", 0)
+    y = b.conv("input", 3, 8, 3)
+    b.nodes.append(onnx.helper.make_node("MaxPool", [y], ["pooled", "indices"], name="pool", kernel_shape=[2, 2]))
+    path = tmp_path / "pool_indices.onnx"
+    onnx.save(b.model("input", [1, 3, 8, 8], [("pooled", [1, 8, 7, 7])]), path)
     out = tmp_path / "built"
     assert main(["build", str(path), "--out", str(out), "--profile", str(PROFILES["avx512"]), "--target", "avx512"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "node 'reducemean_3' (ReduceMean): only a mean over the spatial axes" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["channel_mean.onnx"]
+    assert err.count("\n") == 0 and "node 'pool' (MaxPool): the Indices output of MaxPool is not generated" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pool_indices.onnx"]
 
 
 def test_run_checks_inputs_and_files(tmp_path, capsys):

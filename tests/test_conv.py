@@ -535,8 +535,9 @@ def test_the_model_prices_channel_blocked_layouts():
     blocked = [p for p in alone.per_algorithm if "nchwc" in (input_layout_of(p.config), layout_of(p.config))]
     assert blocked and all(p.term("reblock out") > 0 for p in blocked if layout_of(p.config) == "nchwc")
     assert layout_of(alone.best.config) == input_layout_of(alone.best.config) == "nchw"  # transforms cost more
-    x, w, b = layer_data(depthwise)
-    assert layout_of(compile_layer(depthwise, w, b, profile=AVX512, threads=1).config) == "nchw"
+    if target.execution().mode != "unavailable":  # compiling a layer links it for this host
+        x, w, b = layer_data(depthwise)
+        assert layout_of(compile_layer(depthwise, w, b, profile=AVX512, threads=1).config) == "nchw"
     machine = Machine.of(profile)
     kept, _ = choose_layout(choice, "nchwc", {"nchw": 0.0, "nchwc": 0.0}, machine)
     assert input_layout_of(kept.config) == layout_of(kept.config) == "nchwc"

@@ -1,7 +1,7 @@
-"""ONNX (opsets 11-21) to the graph IR, with onnx's shape inference for static shapes.
+"""ONNX (opsets 11-25) to the graph IR, with onnx's shape inference for static shapes.
 
 Rejected with one line naming the node and operator: an unsupported operator, a
-dynamic or unknown dimension, an opset outside 11-21, a malformed file. After import:
+dynamic or unknown dimension, an opset outside 11-25, a malformed file. After import:
 `Constant` nodes become constants, nodes whose inputs are all constant are folded by
 the reference interpreter, and a BatchNormalization whose input is a Conv read by
 nothing else is folded into that Conv's weights and bias.
@@ -19,7 +19,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import OPERATORS
 
-OPSETS = (11, 21)
+OPSETS = (11, 25)
 SUPPORTED = frozenset(OPERATORS)
 """The operators of the operator table."""
 
@@ -71,8 +71,12 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
         attrs = {a.name: _attribute(a) for a in n.attribute}
         if n.op_type == "Softmax" and opset < 13:  # before 13: flatten at axis (default 1)
             attrs = {"legacy_axis": attrs.get("axis", 1)}
+        if n.op_type == "Split" and "split" not in attrs and (len(n.input) < 2 or not n.input[1]):
+            attrs.setdefault("num_outputs", len(n.output))  # an equal split into the outputs
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs)
         for value in (*node.inputs, *node.outputs):
+            if value in dynamic and dynamic[value].endswith("not a tensor"):
+                raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {value!r} is {dynamic[value]}")
             if value in dynamic:
                 raise AutoconfigError(
                     f"{source}: node {node.name!r} ({node.op}): {value!r} has a dynamic dimension "
@@ -107,7 +111,11 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _tensor_type(info: onnx.ValueInfoProto) -> TensorType | str:
-    """The static type, or the label of the first dynamic dimension."""
+    """The static type, or what keeps it from being one: the label of the first dynamic
+    dimension, or the kind of a value that is not a tensor."""
+    kind = info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return f"a {kind.removesuffix('_type') if kind else 'typeless'} value, not a tensor"
     tensor = info.type.tensor_type
     if not tensor.HasField("shape"):
         return "unknown rank"

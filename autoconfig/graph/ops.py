@@ -16,6 +16,7 @@ Softmax); reorganize for reshapes and Pad; shuffle for Transpose.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -66,10 +67,10 @@ def reads_once(node: Node, graph: Graph) -> float:
 
 
 def window_reads(node: Node, graph: Graph) -> float:
-    """A sliding window reads each input element kh·kw/(sh·sw) times."""
-    kh, kw = node.attrs.get("kernel_shape") or graph.types[node.inputs[1]].shape[2:]
-    sh, sw = node.attrs.get("strides", [1, 1])
-    return max(1.0, kh * kw / (sh * sw))
+    """A sliding window reads each input element (window taps / stride product) times."""
+    kernel = node.attrs.get("kernel_shape") or graph.types[node.inputs[1]].shape[2:]
+    strides = node.attrs.get("strides") or [1] * len(kernel)
+    return max(1.0, math.prod(kernel) / math.prod(strides))
 
 
 def expansion_reads(node: Node, graph: Graph) -> float:
@@ -86,6 +87,7 @@ class OpInfo:
     reference: Callable[..., np.ndarray | list[np.ndarray]]  # (attrs, *inputs) -> output(s)
     reads: Callable[[Node, Graph], float] = reads_once  # times each input element is read
     kernel: Kernel = Kernel.ELEMENTWISE
+    parameters: tuple[int, ...] = ()  # inputs a deployed model holds as constants (weights, shapes, axes)
 
 
 _1, _M, _MM = Mapping.ONE_TO_ONE, Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY
@@ -95,40 +97,40 @@ _RED, _OUT = Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE
 _EA, _A, _V, _MV = Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR, Kernel.VIEW, Kernel.MOVEMENT
 
 OPERATORS: dict[str, OpInfo] = {
-    "Conv": OpInfo(_MM, _OUT, ref.conv, window_reads, _EA),
-    "Gemm": OpInfo(_MM, _OUT, ref.gemm, kernel=_EA),
-    "MatMul": OpInfo(_MM, _OUT, ref.matmul, kernel=_EA),
+    "Conv": OpInfo(_MM, _OUT, ref.conv, window_reads, _EA, (1, 2)),
+    "Gemm": OpInfo(_MM, _OUT, ref.gemm, kernel=_EA, parameters=(1, 2)),
+    "MatMul": OpInfo(_MM, _OUT, ref.matmul, kernel=_EA, parameters=(1,)),
     "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads, _A),
     "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads, _A),
     "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool, kernel=_A),
     "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_A),
-    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean, kernel=_A),
+    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean, kernel=_A, parameters=(1,)),
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
     "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),
     "Div": OpInfo(_1, _EW, ref.div),
     "Relu": OpInfo(_1, _EW, ref.relu),
-    "Clip": OpInfo(_1, _EW, ref.clip),
+    "Clip": OpInfo(_1, _EW, ref.clip, parameters=(1, 2)),
     "Sigmoid": OpInfo(_1, _EW, ref.sigmoid),
     "Tanh": OpInfo(_1, _EW, ref.tanh),
     "Softplus": OpInfo(_1, _EW, ref.softplus),
     "LeakyRelu": OpInfo(_1, _EW, ref.leaky_relu),
     "HardSigmoid": OpInfo(_1, _EW, ref.hard_sigmoid),
     "HardSwish": OpInfo(_1, _EW, ref.hard_swish),
-    "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm),  # per-channel operands: Broadcast
+    "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm, parameters=(1, 2, 3, 4)),  # per-channel operands: Broadcast
     "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
-    "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV),
-    "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV),
+    "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV, parameters=(1,)),
+    "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV, parameters=(1, 2, 3, 4)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Constant": OpInfo(_1, _EW, ref.constant),  # folded away at import, never planned
-    "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V),
+    "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),
     "Flatten": OpInfo(_R, _INJ, ref.flatten, kernel=_V),
-    "Squeeze": OpInfo(_R, _INJ, ref.squeeze, kernel=_V),
-    "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze, kernel=_V),
-    "Pad": OpInfo(_R, _INJ, ref.pad, kernel=_MV),
+    "Squeeze": OpInfo(_R, _INJ, ref.squeeze, kernel=_V, parameters=(1,)),
+    "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze, kernel=_V, parameters=(1,)),
+    "Pad": OpInfo(_R, _INJ, ref.pad, kernel=_MV, parameters=(1, 2, 3)),
     "Transpose": OpInfo(_S, _INJ, ref.transpose, kernel=_MV),
-    "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV),
-    "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV),
+    "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV, (1, 2, 3)),
+    "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
 }
 """Every operator the importer accepts, with all it needs (a test checks each row)."""
 

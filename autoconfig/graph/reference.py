@@ -52,26 +52,19 @@ def _pads(a: dict, spatial, kernel, strides, dilations) -> list[int]:
     return [out[0][0], out[1][0], out[0][1], out[1][1]]
 
 
-def pool(a: dict, x, reduce: str):
-    kh, kw = a["kernel_shape"]
-    sh, sw = a.get("strides", [1, 1])
-    pads = _pads(a, x.shape[2:], (kh, kw), (sh, sw), (1, 1))
-    if a.get("ceil_mode", 0):
-        for axis, (k, s) in enumerate(((kh, sh), (kw, sw))):
-            size = x.shape[2 + axis] + pads[axis] + pads[axis + 2]
-            extra = (-(size - k) % s)
-            pads[axis + 2] += extra
-    fill = -np.inf if reduce == "max" else 0.0
-    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=fill)
-    windows = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
-    if reduce == "max":
-        return _f(windows.max(axis=(4, 5)))
-    total = windows.sum(axis=(4, 5))
-    if a.get("count_include_pad", 0):
-        return _f(total / (kh * kw))
-    ones = np.pad(np.ones(x.shape[2:], np.float32), ((pads[0], pads[2]), (pads[1], pads[3])))
-    counts = sliding_window_view(ones, (kh, kw))[::sh, ::sw].sum(axis=(2, 3))
-    return _f(total / counts)
+def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> list[np.ndarray]:
+    """`op` on `inputs` by onnx's own reference implementation (`ReferenceEvaluator`):
+    for operators whose every variant (N-D windows, dilations, auto_pad, ceil mode) is
+    not worth writing again; a few milliseconds a call, so for folding and tests only."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"x{i}" for i in range(len(inputs))]
+    node = helper.make_node(op, names, ["y"], **a)
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
 
 
 def gemm(a: dict, x, w, c=None):
@@ -93,10 +86,10 @@ def split(a: dict, x, sizes=None):
     axis = a.get("axis", 0)
     if sizes is None:
         sizes = a.get("split")
-    if sizes is None:
-        parts = a.get("num_outputs")
+    if sizes is None or len(sizes) == 0:  # num_outputs parts (the importer sets it for an equal split)
+        parts = a["num_outputs"]
         size = -(-x.shape[axis] // parts)
-        sizes = [min(size, x.shape[axis] - i * size) for i in range(parts)]
+        sizes = [max(0, min(size, x.shape[axis] - i * size)) for i in range(parts)]
     return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
 
 
@@ -123,19 +116,39 @@ def resize(a: dict, x, roi=None, scales=None, sizes=None):
     (opsets 11-21); each axis resized on its own (nearest is separable)."""
     if a.get("mode", "nearest") != "nearest":
         raise AutoconfigError(f"Resize mode {a.get('mode')!r} is not supported (nearest only)")
-    if sizes is not None and len(sizes):
-        if a.get("keep_aspect_ratio_policy", "stretch") != "stretch" or a.get("axes"):
-            raise AutoconfigError("Resize with axes or a keep_aspect_ratio_policy is not supported")
-        out_shape = [int(s) for s in sizes]
-        scales = [o / d for o, d in zip(out_shape, x.shape)]
-    else:
-        scales = [float(s) for s in scales]
-        out_shape = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+    out_shape, scales = resize_shape(a, x.shape, scales, sizes)
     y = x
     for axis, (d_in, d_out, scale) in enumerate(zip(x.shape, out_shape, scales)):
         if d_in != d_out or scale != 1:
             y = np.take(y, nearest_source(a, d_in, d_out, scale), axis=axis)
     return y
+
+
+def resize_shape(a: dict, shape: tuple[int, ...], scales=None, sizes=None) -> tuple[list[int], list[float]]:
+    """A Resize's output shape and per-axis scales over every axis of `shape`: `scales`
+    or `sizes` name the `axes` attribute's axes (all, without it), and a
+    keep_aspect_ratio_policy other than stretch scales those axes by one factor."""
+    rank = len(shape)
+    axes = [int(v) % rank for v in a.get("axes") or range(rank)]
+    out_shape, factors = list(shape), [1.0] * rank
+    if sizes is not None and len(sizes):
+        wanted = [int(v) for v in sizes]
+        policy = a.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            common = pick(w / shape[ax] for w, ax in zip(wanted, axes))
+            wanted = [int(np.floor(common * shape[ax] + 0.5)) for ax in axes]
+            for ax in axes:
+                factors[ax] = common
+        for w, ax in zip(wanted, axes):
+            out_shape[ax] = w
+            if policy == "stretch":
+                factors[ax] = w / shape[ax]
+    else:
+        for factor, ax in zip(scales, axes):
+            factors[ax] = float(factor)
+            out_shape[ax] = int(np.floor(shape[ax] * float(factor)))
+    return out_shape, factors
 
 
 def nearest_source(a: dict, d_in: int, d_out: int, scale: float) -> np.ndarray:
@@ -274,11 +287,11 @@ def hard_swish(a: dict, x):
 
 
 def max_pool(a: dict, x):
-    return pool(a, x, "max")
+    return _f(onnx_reference("MaxPool", a, x)[0])
 
 
 def average_pool(a: dict, x):
-    return pool(a, x, "avg")
+    return _f(onnx_reference("AveragePool", a, x)[0])
 
 
 def global_average_pool(a: dict, x):

@@ -1,0 +1,91 @@
+"""ONNX's backend node tests through `autoconfig.backend` (generated kernels, parameters
+bound at build time as a deployment holds them): every test whose operators are all in
+the operator table passes, or is refused as listed below with its one-line reason. A
+refusal that starts passing fails here too, so the list stays the truth."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import onnx
+import pytest
+
+from autoconfig import conformance
+from autoconfig.backend import AutoconfigBackend
+from kernels.target import get_target
+from tests.conftest import require_runnable
+from tests.test_build import PROFILES
+
+REFUSED: dict[str, str] = {
+    # test-name pattern: the reason's words (a regular expression)
+    r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",
+    r"test_identity_(sequence|opt)": r"is a (sequence|optional) value, not a tensor",
+    r"test_resize_.*(linear|cubic|crop_and_resize).*": r"Resize mode '(linear|cubic)' is not supported",
+    r"test_upsample_nearest": r"ONNX opset 9 is not supported",
+}
+"""Float32 node tests refused today, by name pattern, with the reason they are refused
+for; every test with a tensor of another type is refused as "only float32 models are
+built"."""
+
+NOT_FLOAT32 = r"only float32 models are built"
+
+
+@functools.cache
+def table_tests() -> dict[str, conformance.NodeTest]:
+    return {t.name: t for t in conformance.node_tests() if conformance.in_table(t)}
+
+
+def expected_refusal(name: str) -> str | None:
+    listed = next((why for pattern, why in REFUSED.items() if re.fullmatch(pattern, name)), None)
+    return listed or (NOT_FLOAT32 if not table_tests()[name].float32() else None)
+
+
+@pytest.mark.parametrize("name", sorted(table_tests()))
+def test_node_test_passes_or_is_refused_as_listed(name):
+    require_runnable(get_target("avx2"))
+    outcome = conformance.run(table_tests()[name], profile=PROFILES["avx2"], target="avx2")
+    why = expected_refusal(name)
+    if why is None:
+        assert outcome.status == "passed", f"{outcome.status}: {outcome.detail}"
+    else:
+        assert outcome.status == "refused" and re.search(why, outcome.detail), f"{outcome.status}: {outcome.detail}"
+        assert "\n" not in outcome.detail
+
+
+def test_most_float32_node_tests_in_the_table_pass():
+    """The share of float32 node tests (in the table) that are not refused: the floor
+    rises as operators' variants land, and never falls."""
+    floats = [t for t in table_tests().values() if t.float32()]
+    refused = [t.name for t in floats if expected_refusal(t.name)]
+    assert len(floats) - len(refused) >= 0.85 * len(floats), refused
+
+
+def test_parameters_are_bound_and_data_inputs_stay_inputs():
+    test = table_tests()["test_clip_default_inbounds"]
+    assert conformance.parameter_inputs(test.model) == []
+    resize = table_tests()["test_resize_upsample_scales_nearest"]
+    assert conformance.parameter_inputs(resize.model) == ["scales"]  # roi is given as ""
+    rep = AutoconfigBackend.prepare(resize.model, profile=PROFILES["avx2"], target="avx2")
+    assert rep.parameters == ["scales"] and rep.inputs == ["X", "scales"]
+
+
+def test_onnx_backend_test_drives_the_backend():
+    """onnx's own `BackendTest` runs node tests through the backend."""
+    require_runnable(get_target("avx2"))
+    from onnx.backend.test import BackendTest
+
+    class Backend(AutoconfigBackend):
+        @classmethod
+        def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs):
+            return super().prepare(model, device, profile=PROFILES["avx2"], target="avx2", **kwargs)
+
+    suite = BackendTest(Backend, __name__)
+    suite.include(r"^test_relu_cpu$").include(r"^test_conv_with_strides_padding_cpu$")
+    cases = suite.test_cases
+    assert sum(len([m for m in dir(c) if m.startswith("test_")]) for c in cases.values()) >= 2
+    import unittest
+
+    result = unittest.TextTestRunner(verbosity=0).run(unittest.TestSuite(
+        unittest.defaultTestLoader.loadTestsFromTestCase(c) for c in cases.values()))  # fmt: skip
+    assert result.wasSuccessful() and result.testsRun >= 2
