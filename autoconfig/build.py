@@ -52,6 +52,7 @@ from autoconfig.conv import conv_shape, pool_config, pool_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
+from autoconfig.fusion.classify import streamed_input
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.lowering import conv_calls, matmul_call, pool_calls, reblock_call
@@ -1060,10 +1061,9 @@ def _elementwise(b: _Builder, nodes: list[Node]) -> KernelGroup:
     in the layout that tensor is held in where its readers can take it (NCHW else)."""
     first = nodes[0]
     out_shape = b.graph.types[first.outputs[0]].shape
-    computed = [i for i in first.inputs if i and not b.graph.is_constant(i)]
-    if not computed:
+    start = streamed_input(b.graph, first)
+    if start is None:
         raise _fail(first, "every input is a constant; it should have been folded")
-    start = next((i for i in computed if b.graph.types[i].shape == out_shape), computed[0])
     chain = match_epilogue(b, start, nodes, _plane_axis(out_shape), out_shape)
     if b.graph.types[start].shape != out_shape:  # every computed input is broadcast
         start = b.broadcast(start, out_shape)

@@ -18,7 +18,7 @@ from enum import Enum
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, Mapping, info
 
-__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "mapping"]
+__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "mapping"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -62,3 +62,56 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
         return False  # no epilogue on pooling, softmax, reductions
     shape = graph.types[producer.outputs[0]].shape
     return all(graph.types[out].shape == shape for out in consumer.outputs if out)
+
+
+GATES = ("Sigmoid", "Softplus", "HardSigmoid")
+"""Ops whose output, times their own input, is one epilogue op (SiLU, Mish through
+Tanh, HardSwish): their input may feed both them and that Mul in one kernel."""
+
+
+def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
+    """`groups` with each group the code generator cannot emit as one kernel cut in two
+    at its first break (`_cut`), until none is left."""
+    consumers = graph.consumers()
+    result, todo = [], [sorted(g) for g in groups]
+    while todo:
+        members = todo.pop()
+        cut = _cut(graph, [graph.nodes[v] for v in members], consumers)
+        if cut is None:
+            result.append(members)
+        else:
+            todo += [members[:cut], members[cut:]]
+    return sorted(result, key=min)
+
+
+def streamed_input(graph: Graph, node: Node) -> str | None:
+    """The input an elementwise kernel starting at `node` streams: its first computed
+    input of the output's shape, else its first computed input (broadcast)."""
+    computed = [i for i in node.inputs if i and not graph.is_constant(i)]
+    shape = graph.types[node.outputs[0]].shape
+    return next((i for i in computed if graph.types[i].shape == shape), computed[0] if computed else None)
+
+
+def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> int | None:
+    """Where a group must be cut (the length of its first part), or None. A kernel
+    computes one chain of values (the anchor's output, or the streamed input, then each
+    op's) and writes only the last: a chain value read by two ops of the group (but a
+    gate and the Mul by it: SiLU, Mish, HardSwish) starts a new kernel at the second,
+    and one read outside the group (or a graph output) ends the kernel."""
+    inside = {n.name for n in nodes}
+    first = next((n for n in nodes if info(n).kernel is not Kernel.VIEW), None)
+    chain = {streamed_input(graph, first)} if first is not None and info(first).kernel is Kernel.ELEMENTWISE else set()
+    readers: dict[str, list[str]] = {}
+    for i, node in enumerate(nodes):
+        for value in set(node.inputs) & chain:
+            ops = readers.setdefault(value, [])
+            ops.append(node.op)
+            if len(ops) > 1 and not (len(ops) == 2 and "Mul" in ops and any(op in GATES for op in ops)):
+                return i
+        if info(node).kernel is Kernel.VIEW or i == len(nodes) - 1:
+            continue
+        for out in node.outputs:
+            if out in graph.outputs or any(r.name not in inside for r in consumers.get(out, [])):
+                return i + 1
+        chain.update(o for o in node.outputs if o)
+    return None
