@@ -228,7 +228,10 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     prof, tgt = resolve(profile, target)
     graph = load_onnx(model)
     cache = default_cache()
-    built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache)
+    try:
+        built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache)
+    except AutoconfigError as err:  # the file, then the node and operator
+        raise AutoconfigError(f"{Path(model).name}: {err}") from None
     # (delay: a warm build, done in well under a second, shows no empty bar)
     with tqdm(desc="compiling kernels", unit="kernel", disable=not progress, leave=False, delay=0.5) as bar:
         def tick(done: int, total: int) -> None:

@@ -675,6 +675,18 @@ def _lower_group(b: _Builder, members: list[Node]) -> KernelGroup | None:
     return group
 
 
+def _lower_named(b: _Builder, members: list[Node]) -> KernelGroup | None:
+    """`_lower_group`, its errors naming a node (the group's anchor, else its first) where
+    the check that failed did not."""
+    try:
+        return _lower_group(b, members)
+    except AutoconfigError as err:
+        if str(err).startswith("node '"):
+            raise
+        kinds = (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
+        raise _fail(next((n for n in members if info(n).kernel in kinds), members[0]), str(err)) from None
+
+
 def _check_escapes(b: _Builder, members: list[Node], group: KernelGroup) -> None:
     """A value computed inside a kernel and read outside it would need a second output."""
     inside = {n.name for n in members}
@@ -718,6 +730,14 @@ def _window_pads(node: Node, graph: Graph, kernel, strides, dilations) -> tuple[
     return (*first, *(t - f for t, f in zip(totals, first)))
 
 
+def _window_strides(node: Node, graph: Graph, strides, pads) -> tuple[int, ...]:
+    """The strides, each at most its padded input's extent: a larger one gives the same
+    single window along that axis (ceil mode included), and would cost the build its
+    stride² input phases."""
+    size = graph.types[node.inputs[0]].shape[2:]
+    return tuple(min(int(s), n + pads[i] + pads[i + len(size)]) for i, (s, n) in enumerate(zip(strides, size)))
+
+
 def _conv_layer(b: _Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | None]:
     """A Conv node's shape, weights and bias (a constant's name, or None), checked."""
     g = b.graph
@@ -730,6 +750,7 @@ def _conv_layer(b: _Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str 
     strides = tuple(node.attrs.get("strides", (1, 1)))
     dilations = tuple(node.attrs.get("dilations", (1, 1)))
     pads = _window_pads(node, g, weight.shape[2:], strides, dilations)
+    strides = _window_strides(node, g, strides, pads)
     shape = conv_shape(g.types[node.inputs[0]].shape, weight.shape, strides=strides, pads=pads,
                        dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
     return shape, weight, bias
@@ -973,6 +994,7 @@ def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
     kernel = tuple(a["kernel_shape"])
     strides, dilations = tuple(a.get("strides", (1,) * len(kernel))), tuple(a.get("dilations", (1,) * len(kernel)))
     pads = _window_pads(node, graph, kernel, strides, dilations)
+    strides = _window_strides(node, graph, strides, pads)
     return {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
 
 
@@ -1259,7 +1281,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         b.after_anchor |= {n.name: [m for m in compute if m is not n] for n in compute if n.op == anchor}
     kernels = []
     for members in _group_order(graph, plan.groups):
-        group = _lower_group(b, [graph.nodes[v] for v in members])
+        group = _lower_named(b, [graph.nodes[v] for v in members])
         kernels += b.finish_step()  # layout transforms it reads, one step before it
         if group is not None:
             kernels.append(group)

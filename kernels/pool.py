@@ -245,7 +245,6 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
     taps = [split.tap_offset(kh * s.dilations[0], kw * s.dilations[1])
             for kh in range(s.kernel[0]) for kw in range(s.kernel[1])]  # fmt: skip
     combine = maximum if s.kind == "max" else arith.addf
-    start_value = f32_splat(target, lanes, split.fill)
 
     def plane(p: ir.Value) -> None:
         copy_plane(split, target, x, xt, p, index(0))
@@ -257,12 +256,16 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
             def step(ow0: ir.Value, count: int) -> None:
                 vectors = ceil_div(count, lanes)
                 chains = ceil_div(cfg.chains, vectors)
-                acc = [[start_value] * chains for _ in range(vectors)]
+                # each chain starts at its first tap, not at the fill: a constant start lets LLVM
+                # fold the first combine into a fix-up that turned NaN windows into -inf
+                acc: list[list[ir.Value | None]] = [[None] * chains for _ in range(vectors)]
                 for t, tap in enumerate(taps):  # whole vectors: junk lanes read the border or the slack
                     for v in range(vectors):
                         tapped = load(vec, xt, [offset(arith.addi(window, ow0), tap + v * lanes)])
-                        acc[v][t % chains] = combine(acc[v][t % chains], tapped)
-                for v, a in enumerate(functools.reduce(combine, partial) for partial in acc):
+                        held = acc[v][t % chains]
+                        acc[v][t % chains] = tapped if held is None else combine(held, tapped)
+                for v, a in enumerate(functools.reduce(combine, [c for c in partial if c is not None])
+                                      for partial in acc):  # fmt: skip
                     left = count - v * lanes
                     mask = tail_mask(target, lanes, left)
                     col = offset(ow0, v * lanes)

@@ -46,7 +46,7 @@ class Drawn:
 def conv(d: Drawn) -> None:
     """A convolution of drawn kernel, stride, dilation, asymmetric pads and groups."""
     n, c, h, w = d.shape
-    k = d.pick([1, 2, 3, 5] if min(h, w) >= 5 else [1, 2, 3])
+    k = d.pick([k for k in (1, 2, 3, 5) if k <= min(h, w)])
     dil = d.pick([1, 1, 2]) if (k - 1) * 2 + 1 <= min(h, w) else 1
     span = (k - 1) * dil + 1
     pads = [d.draw(st.integers(0, k - 1)) for _ in range(4)]
@@ -132,8 +132,8 @@ def pool(d: Drawn) -> None:
 
 
 def movement(d: Drawn) -> None:
-    """Transpose, Slice, Split (one part kept), a nearest Resize, or a Concat of the value
-    with a function of it along any axis."""
+    """Transpose, Slice, Split (one part kept), a nearest, linear or cubic Resize, or a
+    Concat of the value with a function of it along any axis."""
     shape = d.shape
     kind = d.pick(["transpose", "slice", "split", "resize", "concat"])
     if kind == "transpose":
@@ -155,10 +155,12 @@ def movement(d: Drawn) -> None:
         keep = d.draw(st.integers(0, 1))
         d.put(parts[keep], tuple(([first, shape[axis] - first][keep] if i == axis else s) for i, s in enumerate(shape)))
     elif kind == "resize" and len(shape) == 4 and max(shape[2:]) <= MAX_SIDE // 2:
-        scale = float(d.pick([2.0, 1.5]))
+        scale = float(d.pick([2.0, 1.5] + ([0.5] if min(shape[2:]) >= 2 else [])))
+        mode = d.pick(["nearest", "linear", "cubic"])
         y = d.b.op("Resize", [d.x, "", d.b.const("scales", np.array([1, 1, scale, scale], np.float32))],
-                   mode="nearest", coordinate_transformation_mode=d.pick(["asymmetric", "half_pixel", "align_corners"]),
-                   nearest_mode=d.pick(["floor", "round_prefer_floor", "ceil"]))  # fmt: skip
+                   mode=mode, coordinate_transformation_mode=d.pick(["asymmetric", "half_pixel", "align_corners"]),
+                   **({"nearest_mode": d.pick(["floor", "round_prefer_floor", "ceil"])} if mode == "nearest" else
+                      {"antialias": int(d.draw(st.booleans()))} if scale < 1 else {}))  # fmt: skip
         d.put(y, (*shape[:2], int(shape[2] * scale), int(shape[3] * scale)))
     else:
         axis = d.draw(st.integers(0, len(shape) - 1))

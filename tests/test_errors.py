@@ -110,6 +110,8 @@ BAD_COMMANDS = [
                                             "--threads", "1000"], "threads=1000, but profile amd-epyc has 2 cores"),
     ("zero threads", lambda t: ["explain", "matmul", "64", "64", "64", "--profile", str(GOOD), "--threads", "0"],
      "threads=0"),
+    ("unknown target before any probe", lambda t: ["explain", "matmul", "8", "8", "8", "--target", "avx1024"],
+     "unknown target 'avx1024'"),
     ("RISC-V profile for AVX2 code", lambda t: ["explain", "matmul", "64", "64", "64", "--profile", str(RISCV),
                                                 "--target", "avx2"], "describes riscv64 hardware"),
     ("datasheet profile for another ISA", lambda t: ["explain", "matmul", "64", "64", "64", "--profile", str(RISCV),

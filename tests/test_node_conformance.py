@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import replace
 
 import onnx
 import pytest
@@ -15,13 +16,12 @@ from autoconfig import conformance
 from autoconfig.backend import AutoconfigBackend
 from kernels.target import get_target
 from tests.conftest import require_runnable
-from tests.test_build import PROFILES
+from tests.test_build import PROFILES, onnxruntime_outputs
 
 REFUSED: dict[str, str] = {
     # test-name pattern: the reason's words (a regular expression)
     r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",
     r"test_identity_(sequence|opt)": r"is a (sequence|optional) value, not a tensor",
-    r"test_resize_.*(linear|cubic|crop_and_resize).*": r"Resize mode '(linear|cubic)' is not supported",
     r"test_upsample_nearest": r"ONNX opset 9 is not supported",
 }
 """Float32 node tests refused today, by name pattern, with the reason they are refused
@@ -29,6 +29,16 @@ for; every test with a tensor of another type is refused as "only float32 models
 built"."""
 
 NOT_FLOAT32 = r"only float32 models are built"
+
+
+SPEC_OVER_REFERENCE: dict[str, str] = {
+    "test_resize_downsample_scales_linear_align_corners": "align_corners divides by the output's integer length",
+    "test_resize_downsample_scales_cubic_align_corners": "align_corners divides by the output's integer length",
+}
+"""Node tests whose expected outputs come from onnx's reference where it departs from
+the spec (Resize's align_corners: the spec's length_resized is the output's length, 2
+here; the reference divides by scale × input length, 2.4), and onnxruntime follows the
+spec: these are held to onnxruntime's answer instead."""
 
 
 @functools.cache
@@ -44,7 +54,12 @@ def expected_refusal(name: str) -> str | None:
 @pytest.mark.parametrize("name", sorted(table_tests()))
 def test_node_test_passes_or_is_refused_as_listed(name):
     require_runnable(get_target("avx2"))
-    outcome = conformance.run(table_tests()[name], profile=PROFILES["avx2"], target="avx2")
+    test = table_tests()[name]
+    if name in SPEC_OVER_REFERENCE:
+        test = replace(test, data_sets=tuple((inputs, onnxruntime_outputs(test.model, dict(zip(
+            [i.name for i in test.model.graph.input], inputs)))) for inputs, _ in test.data_sets))  # fmt: skip
+        assert not conformance.run(table_tests()[name], profile=PROFILES["avx2"], target="avx2").status == "passed"
+    outcome = conformance.run(test, profile=PROFILES["avx2"], target="avx2")
     why = expected_refusal(name)
     if why is None:
         assert outcome.status == "passed", f"{outcome.status}: {outcome.detail}"
@@ -58,7 +73,7 @@ def test_most_float32_node_tests_in_the_table_pass():
     rises as operators' variants land, and never falls."""
     floats = [t for t in table_tests().values() if t.float32()]
     refused = [t.name for t in floats if expected_refusal(t.name)]
-    assert len(floats) - len(refused) >= 0.85 * len(floats), refused
+    assert len(floats) - len(refused) >= 0.95 * len(floats), refused
 
 
 def test_parameters_are_bound_and_data_inputs_stay_inputs():

@@ -56,7 +56,7 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     g = inferred.graph
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     types: dict[str, TensorType] = {}
-    dynamic: dict[str, str] = {}  # value -> its first non-static dimension
+    dynamic: dict[str, str] = {}  # value -> why it has no static type
     for info in [*g.input, *g.value_info, *g.output]:
         if info.name not in constants:
             kind = _tensor_type(info)
@@ -75,13 +75,8 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
             attrs.setdefault("num_outputs", len(n.output))  # an equal split into the outputs
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs)
         for value in (*node.inputs, *node.outputs):
-            if value in dynamic and dynamic[value].endswith("not a tensor"):
-                raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {value!r} is {dynamic[value]}")
             if value in dynamic:
-                raise AutoconfigError(
-                    f"{source}: node {node.name!r} ({node.op}): {value!r} has a dynamic dimension "
-                    f"{dynamic[value]!r}; autoconfig needs static shapes (fix batch and image size)"
-                )
+                raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {value!r} {dynamic[value]}")
         for out in node.outputs:
             if out and out not in types:
                 raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): output {out!r} has no inferred shape")
@@ -111,20 +106,24 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _tensor_type(info: onnx.ValueInfoProto) -> TensorType | str:
-    """The static type, or what keeps it from being one: the label of the first dynamic
-    dimension, or the kind of a value that is not a tensor."""
+    """The static type, or what keeps it from being one, as the end of a sentence."""
     kind = info.type.WhichOneof("value")
     if kind != "tensor_type":
-        return f"a {kind.removesuffix('_type') if kind else 'typeless'} value, not a tensor"
+        return f"is a {kind.removesuffix('_type') if kind else 'typeless'} value, not a tensor"
     tensor = info.type.tensor_type
     if not tensor.HasField("shape"):
-        return "unknown rank"
+        return f"has a dynamic dimension 'unknown rank'; {STATIC}"
     dims = []
     for d in tensor.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return d.dim_param or "?"
+        if d.HasField("dim_value") and d.dim_value < 0:
+            return f"has a negative size ({d.dim_value}) in onnx's shape inference"
+        if not d.HasField("dim_value"):
+            return f"has a dynamic dimension {d.dim_param or '?'!r}; {STATIC}"
         dims.append(d.dim_value)
     return TensorType(tuple(dims), helper.tensor_dtype_to_np_dtype(tensor.elem_type).name)
+
+
+STATIC = "autoconfig needs static shapes (fix batch and image size)"
 
 
 def _attribute(a: onnx.AttributeProto):

@@ -1,4 +1,4 @@
-"""numpy reference implementations of the ONNX operators (opsets 11-21), one function
+"""numpy reference implementations of the ONNX operators (opsets 11-25), one function
 per operator taking the node's attributes and input arrays; the operator table
 (`autoconfig.graph.ops`) names them.
 
@@ -59,12 +59,14 @@ def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> li
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 
-    names = [f"x{i}" for i in range(len(inputs))]
+    names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
     node = helper.make_node(op, names, ["y"], **a)
-    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+    given = {n: x for n, x in zip(names, inputs) if n}
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                                         None) for n, x in given.items()],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
+    return ReferenceEvaluator(model).run(None, given)
 
 
 def gemm(a: dict, x, w, c=None):
@@ -112,10 +114,11 @@ def reshape(a: dict, x, shape):
 
 
 def resize(a: dict, x, roi=None, scales=None, sizes=None):
-    """Nearest-neighbour Resize with ONNX's coordinate transformations and rounding
-    (opsets 11-21); each axis resized on its own (nearest is separable)."""
+    """Resize: nearest with ONNX's coordinate transformations and rounding, each axis
+    resized on its own (nearest is separable); linear and cubic by onnx's reference."""
     if a.get("mode", "nearest") != "nearest":
-        raise AutoconfigError(f"Resize mode {a.get('mode')!r} is not supported (nearest only)")
+        inputs = [np.asarray(v) if v is not None and np.size(v) else None for v in (roi, scales, sizes)]
+        return onnx_reference("Resize", a, np.asarray(x, np.float32), *inputs)[0]
     out_shape, scales = resize_shape(a, x.shape, scales, sizes)
     y = x
     for axis, (d_in, d_out, scale) in enumerate(zip(x.shape, out_shape, scales)):
@@ -149,6 +152,39 @@ def resize_shape(a: dict, shape: tuple[int, ...], scales=None, sizes=None) -> tu
             factors[ax] = float(factor)
             out_shape[ax] = int(np.floor(shape[ax] * float(factor)))
     return out_shape, factors
+
+
+def resize_axis(a: dict, size: int, out: int, scale: float,
+                roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray | None]:  # fmt: skip
+    """One axis of a linear or cubic Resize as an affine map: out × size weights W and,
+    where some outputs fall outside a tf_crop_and_resize roi, the values those take
+    (their rows of W are zero). The weights are onnx's reference resizing the identity,
+    so every mode, antialias and exclude_outside is the reference's own — but for one
+    rule: align_corners and tf_crop_and_resize divide by the output's length less one,
+    its integer length as the spec says (and onnxruntime does), where onnx's reference
+    takes scale × input length unrounded (the two differ where that is fractional)."""
+    from onnx.reference.ops import op_resize as ref_resize
+
+    mode, antialias, cubic_a = a.get("mode"), a.get("antialias", 0), a.get("cubic_coeff_a", -0.75)
+    if a.get("coordinate_transformation_mode") in ("align_corners", "tf_crop_and_resize") and not antialias:
+        scale = out / size  # the scale's only other use is an antialiasing filter's width
+    if mode == "cubic":
+        coefficients = ref_resize._cubic_coeffs_antialias if antialias else ref_resize._cubic_coeffs
+
+        def coeffs(ratio, factor):
+            return coefficients(ratio, factor, A=cubic_a)
+    else:
+        coeffs = ref_resize._linear_coeffs_antialias if antialias else ref_resize._linear_coeffs
+    resized = ref_resize._interpolate_1d_along_axis(
+        np.eye(size), 1, scale, out, coeffs, roi=roi, extrapolation_value=np.nan,
+        coordinate_transformation_mode=a.get("coordinate_transformation_mode", "half_pixel"),
+        exclude_outside=bool(a.get("exclude_outside", 0)))  # fmt: skip
+    weights = resized.T
+    outside = np.isnan(weights).any(axis=1)
+    if not outside.any():
+        return weights, None
+    weights[outside] = 0.0
+    return weights, np.where(outside, float(a.get("extrapolation_value", 0.0)), 0.0)
 
 
 def nearest_source(a: dict, d_in: int, d_out: int, scale: float) -> np.ndarray:
