@@ -1267,7 +1267,8 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     a kernel cache, the models' choices and generated modules it holds are reused."""
     for name in graph.inputs + graph.outputs:
         if graph.types[name].dtype != "float32":
-            raise AutoconfigError(f"{graph.name}: {name!r} is {graph.types[name].dtype}; only float32 models are built")
+            kind = "input" if name in graph.inputs else "output"
+            raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models are built")
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = _Builder(graph, profile, target, threads, cache)
     plan = fusion_plan(graph, profile, fusion, b.decisions)

@@ -54,9 +54,11 @@ def report(tests: list[conformance.NodeTest], bound: dict, given: dict) -> None:
     print("\nrefusals (parameters bound), by reason:")
     for why, count in reasons.most_common():
         print(f"  {count:>4}  {why}")
-    failures = [(name, o.detail) for name, o in bound.items() if o.status == "failed"]
-    for name, detail in failures:
-        print(f"FAILED {name}: {detail}")
+    for name, outcome in bound.items():
+        if outcome.status == "failed":
+            spec = conformance.SPEC_OVER_REFERENCE.get(name)
+            print(f"FAILED {name}: {outcome.detail}" + (f" (expected: the spec says {spec}, as onnxruntime "
+                                                        "does; the test's data is onnx's reference)" if spec else ""))
 
 
 def main() -> int:

@@ -31,16 +31,6 @@ built"."""
 NOT_FLOAT32 = r"only float32 models are built"
 
 
-SPEC_OVER_REFERENCE: dict[str, str] = {
-    "test_resize_downsample_scales_linear_align_corners": "align_corners divides by the output's integer length",
-    "test_resize_downsample_scales_cubic_align_corners": "align_corners divides by the output's integer length",
-}
-"""Node tests whose expected outputs come from onnx's reference where it departs from
-the spec (Resize's align_corners: the spec's length_resized is the output's length, 2
-here; the reference divides by scale × input length, 2.4), and onnxruntime follows the
-spec: these are held to onnxruntime's answer instead."""
-
-
 @functools.cache
 def table_tests() -> dict[str, conformance.NodeTest]:
     return {t.name: t for t in conformance.node_tests() if conformance.in_table(t)}
@@ -55,7 +45,7 @@ def expected_refusal(name: str) -> str | None:
 def test_node_test_passes_or_is_refused_as_listed(name):
     require_runnable(get_target("avx2"))
     test = table_tests()[name]
-    if name in SPEC_OVER_REFERENCE:
+    if name in conformance.SPEC_OVER_REFERENCE:
         test = replace(test, data_sets=tuple((inputs, onnxruntime_outputs(test.model, dict(zip(
             [i.name for i in test.model.graph.input], inputs)))) for inputs, _ in test.data_sets))  # fmt: skip
         assert not conformance.run(table_tests()[name], profile=PROFILES["avx2"], target="avx2").status == "passed"
