@@ -52,7 +52,7 @@ from autoconfig.conv import conv_shape, pool_config, pool_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan as fusion_plan
-from autoconfig.fusion.classify import streamed_input
+from autoconfig.fusion.classify import gated, streamed_input
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.lowering import conv_calls, matmul_call, pool_calls, reblock_call
@@ -516,8 +516,9 @@ def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int
         if not users:
             raise _fail(remaining[0], f"not on the chain of elementwise ops after {current!r}")
         gates = {u.op for u in users}
-        if len(users) == 2 and gates in ({"Sigmoid", "Mul"}, {"Softplus", "Mul"}, {"HardSigmoid", "Mul"}):
-            used, kind = _gated(b.graph, current, users, remaining)
+        gate = gated(b.graph, current, users)
+        if gate is not None and all(n in remaining for n in gate[0]):
+            used, kind = gate
             ops.append(ep.EpilogueOp(kind))
         elif len(users) == 1 and users[0].op == "BatchNormalization":
             used = [users[0]]
@@ -562,25 +563,6 @@ def _batchnorm_affine(b: _Builder, node: Node, out_shape: tuple[int, ...],
             raise _fail(node, f"its channels (axis 1 of {out_shape}) are not the planes of the kernel it joins")
         pieces.append(per_channel)
     return pieces[0], pieces[1]
-
-
-def _gated(graph: Graph, current: str, users: list[Node], remaining: list[Node]) -> tuple[list[Node], str]:
-    """x·Sigmoid(x) (SiLU), x·Tanh(Softplus(x)) (Mish) or x·HardSigmoid(x) with ONNX's
-    HardSwish slope and offset, as written by exporters."""
-    mul = next(u for u in users if u.op == "Mul")
-    gate = next(u for u in users if u.op != "Mul")
-    if gate.op == "HardSigmoid" and not (np.isclose(gate.attrs.get("alpha", 0.2), 1 / 6)
-                                         and gate.attrs.get("beta", 0.5) == 0.5):  # fmt: skip
-        raise _fail(gate, "HardSigmoid times its input is HardSwish only with alpha 1/6 and beta 0.5")
-    chain = [gate]
-    if gate.op == "Softplus":
-        tanh = [n for n in remaining if gate.outputs[0] in n.inputs]
-        if len(tanh) != 1 or tanh[0].op != "Tanh":
-            raise _fail(gate, "Softplus not followed by Tanh and Mul (Mish) is not a generated epilogue")
-        chain.append(tanh[0])
-    if sorted(mul.inputs) != sorted([current, chain[-1].outputs[0]]):
-        raise _fail(mul, "not x times its own gate")
-    return [*chain, mul], {"Sigmoid": "silu", "Softplus": "mish", "HardSigmoid": "hard_swish"}[gate.op]
 
 
 def _binary(b: _Builder, node: Node, current: str, out_shape: tuple[int, ...],

@@ -13,12 +13,13 @@ anchor's loads) are not generated, so the planner does not propose them."""
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, Mapping, info
 
-__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "mapping"]
+__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "gated", "mapping", "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -64,9 +65,29 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
     return all(graph.types[out].shape == shape for out in consumer.outputs if out)
 
 
-GATES = ("Sigmoid", "Softplus", "HardSigmoid")
-"""Ops whose output, times their own input, is one epilogue op (SiLU, Mish through
-Tanh, HardSwish): their input may feed both them and that Mul in one kernel."""
+def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], str] | None:
+    """Where `value`'s two `readers` are a gate and the Mul of `value` by it — SiLU
+    (Sigmoid), Mish (Softplus then Tanh) or HardSwish (HardSigmoid with slope 1/6 and
+    offset 1/2), one epilogue op — the gate's nodes then the Mul, and the op; else None."""
+    ops = sorted(r.op for r in readers)
+    if len(readers) != 2 or ops[0] != "Mul" and ops[1] != "Mul":
+        return None
+    mul = next(r for r in readers if r.op == "Mul")
+    gate = next(r for r in readers if r is not mul)
+    chain = [gate]
+    if gate.op == "Softplus":
+        tanh = graph.consumers().get(gate.outputs[0], [])
+        if len(tanh) != 1 or tanh[0].op != "Tanh":
+            return None
+        chain.append(tanh[0])
+    elif gate.op == "HardSigmoid":
+        if not (math.isclose(gate.attrs.get("alpha", 0.2), 1 / 6, rel_tol=1e-6) and gate.attrs.get("beta", 0.5) == 0.5):
+            return None
+    elif gate.op != "Sigmoid":
+        return None
+    if sorted(mul.inputs) != sorted([value, chain[-1].outputs[0]]):
+        return None
+    return [*chain, mul], {"Sigmoid": "silu", "Softplus": "mish", "HardSigmoid": "hard_swish"}[gate.op]
 
 
 def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
@@ -96,17 +117,17 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> i
     """Where a group must be cut (the length of its first part), or None. A kernel
     computes one chain of values (the anchor's output, or the streamed input, then each
     op's) and writes only the last: a chain value read by two ops of the group (but a
-    gate and the Mul by it: SiLU, Mish, HardSwish) starts a new kernel at the second,
+    gate and the Mul by it: `gated`) starts a new kernel at the second,
     and one read outside the group (or a graph output) ends the kernel."""
     inside = {n.name for n in nodes}
     first = next((n for n in nodes if info(n).kernel is not Kernel.VIEW), None)
     chain = {streamed_input(graph, first)} if first is not None and info(first).kernel is Kernel.ELEMENTWISE else set()
-    readers: dict[str, list[str]] = {}
+    readers: dict[str, list[Node]] = {}
     for i, node in enumerate(nodes):
         for value in set(node.inputs) & chain:
-            ops = readers.setdefault(value, [])
-            ops.append(node.op)
-            if len(ops) > 1 and not (len(ops) == 2 and "Mul" in ops and any(op in GATES for op in ops)):
+            seen = readers.setdefault(value, [])
+            seen.append(node)
+            if len(seen) > 1 and gated(graph, value, seen) is None:
                 return i
         if info(node).kernel is Kernel.VIEW or i == len(nodes) - 1:
             continue
