@@ -310,7 +310,8 @@ class _Builder:
     def blocked_layouts(self, value: str) -> tuple[kc.Layout, ...]:
         """The blocked layouts `value` may be written in (`_blockable`), where it is read
         only by convolutions' kernels (their input, or their epilogue's residual),
-        elementwise kernels, global average pools — any of them — and channel
+        elementwise kernels, global average pools — any of them, but never by a view —
+        and channel
         concatenations of such tensors (`concat_takes_blocks`: NCHW[c] only, where the
         inputs' blocks follow one another) — any other reader would need it
         transformed back."""
@@ -319,6 +320,8 @@ class _Builder:
         if not readers:
             return ()
         for n in readers:
+            if info(n).kernel is Kernel.VIEW:  # a view in the writer's own group reads NCHW too, after it
+                return ()
             if self.concat_takes_blocks(n):
                 layouts = tuple(layout for layout in layouts if layout == "nchwc")
             elif not (self.anchor_of.get(n.name) == "Conv" and (n.op != "Conv" or n.inputs[0] == value)
