@@ -22,6 +22,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def built_cnn(tmp_path: Path, threads: int) -> tuple[onnx.ModelProto, Path]:
+    require_runnable(get_target("avx2"))
     model = small_cnn()
     onnx.save(model, tmp_path / "cnn.onnx")
     out = tmp_path / f"cnn{threads}"
@@ -29,18 +30,18 @@ def built_cnn(tmp_path: Path, threads: int) -> tuple[onnx.ModelProto, Path]:
     return model, out
 
 
-def distinct_inputs(shape: tuple[int, ...], count: int = 8) -> list[np.ndarray]:
+def distinct_inputs(loaded, count: int = 8) -> tuple[str, list[np.ndarray]]:
+    """The model's input name and `count` inputs of both signs for it."""
+    name, shape = loaded.inputs[0]
     rng = np.random.default_rng(11)
-    return [rng.standard_normal(shape, dtype=np.float32) for _ in range(count)]
+    return name, [rng.standard_normal(shape, dtype=np.float32) for _ in range(count)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_model_called_from_four_python_threads_answers_right(tmp_path, threads):
-    require_runnable(get_target("avx2"))
     model, out = built_cnn(tmp_path, threads)
     loaded = autoconfig.load(out)
-    name, shape = loaded.inputs[0]
-    xs = distinct_inputs(shape)
+    name, xs = distinct_inputs(loaded)
     expected = [onnxruntime_outputs(model, {name: x})[0] for x in xs]
     wrong: list[int] = []
 
@@ -61,12 +62,10 @@ def test_one_model_called_from_four_python_threads_answers_right(tmp_path, threa
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_model_called_from_four_c_threads_answers_right(tmp_path, threads):
-    require_runnable(get_target("avx2"))
     model, out = built_cnn(tmp_path, threads)
     loaded = autoconfig.load(out)
-    name, shape = loaded.inputs[0]
+    name, xs = distinct_inputs(loaded)
     out_shape = loaded.outputs[0][1]
-    xs = distinct_inputs(shape)
     np.stack(xs).tofile(tmp_path / "inputs.bin")
     app = tmp_path / "concurrent_runs"
     subprocess.run(["cc", "-O1", "-pthread", str(FIXTURES / "concurrent_runs.c"), f"-I{out}",
