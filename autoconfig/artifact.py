@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.build import BuiltModel
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, reraised
 from autoconfig.loader import ARCHIVE, DRIVER, FORMAT, LIBRARY, sha256_file
 from autoconfig.runtime import POOL_SOURCE, encode, widest
 from kernels.abi import c_header, c_tasks
@@ -71,6 +71,7 @@ def _versions() -> dict[str, str]:
     return found
 
 
+@reraised
 def write_artifact(model: BuiltModel, out: Path, cache: KernelCache | None = None,
                    progress: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
     """Compile and link `model` into directory `out` (see the module docstring): built in
@@ -206,6 +207,7 @@ def report(model: BuiltModel, manifest: dict) -> str:
     return "\n".join(lines)
 
 
+@reraised
 def compile_model(model: Path | str, out: Path | str, *, profile=None, target=None, fusion: str = "dp",
           threads: int | None = None, progress: bool = False) -> dict:  # fmt: skip
     """`autoconfig build`: import the ONNX file, plan, choose, generate, compile and link

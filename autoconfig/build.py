@@ -50,7 +50,8 @@ import numpy as np
 from autoconfig import movement
 from autoconfig.conv import conv_shape, pool_config, pool_shape
 from autoconfig.decisions import DecisionCache, ask
-from autoconfig.errors import AutoconfigError
+from autoconfig.families import elementwise
+from autoconfig.errors import REFUSALS, AutoconfigError, reraised
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.fusion.classify import gated, streamed_input
 from autoconfig.graph.ir import Graph, Node, TensorType
@@ -480,30 +481,6 @@ class Epilogue:
                 for op, o in zip(reading, self.operands, strict=True)]  # fmt: skip
 
 
-UNARY: dict[str, Callable[[Node, Graph], ep.EpilogueOp]] = {
-    "Relu": lambda n, g: ep.relu(),
-    "Sigmoid": lambda n, g: ep.sigmoid(),
-    "Tanh": lambda n, g: ep.tanh(),
-    "Softplus": lambda n, g: ep.softplus(),
-    "LeakyRelu": lambda n, g: ep.leaky_relu(n.attrs.get("alpha", 0.01)),
-    "HardSigmoid": lambda n, g: ep.hard_sigmoid(n.attrs.get("alpha", 0.2), n.attrs.get("beta", 0.5)),
-    "HardSwish": lambda n, g: ep.hard_swish(),
-    "Clip": lambda n, g: ep.clip(*_clip_bounds(n, g)),
-}
-"""Elementwise ops of one input, as epilogue ops."""
-
-
-def _clip_bounds(node: Node, graph: Graph) -> tuple[float, float]:
-    """Clip's bounds: inputs 2 and 3 (opset 11+), constant, else ±inf."""
-    bounds = []
-    for i, default in ((1, -math.inf), (2, math.inf)):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        if name and not graph.is_constant(name):
-            raise _fail(node, "Clip bounds computed at run time are not generated")
-        bounds.append(float(graph.constants[name]) if name else default)
-    return bounds[0], bounds[1]
-
-
 def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int,
                    out_shape: tuple[int, ...] | None = None) -> Epilogue:  # fmt: skip
     """`nodes` (a group's elementwise ops, in order) as an epilogue on `start` (seen as
@@ -528,9 +505,9 @@ def match_epilogue(b: _Builder, start: str, nodes: list[Node], channel_axis: int
             for op, values in zip((ep.scale(), ep.bias()), _batchnorm_affine(b, users[0], out_shape, channel_axis)):
                 ops.append(op)
                 operands.append(values)
-        elif len(users) == 1 and users[0].op in UNARY:
+        elif len(users) == 1 and users[0].op in elementwise.UNARY:
             used = [users[0]]
-            ops.append(UNARY[users[0].op](users[0], b.graph))
+            ops.append(elementwise.epilogue_op(users[0], b.graph))
         elif len(users) == 1 and users[0].op in ("Add", "Sub", "Mul", "Div"):
             used = [users[0]]
             op, operand = _binary(b, users[0], current, out_shape, channel_axis)
@@ -665,7 +642,7 @@ def _lower_named(b: _Builder, members: list[Node]) -> KernelGroup | None:
     the check that failed did not."""
     try:
         return _lower_group(b, members)
-    except AutoconfigError as err:
+    except REFUSALS as err:
         if str(err).startswith("node '"):
             raise
         kinds = (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
@@ -1220,7 +1197,7 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
         fill = movement.fill_value(node, b.graph)
         moves = [(out, movement.plan(source, b.graph.types[data].elements, fill, b.target))
                  for out, source in zip(node.outputs, maps) if out and b.graph.types[out].elements]  # fmt: skip
-    except AutoconfigError as err:
+    except REFUSALS as err:
         raise _fail(node, str(err).removeprefix(f"node {node.name!r} ({node.op}): ")) from None
     calls, modules, moved = [], [], 0
     for out in node.outputs:
@@ -1246,6 +1223,7 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
 # -------------------------------------------------------------------- the model
 
 
+@reraised
 def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: str = "dp",
                 threads: int | None = None, cache: KernelCache | None = None) -> BuiltModel:  # fmt: skip
     """The kernels, program and memory plan of `graph` (see the module docstring); with

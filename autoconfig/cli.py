@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from autoconfig import __version__
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, reraised
+from kernels.errors import KernelError
 
 DESCRIPTION = """\
 autoconfig generates fast CPU SIMD kernels for deep-learning operators without
@@ -69,7 +70,7 @@ def _cmd_targets(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     try:
         print(f"host = {host_target().name}")
-    except AutoconfigError as err:
+    except KernelError as err:
         print(f"host = none ({err})")
     return 0
 
@@ -281,8 +282,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``autoconfig`` command and its subcommands."""
-    from kernels.target import TARGET_NAMES
-
     parser = argparse.ArgumentParser(
         prog="autoconfig",
         description=DESCRIPTION,
@@ -291,6 +290,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"autoconfig {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_targets(sub)
+    _add_demo(sub)
+    _add_lower(sub)
+    _add_probe(sub)
+    _add_profile(sub)
+    _add_explain(sub)
+    _add_zoo(sub)
+    _add_fuse(sub)
+    _add_build(sub)
+    _add_run(sub)
+    return parser
+
+
+def _add_targets(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig targets`: the targets and how this host runs each."""
+    from kernels.target import TARGET_NAMES
 
     targets = sub.add_parser(
         "targets",
@@ -312,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     targets.add_argument("--n", type=int, default=4097, help="with --run: array length (default 4097)")
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig demo`: the main job on a zoo model."""
     demo = sub.add_parser(
         "demo",
         help="the main job: build a zoo model for this machine and run it next to onnxruntime",
@@ -325,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
     demo.add_argument("--bench", type=int, default=20, metavar="N", help="runs per latency median (default 20)")
     demo.set_defaults(run=_cmd_demo)
+
+
+def _add_lower(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig lower`: an MLIR file compiled for a target."""
+    from kernels.target import TARGET_NAMES
 
     lower = sub.add_parser(
         "lower",
@@ -346,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(lower)
     lower.set_defaults(run=_cmd_lower)
 
+
+def _add_probe(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig probe`: this machine's hardware profile."""
     probe = sub.add_parser(
         "probe",
         help="measure this machine and write its hardware profile",
@@ -363,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--no-progress", action="store_true", help="no progress bar")
     probe.set_defaults(run=_cmd_probe)
 
+
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig profile show`: a profile checked and summarized."""
     profile = sub.add_parser(
         "profile", help="inspect hardware profiles", description="Inspect hardware profiles."
     )
@@ -376,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", type=Path, help="the profile (.yaml)")
     show.set_defaults(run=_cmd_profile_show)
 
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig explain matmul|conv`: a model's choice for one operator."""
     explain = sub.add_parser(
         "explain", help="show the model's choice for an operator and why",
         description="Print the algorithm and parameters the analytic model chooses for an "
@@ -411,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
         operator.add_argument("--threads", type=int, default=None,
                               help="most threads to use (default: all cores; the model may use fewer)")  # fmt: skip
 
+
+def _add_zoo(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig zoo`: a zoo network written as ONNX."""
     zoo_cmd = sub.add_parser(
         "zoo", help="write a model-zoo network as ONNX",
         description="Write VGG-16, MobileNet-V1, EfficientNet-B0 or YOLO-V4 (architectures "
@@ -420,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     zoo_cmd.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
     zoo_cmd.set_defaults(run=_cmd_zoo)
 
+
+def _add_fuse(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig fuse`: a model's fusion plan."""
     fuse = sub.add_parser(
         "fuse", help="plan operator fusion for an ONNX model",
         description="Import an ONNX model, classify its operators by mapping type and plan "
@@ -431,6 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     fuse.add_argument("--strategy", choices=("dp", "greedy", "none"), default="dp")
     fuse.add_argument("--json", action="store_true", help="machine-readable output")
     fuse.set_defaults(run=_cmd_fuse)
+
+
+def _add_build(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig build`: a model compiled into a directory."""
+    from kernels.target import TARGET_NAMES
 
     build = sub.add_parser(
         "build", help="compile an ONNX model into a library of fused kernels",
@@ -450,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.set_defaults(run=_cmd_build)
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig run`: a built model run."""
     run = sub.add_parser(
         "run", help="run a built model",
         description="Load a directory written by 'autoconfig build' (checked against its manifest), "
@@ -464,7 +510,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="each kernel's measured time (median of the runs) next to its predicted time, "
                      "their rank correlation and the totals' ratio")  # fmt: skip
     run.set_defaults(run=_cmd_run)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.run(args)
+        return reraised(args.run)(args)
     except AutoconfigError as err:
         print(f"autoconfig: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from autoconfig import checks
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, reraised
 from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
-from autoconfig.models.matmul import Prediction
+from autoconfig.models.cost import Prediction
 from autoconfig.resolve import resolve
 from autoconfig.lowering import LayerBuffers, conv_calls, pool_calls, reblock_call
 from autoconfig.matmul import b_staging
-from autoconfig.runtime import Program, Ref, aligned_empty
+from autoconfig.runtime import Call, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import pool as pl
 from kernels import nchwc
@@ -155,6 +155,7 @@ def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strid
                      _pair("dilations", dilations, 1), group)  # fmt: skip
 
 
+@reraised
 def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations=None, group=1,
                 epilogue: ep.Epilogue = (), profile=None, target=None, threads=None) -> ConvChoice:  # fmt: skip
     """The model's choice for a layer, without building anything, among plans in every
@@ -166,6 +167,7 @@ def plan_conv2d(input_shape, weight_shape, *, strides=None, pads=None, dilations
     return choose(shape, prof, tgt, checks.threads_within(threads, prof), tuple(epilogue))
 
 
+@reraised
 def compile_conv2d(input_shape, weight: np.ndarray, bias: np.ndarray | None = None, *, strides=None, pads=None,
                    dilations=None, group: int = 1, epilogue: ep.Epilogue = (),
                    channel_values: Sequence[np.ndarray] = (), profile=None, target=None,
@@ -274,6 +276,7 @@ def pool_config(shape: pl.PoolShape, target: Target, lanes: int | None = None) -
     return config
 
 
+@reraised
 def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,
                    ceil_mode: bool = False, count_include_pad: bool = False, profile=None, target=None,
                    threads: int | None = None, lanes: int | None = None) -> CompiledPool:  # fmt: skip

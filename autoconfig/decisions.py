@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoconfig.profile import HardwareProfile, profile_to_dict
-from kernels.cache import generators_version, target_settings, write_atomically
+from kernels.cache import generators_version, target_settings
+from kernels.files import write_atomically
 from kernels.target import Target
 
 PACKAGE = Path(__file__).parent
@@ -57,7 +58,7 @@ class DecisionCache:
             pass  # not there, or written by other code: ask the model
         choice = model(problem, profile, target, threads, epilogue, **options)
         try:
-            write_atomically(path, pickle.dumps(choice, protocol=4))
+            write_atomically(path, pickle.dumps(choice, protocol=4), make_parents=True)
         except OSError:  # an unwritable cache only costs the next build the time
             pass
         return choice

@@ -1,4 +1,15 @@
-"""The project's one user-facing exception type."""
+"""The project's one user-facing exception type, and the seam where the code
+generator's own error becomes it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+from kernels.errors import KernelError
+
+F = TypeVar("F", bound=Callable)
 
 
 class AutoconfigError(Exception):
@@ -7,3 +18,21 @@ class AutoconfigError(Exception):
     The CLI prints its message as one line and exits with status 2, so the message
     must name the cause (the field, the target, the file) on its own.
     """
+
+
+REFUSALS = (AutoconfigError, KernelError)
+"""What a step that calls into `kernels` catches to report a refusal as its own."""
+
+
+def reraised(function: F) -> F:
+    """`function` with a `KernelError` from the code generator re-raised as an
+    AutoconfigError: every public entry point that reaches `kernels` wears it."""
+
+    @functools.wraps(function)
+    def entry(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except KernelError as err:
+            raise AutoconfigError(str(err)) from None
+
+    return entry  # type: ignore[return-value]

@@ -9,11 +9,10 @@ as a shell redirection would.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from autoconfig.errors import AutoconfigError
+from kernels import files
 
 
 def read_text(path: Path | str, what: str) -> str:
@@ -30,26 +29,13 @@ def read_text(path: Path | str, what: str) -> str:
 
 
 def write_atomically(path: Path | str, data: bytes | str, make_parents: bool = False) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it into place; the
+    """Write `data` to `path` atomically (`kernels.files.write_atomically`); the
     directory must exist unless `make_parents` (caches)."""
-    path = Path(path)
     check_output(path, make_parents)
-    parent = path.parent
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        files.write_atomically(path, data)
     except OSError as err:
         raise AutoconfigError(f"cannot write {path}: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise AutoconfigError(f"cannot write {path}: {err.strerror}") from None
-    except BaseException:  # includes KeyboardInterrupt: never leave the temp file
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def check_output(path: Path | str, make_parents: bool = False) -> None:
@@ -65,10 +51,3 @@ def check_output(path: Path | str, make_parents: bool = False) -> None:
             raise AutoconfigError(f"cannot create directory {path.parent}: {err.strerror}") from None
     elif not path.parent.is_dir():
         raise AutoconfigError(f"cannot write {path}: directory {path.parent} does not exist")
-
-
-def _umask() -> int:
-    """The process umask (reading it means setting it; put back at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from autoconfig.accuracy import spearman
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, reraised
 
 FORMAT = 1
 LIBRARY, ARCHIVE, DRIVER = "libautoconfig_model.so", "libautoconfig_model.a", "model_driver"
@@ -170,6 +170,7 @@ class LoadedModel:
                 f"{self.manifest['predicted_ns'] / total_ns:.2f}x the measured {total_ns / 1e6:.3f} ms")  # fmt: skip
 
 
+@reraised
 def load(directory: Path | str) -> LoadedModel:
     """A built model directory, checked against its manifest, ready to call."""
     return LoadedModel(directory)

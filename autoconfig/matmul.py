@@ -12,8 +12,9 @@ from dataclasses import replace
 import numpy as np
 
 from autoconfig import checks
-from autoconfig.errors import AutoconfigError
-from autoconfig.models.matmul import Choice, MatmulPlan, Prediction, Split, choose, predict
+from autoconfig.errors import AutoconfigError, reraised
+from autoconfig.models.cost import Prediction
+from autoconfig.models.matmul import Choice, MatmulPlan, Split, choose, predict
 from autoconfig.resolve import resolve
 from autoconfig.lowering import LayerBuffers, matmul_call
 from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
@@ -97,6 +98,7 @@ def _explain_forced(p: Prediction, target: Target) -> str:
                       *p.lines()])  # fmt: skip
 
 
+@reraised
 def plan_matmul(m: int, n: int, k: int, *, profile=None, target=None, threads=None,
                 epilogue: ep.Epilogue = ()) -> Choice:  # fmt: skip
     """The model's choice for a shape, without building anything."""
@@ -109,6 +111,7 @@ def _shape(m: object, n: object, k: object) -> mm.MatmulShape:
     return mm.MatmulShape(checks.size("M", m), checks.size("N", n), checks.size("K", k))
 
 
+@reraised
 def compile_matmul(
     m: int, n: int, k: int, *, profile=None, target=None, threads: int | None = None,
     config: mm.MatmulConfig | None = None, split_by: Split = "rows", epilogue: ep.Epilogue = (),

@@ -26,13 +26,13 @@ import hashlib
 import os
 import pickle
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from kernels.emit import KernelModule
+from kernels.files import write_atomically
 from kernels.lower import GENERATED_PIPELINE, Compiling, ObjectFile, backend_count, compile_units, parse_mlir
 from kernels.lower import start_backends, to_llvm_ir, wait_any
 from kernels.target import Target
@@ -95,7 +95,7 @@ class KernelCache:
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
             pass  # not generated before (or by other code): generate
         made = generated(generate, config, target)
-        write_atomically(path, pickle.dumps([(m.text, m.signatures) for m in made], protocol=4))
+        write_atomically(path, pickle.dumps([(m.text, m.signatures) for m in made], protocol=4), make_parents=True)
         return made
 
     def get(self, key: str, out_dir: Path, target: Target) -> list[ObjectFile] | None:
@@ -117,8 +117,8 @@ class KernelCache:
     def put(self, key: str, objects: Sequence[ObjectFile]) -> None:
         """Store a module's objects, then the count that makes them a hit."""
         for unit, obj in enumerate(objects):
-            write_atomically(self.root / f"{key}.{unit}.o", obj.path.read_bytes())
-        write_atomically(self.root / f"{key}.units", str(len(objects)).encode())
+            write_atomically(self.root / f"{key}.{unit}.o", obj.path.read_bytes(), make_parents=True)
+        write_atomically(self.root / f"{key}.units", str(len(objects)).encode(), make_parents=True)
 
 
 def generated(generate: Callable[[object, Target], KernelModule | list[KernelModule]], config: object,
@@ -126,16 +126,6 @@ def generated(generate: Callable[[object, Target], KernelModule | list[KernelMod
     """`generate(config, target)` as a list (a one-kernel family returns its module alone)."""
     made = generate(config, target)
     return made if isinstance(made, list) else [made]
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary name beside `path` and rename it into place, so a
-    concurrent reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:16]}.")
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(tmp, path)
 
 
 def default_cache() -> KernelCache:

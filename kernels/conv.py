@@ -56,10 +56,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
+from kernels.conv_shape import ConvShape
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index
 from kernels.emit import config_symbol, outlined_nest, single_kernel, tail_mask
 from kernels.gemm import KBlocks, OutputTile, micro_kernel, write_back
@@ -73,109 +74,6 @@ from kernels.winograd import WinogradConfig
 
 ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise", "winograd"]
 CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = ("direct", "im2col", "gemm1x1", "depthwise", "winograd")
-
-
-@dataclass(frozen=True)
-class ConvShape:
-    """Y[N, Cout, OH, OW] = Conv(X[N, C, H, W], W[Cout, C/group, KH, KW]) with ONNX's
-    attributes: pads are (top, left, bottom, right)."""
-
-    batch: int
-    channels: int
-    height: int
-    width: int
-    out_channels: int
-    kernel: tuple[int, int]
-    strides: tuple[int, int] = (1, 1)
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
-    dilations: tuple[int, int] = (1, 1)
-    group: int = 1
-
-    def __post_init__(self) -> None:
-        sizes = {"batch": self.batch, "channels": self.channels, "height": self.height, "width": self.width,
-                 "output channels": self.out_channels, "kernel": min(self.kernel), "strides": min(self.strides),
-                 "dilations": min(self.dilations), "group": self.group}  # fmt: skip
-        for name, value in sizes.items():
-            if value < 1:
-                raise AutoconfigError(f"convolution {name} must be >= 1, got {value}")
-        if min(self.pads) < 0:
-            raise AutoconfigError(f"convolution pads must be >= 0, got {self.pads}")
-        if self.channels % self.group or self.out_channels % self.group:
-            raise AutoconfigError(f"group={self.group} must divide the input channels ({self.channels}) "
-                                  f"and the output channels ({self.out_channels})")  # fmt: skip
-        if self.out_height < 1 or self.out_width < 1:
-            raise AutoconfigError(f"a {self.kernel[0]}x{self.kernel[1]} window with dilation "
-                                  f"{self.dilations} does not fit the padded {self.height}x{self.width} input")
-
-    @property
-    def out_height(self) -> int:
-        span = (self.kernel[0] - 1) * self.dilations[0] + 1
-        return (self.height + self.pads[0] + self.pads[2] - span) // self.strides[0] + 1
-
-    @property
-    def out_width(self) -> int:
-        span = (self.kernel[1] - 1) * self.dilations[1] + 1
-        return (self.width + self.pads[1] + self.pads[3] - span) // self.strides[1] + 1
-
-    @property
-    def in_per_group(self) -> int:
-        return self.channels // self.group
-
-    @property
-    def out_per_group(self) -> int:
-        return self.out_channels // self.group
-
-    @property
-    def taps(self) -> int:
-        return self.kernel[0] * self.kernel[1]
-
-    @property
-    def depthwise(self) -> bool:
-        """One input and one output channel per group (MobileNet's depthwise layers; a
-        channel multiplier above 1 is a grouped convolution for the direct algorithm)."""
-        return self.group > 1 and self.in_per_group == 1 and self.out_per_group == 1
-
-    @property
-    def pointwise(self) -> bool:
-        """A 1×1 convolution with stride 1 and no padding: a matrix product on the image."""
-        return self.kernel == (1, 1) and self.strides == (1, 1) and not any(self.pads)
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.batch * self.out_channels * self.out_height * self.out_width * self.in_per_group * self.taps
-
-    @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.channels, self.height, self.width)
-
-    @property
-    def weight_shape(self) -> tuple[int, int, int, int]:
-        return (self.out_channels, self.in_per_group, *self.kernel)
-
-    @property
-    def output_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.out_channels, self.out_height, self.out_width)
-
-    def gemm_shape(self) -> mm.MatmulShape:
-        """The matrix product of one image and group: Cout/G × OH·OW × Cin/G·KH·KW."""
-        return mm.MatmulShape(self.out_per_group, self.out_height * self.out_width, self.in_per_group * self.taps)
-
-    def phase_split(self, lanes: int, slack: int) -> PhaseSplit:
-        """The transform of the input that direct and im2col read (`kernels.layout`)."""
-        return PhaseSplit(self.batch * self.channels, self.height, self.width, self.strides, self.pads,
-                          0.0, lanes, slack)  # fmt: skip
-
-    def tap_offsets(self, split: PhaseSplit) -> list[int]:
-        """Each tap's constant offset in a transformed plane, in the weights' (kh, kw) order."""
-        dh, dw = self.dilations
-        return [split.tap_offset(kh * dh, kw * dw) for kh in range(self.kernel[0]) for kw in range(self.kernel[1])]
-
-    def describe(self) -> str:
-        """'1x64x56x56 * 64x64x3x3 s1 p1,1,1,1 d1 g1'."""
-        pads = ",".join(map(str, self.pads))
-        return (f"{'x'.join(map(str, self.input_shape))} * {'x'.join(map(str, self.weight_shape))} "
-                f"s{self.strides[0]}x{self.strides[1]} p{pads} d{self.dilations[0]}x{self.dilations[1]} "
-                f"g{self.group}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,7 +133,7 @@ class DirectConfig:
     def validate(self, target: Target) -> None:
         """Reject a config the target cannot run, with the reason."""
         if self.kc < 0:
-            raise AutoconfigError(f"kc must be >= 0, got {self.kc}")
+            raise KernelError(f"kc must be >= 0, got {self.kc}")
         _check_tile(self, target)
 
 
@@ -245,10 +143,10 @@ def _check_tile(config: DirectConfig | DepthwiseConfig, target: Target) -> None:
     check_lanes(target, config.lanes)
     for name in ("mr", "nv"):
         if getattr(config, name) < 1:
-            raise AutoconfigError(f"{name} must be >= 1, got {getattr(config, name)}")
+            raise KernelError(f"{name} must be >= 1, got {getattr(config, name)}")
     registers, held = config.registers_needed()
     if registers > target.vector_registers:
-        raise AutoconfigError(f"{config.algorithm} {config.tile} needs {held} = {registers} vector registers; "
+        raise KernelError(f"{config.algorithm} {config.tile} needs {held} = {registers} vector registers; "
                               f"{target.name} has {target.vector_registers}")  # fmt: skip
 
 
@@ -283,21 +181,21 @@ class GemmConvConfig:
 
     def validate(self, target: Target) -> None:
         if self.algorithm not in ("im2col", "gemm1x1"):
-            raise AutoconfigError(f"{self.algorithm} is not a matrix-product convolution")
+            raise KernelError(f"{self.algorithm} is not a matrix-product convolution")
         if self.algorithm == "gemm1x1" and not self.shape.pointwise:
-            raise AutoconfigError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
+            raise KernelError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
                                   + self.shape.describe())  # fmt: skip
         if self.gemm.transposed:
             product = self.shape.gemm_shape()
             if self.algorithm != "gemm1x1" or self.gemm.shape != transposed_shape(product) or \
                     self.gemm.channel_axis != "columns":
-                raise AutoconfigError(f"a transposed GEMM of {self.shape.describe()} is a gemm1x1 of "
+                raise KernelError(f"a transposed GEMM of {self.shape.describe()} is a gemm1x1 of "
                                       f"{transposed_shape(product)} with channels along its columns")  # fmt: skip
         elif self.gemm.shape != self.shape.gemm_shape() or self.gemm.channel_axis != "rows":
-            raise AutoconfigError(f"the GEMM of {self.shape.describe()} is {self.shape.gemm_shape()} with "
+            raise KernelError(f"the GEMM of {self.shape.describe()} is {self.shape.gemm_shape()} with "
                                   "channels along its rows")  # fmt: skip
         if self.gemm.accumulate:
-            raise AutoconfigError("a convolution's GEMM overwrites its output (accumulate=False)")
+            raise KernelError("a convolution's GEMM overwrites its output (accumulate=False)")
         self.gemm.validate(target)
 
 
@@ -343,7 +241,7 @@ class DepthwiseConfig:
 
     def validate(self, target: Target) -> None:
         if not self.shape.depthwise:
-            raise AutoconfigError(f"depthwise needs one input and one output channel per group, got "
+            raise KernelError(f"depthwise needs one input and one output channel per group, got "
                                   f"{self.shape.describe()}")  # fmt: skip
         _check_tile(self, target)
 

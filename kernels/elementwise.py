@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_vector_type, index
+from kernels.emit import KernelModule, check_blocked, check_lanes, config_symbol, f32_memref, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
 from kernels.loops import for_range, for_tiles, load, offset, store
 from kernels.mlir import arith, ir, memref, vector
-from kernels.nchwc import Layout, check_blocked
+from kernels.nchwc import Layout
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -59,14 +59,14 @@ class ElementwiseConfig:
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
         if min(self.planes, self.plane_size, self.channels, self.nv) < 1:
-            raise AutoconfigError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
+            raise KernelError(f"an elementwise kernel needs planes, plane size, channels and nv >= 1: {self}")
         if self.layout == "nchwc":
             check_blocked(target, self.lanes, {"the channels": self.channels})
         if self.layout == "nhwc" and self.plane_size != self.channels:
-            raise AutoconfigError(f"an NHWC elementwise kernel's planes are pixels of all {self.channels} channels, "
+            raise KernelError(f"an NHWC elementwise kernel's planes are pixels of all {self.channels} channels, "
                                   f"not {self.plane_size} floats")  # fmt: skip
         if self.planes % self.blocks:
-            raise AutoconfigError(f"{self.planes} planes do not cycle through {self.blocks} channels or blocks")
+            raise KernelError(f"{self.planes} planes do not cycle through {self.blocks} channels or blocks")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x[, epilogue operands], plane_begin, plane_end)``."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.abi import KernelSignature
 from kernels.mlir import MLIRError, arith, func, ir, llvm, vector
 from kernels.target import Target
@@ -62,11 +62,11 @@ def new_module() -> Iterator[ir.Module]:
 
 
 def verify(module: ir.Module) -> None:
-    """Raise AutoconfigError naming the first diagnostic if `module` is invalid."""
+    """Raise KernelError naming the first diagnostic if `module` is invalid."""
     try:
         module.operation.verify()
     except MLIRError as err:
-        raise AutoconfigError(f"generated MLIR failed verification: {first_diagnostic(err)}") from None
+        raise KernelError(f"generated MLIR failed verification: {first_diagnostic(err)}") from None
 
 
 def first_diagnostic(err: MLIRError) -> str:
@@ -218,16 +218,30 @@ def config_symbol(stem: str, config: object) -> str:
 def check_lanes(target: Target, lanes: int) -> None:
     """Reject a lane count the target cannot hold in one vector register."""
     if lanes < 1 or lanes & (lanes - 1) or lanes > target.f32_lanes:
-        raise AutoconfigError(
+        raise KernelError(
             f"lanes={lanes} is invalid for {target.name}: use a power of two from 1 "
             f"to {target.f32_lanes} (its {target.vector_bits}-bit registers hold "
             f"{target.f32_lanes} f32)"
         )
     if target.scalable and lanes % target.vscale:
-        raise AutoconfigError(
+        raise KernelError(
             f"lanes={lanes} is invalid for {target.name} at VLEN {target.vector_bits}: "
             f"scalable vectors hold a multiple of vscale={target.vscale} lanes"
         )
+
+
+def check_blocked(target: Target, lanes: int, channels: dict[str, int]) -> None:
+    """Reject a blocked layout the target or the tensors cannot have: blocks need a
+    fixed vector length (a scalable vector's lanes are known only at run time), and
+    whole blocks of channels."""
+    check_lanes(target, lanes)
+    if target.scalable:
+        raise KernelError(f"channel-blocked layouts need fixed-length vectors; {target.name}'s are scalable")
+    for name, count in channels.items():
+        if count % lanes:
+            raise KernelError(f"a channel-blocked layout needs {name} ({count}) to be a multiple of the "
+                                  f"{lanes} lanes")  # fmt: skip
+
 
 
 def f32_vector_type(target: Target, lanes: int) -> ir.VectorType:

@@ -24,10 +24,12 @@ tensor (their operand), which becomes a kernel argument:
 - ``hard_sigmoid``  max(0, min(1, alpha·y + beta))   (ONNX: alpha 0.2, beta 0.5)
 - ``hard_swish``    y · hard_sigmoid(y) with alpha 1/6, beta 0.5
 
-`apply` emits the ops on a value of any shape — a vector of the output row, or one
-scalar (a matrix-times-vector result) — given a callback that loads an operand at
-the current output position in the same shape. `reference` is the numpy meaning,
-which the tests hold the generated code to.
+Each kind is declared once, in `KINDS`: its operand, its cost in vector instructions,
+its vector code and its numpy meaning side by side. `apply` emits the ops on a value
+of any shape — a vector of the output row, or one scalar (a matrix-times-vector
+result) — given a callback that loads an operand at the current output position in
+the same shape. `reference` is the numpy meaning, which the tests hold the generated
+code to and the graph interpreter runs.
 """
 
 from __future__ import annotations
@@ -38,49 +40,31 @@ from typing import Literal
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.loops import maximum, minimum
 from kernels.mlir import arith, ir, math, vector
 
-EpilogueKind = Literal["bias", "scale", "residual", "product", "difference", "quotient",
-                       "reverse_difference", "reverse_quotient", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "softplus",
-                       "silu", "mish", "hard_sigmoid", "hard_swish"]
 Operand = Literal["channel", "output"]
-
-OPERANDS: dict[str, Operand] = {"bias": "channel", "scale": "channel", "residual": "output", "product": "output",
-                                "difference": "output", "quotient": "output", "reverse_difference": "output",
-                                "reverse_quotient": "output"}
-"""Ops that read a second tensor, and its shape: per channel, or the output's."""
-
-VECTOR_OPS: dict[str, int] = {
-    "bias": 1, "scale": 1, "residual": 1, "product": 1, "difference": 1, "quotient": 1, "reverse_difference": 1,
-    "reverse_quotient": 1, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 20, "tanh": 23,
-    "softplus": 40, "silu": 21, "mish": 25, "hard_sigmoid": 3, "hard_swish": 5,
-}  # fmt: skip
-"""Vector instructions one op emits per output vector (loads of operands not counted):
-what the models charge for it. Sigmoid: exp's clamp, range reduction, degree-6
-polynomial and exponent assembly (17), negation, add, divide; softplus: exp (17),
-log's exponent split, branch-free select and degree-8 polynomial (19), the rest."""
 
 
 @dataclass(frozen=True)
 class EpilogueOp:
     """One elementwise op of an epilogue; `low`/`high` for clip, `alpha` for leaky_relu."""
 
-    kind: EpilogueKind
+    kind: str  # a key of KINDS
     low: float = 0.0
     high: float = 0.0
     alpha: float = 0.0  # leaky_relu's slope, hard_sigmoid's alpha
     beta: float = 0.0  # hard_sigmoid's beta
 
     def __post_init__(self) -> None:
-        if self.kind not in VECTOR_OPS:
-            raise AutoconfigError(f"unknown epilogue op {self.kind!r}: {', '.join(VECTOR_OPS)}")
+        if self.kind not in KINDS:
+            raise KernelError(f"unknown epilogue op {self.kind!r}: {', '.join(KINDS)}")
 
     @property
     def operand(self) -> Operand | None:
         """The shape of the tensor this op reads, if it reads one."""
-        return OPERANDS.get(self.kind)
+        return KINDS[self.kind].operand
 
 
 Epilogue = tuple[EpilogueOp, ...]
@@ -154,16 +138,15 @@ def operand_names(epilogue: Epilogue) -> list[tuple[int, str, Operand]]:
 
 def vector_ops(epilogue: Epilogue) -> int:
     """Vector instructions the epilogue costs per output vector."""
-    return sum(VECTOR_OPS[op.kind] for op in epilogue)
+    return sum(KINDS[op.kind].vector_ops for op in epilogue)
 
 
 def describe(epilogue: Epilogue) -> str:
     """'bias+relu', 'clip(0,6)', or 'none'."""
     parts = []
     for op in epilogue:
-        extra = {"clip": f"({op.low:g},{op.high:g})", "leaky_relu": f"({op.alpha:g})",
-                 "hard_sigmoid": f"({op.alpha:g},{op.beta:g})"}.get(op.kind, "")  # fmt: skip
-        parts.append(op.kind + extra)
+        shown = KINDS[op.kind].shown
+        parts.append(op.kind + (f"({','.join(f'{getattr(op, name):g}' for name in shown)})" if shown else ""))
     return "+".join(parts) or "none"
 
 
@@ -171,44 +154,23 @@ def apply(epilogue: Epilogue, value: ir.Value, operand: Callable[[int], ir.Value
     """Emit the epilogue on `value` (a vector or a scalar f32); `operand(i)` loads op i's
     tensor at the current output position, shaped like `value`."""
     for i, op in enumerate(epilogue):
-        if op.kind in ("scale", "product"):
-            value = arith.mulf(value, operand(i))
-        elif op.kind == "difference":
-            value = arith.subf(value, operand(i))
-        elif op.kind == "quotient":
-            value = arith.divf(value, operand(i))
-        elif op.kind == "reverse_difference":
-            value = arith.subf(operand(i), value)
-        elif op.kind == "reverse_quotient":
-            value = arith.divf(operand(i), value)
-        elif op.operand:
-            value = arith.addf(value, operand(i))
-        elif op.kind == "relu":
-            value = maximum(_const(value, 0.0), value)
-        elif op.kind == "clip":
-            value = _clamp(value, op.low, op.high)
-        elif op.kind == "leaky_relu":
-            negative = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0))
-            value = arith.select(negative, arith.mulf(value, _const(value, op.alpha)), value)
-        elif op.kind == "sigmoid":
-            value = _sigmoid(value)
-        elif op.kind == "silu":
-            value = arith.mulf(value, _sigmoid(value))
-        elif op.kind == "tanh":  # 2·sigmoid(2y) − 1
-            value = arith.subf(arith.mulf(_const(value, 2.0), _sigmoid(arith.addf(value, value))), _const(value, 1.0))
-        elif op.kind == "softplus":  # max(y, 0) + log(1 + exp(−|y|)): no overflow either way
-            tail = log(arith.addf(_const(value, 1.0), exp(arith.negf(math.absf(value)))))
-            value = arith.addf(maximum(_const(value, 0.0), value), tail)
-        elif op.kind == "mish":  # y·n(n+2)/(n(n+2)+2), n = e^y; the ratio is 1 in f32 beyond y = 20
-            n = exp(minimum(_const(value, MISH_SATURATION), value))
-            top = arith.mulf(n, arith.addf(n, _const(value, 2.0)))
-            value = arith.mulf(value, arith.divf(top, arith.addf(top, _const(value, 2.0))))
-        elif op.kind == "hard_sigmoid":
-            value = _clamp(arith.addf(arith.mulf(value, _const(value, op.alpha)), _const(value, op.beta)), 0.0, 1.0)
-        else:  # hard_swish
-            gate = _clamp(arith.addf(arith.mulf(value, _const(value, 1 / 6)), _const(value, 0.5)), 0.0, 1.0)
-            value = arith.mulf(value, gate)
+        value = KINDS[op.kind].emit(op, value, operand(i) if op.operand else None)
     return value
+
+
+def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray | None],
+              channel_axis: int = -1) -> np.ndarray:  # fmt: skip
+    """The numpy meaning of `epilogue` on output `y` (in float64); operands[i] is op i's
+    tensor (None for ops without one); a channel operand is broadcast along
+    `channel_axis`."""
+    y = y.astype(np.float64)
+    for op, x in zip(epilogue, operands, strict=True):
+        if op.operand == "channel":
+            shape = [1] * y.ndim
+            shape[channel_axis] = -1
+            x = np.asarray(x, np.float64).reshape(shape)
+        y = KINDS[op.kind].reference(op, y, x)
+    return y
 
 
 MISH_SATURATION = 20.0
@@ -303,47 +265,76 @@ def _int_const(kind: ir.Type, number: int) -> ir.Value:
     return vector.broadcast(kind, scalar) if isinstance(kind, ir.VectorType) else scalar
 
 
-def reference(epilogue: Epilogue, y: np.ndarray, operands: Sequence[np.ndarray | None],
-              channel_axis: int = -1) -> np.ndarray:  # fmt: skip
-    """The numpy meaning of `epilogue` on output `y`; operands[i] is op i's tensor (None
-    for ops without one); a channel operand is broadcast along `channel_axis`."""
-    y = y.astype(np.float64)
-    for op, x in zip(epilogue, operands, strict=True):
-        if op.kind in ("bias", "scale"):
-            shape = [1] * y.ndim
-            shape[channel_axis] = -1
-            channel = np.asarray(x, np.float64).reshape(shape)
-            y = y + channel if op.kind == "bias" else y * channel
-        elif op.kind == "residual":
-            y = y + x
-        elif op.kind == "product":
-            y = y * x
-        elif op.kind == "difference":
-            y = y - x
-        elif op.kind == "quotient":
-            y = y / x
-        elif op.kind == "reverse_difference":
-            y = x - y
-        elif op.kind == "reverse_quotient":
-            y = x / y
-        elif op.kind == "relu":
-            y = np.maximum(y, 0)
-        elif op.kind == "clip":
-            y = np.clip(y, op.low, op.high)
-        elif op.kind == "leaky_relu":
-            y = np.where(y >= 0, y, op.alpha * y)
-        elif op.kind == "sigmoid":
-            y = 1 / (1 + np.exp(-y))
-        elif op.kind == "silu":
-            y = y / (1 + np.exp(-y))
-        elif op.kind == "tanh":
-            y = np.tanh(y)
-        elif op.kind == "softplus":
-            y = np.logaddexp(0, y)
-        elif op.kind == "mish":
-            y = y * np.tanh(np.logaddexp(0, y))
-        elif op.kind == "hard_sigmoid":
-            y = np.clip(op.alpha * y + op.beta, 0, 1)
-        else:
-            y = y * np.clip(y / 6 + 0.5, 0, 1)
-    return y
+# ---------------------------------------------------------------- the kinds
+
+
+def _leaky_relu(op: EpilogueOp, value: ir.Value) -> ir.Value:
+    negative = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0))
+    return arith.select(negative, arith.mulf(value, _const(value, op.alpha)), value)
+
+
+def _tanh(value: ir.Value) -> ir.Value:
+    """2·sigmoid(2y) − 1."""
+    return arith.subf(arith.mulf(_const(value, 2.0), _sigmoid(arith.addf(value, value))), _const(value, 1.0))
+
+
+def _softplus(value: ir.Value) -> ir.Value:
+    """max(y, 0) + log(1 + exp(−|y|)): no overflow either way."""
+    tail = log(arith.addf(_const(value, 1.0), exp(arith.negf(math.absf(value)))))
+    return arith.addf(maximum(_const(value, 0.0), value), tail)
+
+
+def _mish(value: ir.Value) -> ir.Value:
+    """y·n(n+2)/(n(n+2)+2), n = e^y; the ratio is 1 in f32 beyond MISH_SATURATION."""
+    n = exp(minimum(_const(value, MISH_SATURATION), value))
+    top = arith.mulf(n, arith.addf(n, _const(value, 2.0)))
+    return arith.mulf(value, arith.divf(top, arith.addf(top, _const(value, 2.0))))
+
+
+def _hard_sigmoid(value: ir.Value, alpha: float, beta: float) -> ir.Value:
+    return _clamp(arith.addf(arith.mulf(value, _const(value, alpha)), _const(value, beta)), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of epilogue op, declared once: the tensor it reads (if any), its vector
+    instructions per output vector (what the models charge; operand loads not counted),
+    its vector code ``emit(op, y, operand)`` and its numpy meaning
+    ``reference(op, y, operand)`` in float64, and the parameters `describe` shows."""
+
+    emit: Callable[[EpilogueOp, ir.Value, ir.Value | None], ir.Value]
+    reference: Callable[[EpilogueOp, np.ndarray, np.ndarray | None], np.ndarray]
+    vector_ops: int
+    operand: Operand | None = None
+    shown: tuple[str, ...] = ()
+
+
+KINDS: dict[str, Kind] = {
+    "bias": Kind(lambda op, y, r: arith.addf(y, r), lambda op, y, r: y + r, 1, "channel"),
+    "scale": Kind(lambda op, y, r: arith.mulf(y, r), lambda op, y, r: y * r, 1, "channel"),
+    "residual": Kind(lambda op, y, r: arith.addf(y, r), lambda op, y, r: y + r, 1, "output"),
+    "product": Kind(lambda op, y, r: arith.mulf(y, r), lambda op, y, r: y * r, 1, "output"),
+    "difference": Kind(lambda op, y, r: arith.subf(y, r), lambda op, y, r: y - r, 1, "output"),
+    "quotient": Kind(lambda op, y, r: arith.divf(y, r), lambda op, y, r: y / r, 1, "output"),
+    "reverse_difference": Kind(lambda op, y, r: arith.subf(r, y), lambda op, y, r: r - y, 1, "output"),
+    "reverse_quotient": Kind(lambda op, y, r: arith.divf(r, y), lambda op, y, r: r / y, 1, "output"),
+    "relu": Kind(lambda op, y, r: maximum(_const(y, 0.0), y), lambda op, y, r: np.maximum(y, 0), 1),
+    "clip": Kind(lambda op, y, r: _clamp(y, op.low, op.high), lambda op, y, r: np.clip(y, op.low, op.high), 2,
+                 shown=("low", "high")),
+    "leaky_relu": Kind(lambda op, y, r: _leaky_relu(op, y), lambda op, y, r: np.where(y >= 0, y, op.alpha * y), 3,
+                       shown=("alpha",)),
+    # sigmoid: exp's clamp, range reduction, degree-6 polynomial and exponent assembly
+    # (17), negation, add, divide; softplus: exp (17), log's exponent split, select and
+    # degree-8 polynomial (19), the rest
+    "sigmoid": Kind(lambda op, y, r: _sigmoid(y), lambda op, y, r: 1 / (1 + np.exp(-y)), 20),
+    "tanh": Kind(lambda op, y, r: _tanh(y), lambda op, y, r: np.tanh(y), 23),
+    "softplus": Kind(lambda op, y, r: _softplus(y), lambda op, y, r: np.logaddexp(0, y), 40),
+    "silu": Kind(lambda op, y, r: arith.mulf(y, _sigmoid(y)), lambda op, y, r: y / (1 + np.exp(-y)), 21),
+    "mish": Kind(lambda op, y, r: _mish(y), lambda op, y, r: y * np.tanh(np.logaddexp(0, y)), 25),
+    "hard_sigmoid": Kind(lambda op, y, r: _hard_sigmoid(y, op.alpha, op.beta),
+                         lambda op, y, r: np.clip(op.alpha * y + op.beta, 0, 1), 3, shown=("alpha", "beta")),
+    "hard_swish": Kind(lambda op, y, r: arith.mulf(y, _hard_sigmoid(y, 1 / 6, 0.5)),
+                       lambda op, y, r: y * np.clip(y / 6 + 0.5, 0, 1), 5),
+}  # fmt: skip
+"""Every epilogue op kind: what `EpilogueOp`, `apply`, `reference`, `vector_ops` and
+`describe` read."""

@@ -165,95 +165,103 @@ def copy_plane(s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.V
     """Emit the transform of plane `p` of `x` (`source_memref`) into the flat `xt` from
     element `first`: the whole buffer's planes, or one plane's scratch of a kernel that
     transforms each plane just before reading it (depthwise, pooling). The rows of all
-    row phases in `one_nest` loop, else one loop per row phase. One nest is for the
-    transform kernel, whose LLVM time grows per nest: Winograd F(4,3)'s split into 4x4
-    phases (128 planes of 52², Zen 5 VM) went from 49 to 14 KB of LLVM IR, its LLVM
-    time in a build from 92 to 33 ms; inside a depthwise kernel one nest measured 5-8%
-    slower (3x3/2 on 64x112²: 50-53 -> 54-56 µs). Each source row
-    is read once for all its column phases: a load of sw·L columns deinterleaved sw
-    ways (reading it again per phase, one column off, cost two-thirds of a strided
-    depthwise layer on Zen 4: every 64-byte load crossed a line)."""
-    sh, sw = s.strides
-    top, left = s.pads[0], s.pads[1]
-    vec, lanes = f32_vector_type(target, s.lanes), s.lanes
-    fill_vec = f32_splat(target, lanes, s.fill)
-    fill = arith.constant(ir.F32Type.get(), s.fill)
+    row phases in `one_nest` loop (less LLVM IR, for the transform kernel), else one
+    loop per row phase (faster inside a kernel). Each source row is read once for all
+    its column phases: a load of sw·L columns deinterleaved sw ways."""
+    copy = _PlaneCopy(s, target, x, xt, p, first)
+    sh = s.strides[0]
+    if one_nest:  # padded row r: phase row r div sh of row phase r mod sh
+        for_range(0, sh * s.phase_rows, 1, lambda r: copy.row(arith.divui(r, index(sh)), arith.remui(r, index(sh))))
+    else:
+        for py in range(sh):
+            for_range(0, s.phase_rows, 1, lambda i, py=py: copy.row(i, index(py)))
 
-    def mask(count: int) -> ir.Value | None:
-        return tail_mask(target, lanes, count)
 
-    def fill_row(start: ir.Value) -> None:
+class _PlaneCopy:
+    """The emit helpers of `copy_plane` for one plane: a phase row is the source row's
+    columns of each column phase between fills, or all fill outside the source."""
+
+    def __init__(self, s: PhaseSplit, target: Target, x: ir.Value, xt: ir.Value, p: ir.Value, first: ir.Value):
+        self.s, self.target, self.x, self.xt, self.p, self.first = s, target, x, xt, p, first
+        self.vec, self.lanes = f32_vector_type(target, s.lanes), s.lanes
+        self.fill_vec = f32_splat(target, s.lanes, s.fill)
+        self.fill = arith.constant(ir.F32Type.get(), s.fill)
+
+    def mask(self, count: int) -> ir.Value | None:
+        return tail_mask(self.target, self.lanes, count)
+
+    def fill_row(self, start: ir.Value) -> None:
         def piece(j: ir.Value, count: int) -> None:
-            store(fill_vec, xt, [arith.addi(start, j)], mask(count))
+            store(self.fill_vec, self.xt, [arith.addi(start, j)], self.mask(count))
 
-        for_tiles(index(0), index(ceil_div(s.phase_cols, lanes)), lanes, s.phase_cols, piece)
+        for_tiles(index(0), index(ceil_div(self.s.phase_cols, self.lanes)), self.lanes, self.s.phase_cols, piece)
 
-    def row(i: ir.Value, py: ir.Value) -> None:  # phase row i of the row phase py, every column phase
+    def row(self, i: ir.Value, py: ir.Value) -> None:
+        """Phase row i of the row phase py, every column phase."""
+        s, sw = self.s, self.s.strides[1]
         row_start = arith.addi(arith.muli(py, index(sw * s.phase_size)), arith.muli(i, index(s.phase_cols)))
-        phase0 = arith.addi(first, row_start)
+        phase0 = arith.addi(self.first, row_start)
         starts = [arith.addi(phase0, index(px * s.phase_size)) for px in range(sw)]
-        y = arith.subi(arith.addi(arith.muli(i, index(sh)), py), index(top))
+        y = arith.subi(arith.addi(arith.muli(i, index(s.strides[0])), py), index(s.pads[0]))
         inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
                             arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
-        source_row = arith.addi(arith.muli(p, index(s.height)), y)
-        when_else(inside, lambda: copy_row(starts, source_row), lambda: [fill_row(start) for start in starts])
+        source_row = arith.addi(arith.muli(self.p, index(s.height)), y)
+        when_else(inside, lambda: self.copy_row(starts, source_row), lambda: [self.fill_row(st) for st in starts])
 
-    def copy_row(starts: list[ir.Value], source_row: ir.Value) -> None:
+    def copy_row(self, starts: list[ir.Value], source_row: ir.Value) -> None:
         """fill | the source row's columns of each phase | fill"""
+        s, sw, left = self.s, self.s.strides[1], self.s.pads[1]
         for px, start in enumerate(starts):
             inside_from, inside_to = s.inside_columns(px)
             for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
-                memref.store(fill, xt, [arith.addi(start, index(j))])
+                memref.store(self.fill, self.xt, [arith.addi(start, index(j))])
         if sw == 1:
             def piece(col: ir.Value, count: int) -> None:
-                m = mask(count)
-                store(load(vec, x, [source_row, col], m), xt, [arith.addi(starts[0], arith.addi(col, index(left)))], m)
+                m = self.mask(count)
+                store(load(self.vec, self.x, [source_row, col], m), self.xt,
+                      [arith.addi(starts[0], arith.addi(col, index(left)))], m)  # fmt: skip
 
-            for_tiles(index(0), index(ceil_div(s.width, lanes)), lanes, s.width, piece)
-        elif target.scalable:  # the deinterleave is a fixed-width shuffle: gather each phase
+            for_tiles(index(0), index(ceil_div(s.width, self.lanes)), self.lanes, s.width, piece)
+        elif self.target.scalable:  # the deinterleave is a fixed-width shuffle: gather each phase
             for px, start in enumerate(starts):
-                gather_phase(start, source_row, px)
+                self.gather_phase(start, source_row, px)
         else:
-            deinterleave_row(starts, source_row)
+            self.deinterleave_row(starts, source_row)
 
-    def gather_phase(start: ir.Value, source_row: ir.Value, px: int) -> None:
+    def gather_phase(self, start: ir.Value, source_row: ir.Value, px: int) -> None:
+        s, sw = self.s, self.s.strides[1]
         inside_from, inside_to = s.inside_columns(px)
         count = inside_to - inside_from
-        first_column = inside_from * sw + px - left
+        first_column = inside_from * sw + px - s.pads[1]
 
         def gathered(j: ir.Value, size: int) -> None:
-            m = mask(size)
+            m = self.mask(size)
             column = arith.addi(arith.muli(j, index(sw)), index(first_column))
-            store(strided_load(vec, x, [source_row, column], sw, m), xt,
+            store(strided_load(self.vec, self.x, [source_row, column], sw, m), self.xt,
                   [arith.addi(start, arith.addi(j, index(inside_from)))], m)  # fmt: skip
 
         if count > 0:
-            for_tiles(index(0), index(ceil_div(count, lanes)), lanes, count, gathered)
+            for_tiles(index(0), index(ceil_div(count, self.lanes)), self.lanes, count, gathered)
 
-    def deinterleave_row(starts: list[ir.Value], source_row: ir.Value) -> None:
+    def deinterleave_row(self, starts: list[ir.Value], source_row: ir.Value) -> None:
         """Source columns col0 + rho + sw·l (rho < sw) go to phase px = (rho + left) mod
         sw, column col0/sw + l + (rho + left − px)/sw: chunks of sw·L columns, the last
         one masked."""
+        s, sw, left, lanes = self.s, self.s.strides[1], self.s.pads[1], self.lanes
         chunk = sw * lanes
 
         def put(col0: ir.Value, valid: int) -> None:  # the chunk at col0 with `valid` source columns
-            pieces = [fill_vec if valid <= k * lanes else load(vec, x, [source_row, offset(col0, k * lanes)],
-                                                                mask(valid - k * lanes))
+            pieces = [self.fill_vec if valid <= k * lanes else
+                      load(self.vec, self.x, [source_row, offset(col0, k * lanes)], self.mask(valid - k * lanes))
                       for k in range(sw)]  # fmt: skip
             for rho in range(min(sw, valid)):
                 px = (rho + left) % sw
                 column = arith.addi(arith.divsi(col0, index(sw)), index((rho + left - px) // sw))
-                store(deinterleave(pieces, sw, rho), xt, [arith.addi(starts[px], column)],
-                      mask(ceil_div(valid - rho, sw)))  # fmt: skip
+                store(deinterleave(pieces, sw, rho), self.xt, [arith.addi(starts[px], column)],
+                      self.mask(ceil_div(valid - rho, sw)))  # fmt: skip
 
         full = s.width // chunk
         if full:
             for_range(0, full, 1, lambda c: put(arith.muli(c, index(chunk)), chunk))
         if s.width % chunk:
             put(index(full * chunk), s.width % chunk)
-
-    if one_nest:  # padded row r: phase row r div sh of row phase r mod sh
-        for_range(0, sh * s.phase_rows, 1, lambda r: row(arith.divui(r, index(sh)), arith.remui(r, index(sh))))
-    else:
-        for py in range(sh):
-            for_range(0, s.phase_rows, 1, lambda i, py=py: row(i, index(py)))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.abi import KernelSignature, Role, c_driver, c_header, c_tasks
 from kernels.emit import KernelModule
 from kernels.cache import KernelCache, compile_modules, default_cache
@@ -56,7 +56,7 @@ class KernelLibrary:
             if sig.symbol == symbol:
                 return Kernel(self, sig)
         known = ", ".join(s.symbol for s in self.signatures)
-        raise AutoconfigError(f"no kernel {symbol!r} in this library (it has {known})")
+        raise KernelError(f"no kernel {symbol!r} in this library (it has {known})")
 
 
 def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path | None = None,
@@ -71,13 +71,13 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
     """
     modules = [modules] if isinstance(modules, KernelModule) else list(modules)
     if not modules:
-        raise AutoconfigError("a kernel library needs at least one kernel module")
+        raise KernelError("a kernel library needs at least one kernel module")
     target = modules[0].target
     if any(m.target != target for m in modules):
-        raise AutoconfigError("the kernel modules of one library must share one target")
+        raise KernelError("the kernel modules of one library must share one target")
     execution = target.execution()
     if execution.mode == "unavailable":
-        raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")
+        raise KernelError(f"cannot run {target.name} code here: {execution.reason}")
     workdir = None
     if out_dir is None:
         workdir = tempfile.TemporaryDirectory(prefix=f"autoconfig-{target.name}-")
@@ -124,7 +124,7 @@ def unique_signatures(modules: Sequence[KernelModule]) -> list[KernelSignature]:
     for module in modules:
         for sig in module.signatures:
             if seen.setdefault(sig.symbol, sig) != sig:
-                raise AutoconfigError(f"two different kernels are named {sig.symbol}")
+                raise KernelError(f"two different kernels are named {sig.symbol}")
     return list(seen.values())
 
 
@@ -156,7 +156,7 @@ class Kernel:
         """Address of this kernel's task trampoline (kernels/abi.py), for the native
         thread pool; native libraries only."""
         if self.library.mode != "native":
-            raise AutoconfigError(f"{self.signature.symbol}: emulated kernels have no task entry")
+            raise KernelError(f"{self.signature.symbol}: emulated kernels have no task entry")
         task = getattr(self.library._cdll, f"{self.signature.symbol}_task")
         return ctypes.cast(task, ctypes.c_void_p).value
 
@@ -174,7 +174,7 @@ class Kernel:
     def _check(self, args: Sequence[np.ndarray | int]) -> None:
         sig = self.signature
         if len(args) != len(sig.params):
-            raise AutoconfigError(
+            raise KernelError(
                 f"{sig.symbol} takes {len(sig.params)} arguments "
                 f"({', '.join(p.name for p in sig.params)}), got {len(args)}"
             )
@@ -182,19 +182,19 @@ class Kernel:
         for p, a in zip(sig.params, args, strict=True):
             if p.role is Role.SIZE:
                 if not isinstance(a, (int, np.integer)) or a < 0:
-                    raise AutoconfigError(f"{sig.symbol}: {p.name} must be an int >= 0, got {a!r}")
+                    raise KernelError(f"{sig.symbol}: {p.name} must be an int >= 0, got {a!r}")
                 sizes[p.name] = int(a)
         for p, a in zip(sig.params, args, strict=True):
             if not p.role.is_buffer:
                 continue
             if not isinstance(a, np.ndarray) or a.dtype != np.float32:
                 got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
-                raise AutoconfigError(f"{sig.symbol}: {p.name} must be a float32 array, got {got}")
+                raise KernelError(f"{sig.symbol}: {p.name} must be a float32 array, got {got}")
             if not a.flags.c_contiguous or (p.role.is_written and not a.flags.writeable):
-                raise AutoconfigError(f"{sig.symbol}: {p.name} must be C-contiguous and writeable")
+                raise KernelError(f"{sig.symbol}: {p.name} must be C-contiguous and writeable")
             needed = math.prod(sizes[e] if isinstance(e, str) else e for e in p.extent)
             if a.size < needed:
-                raise AutoconfigError(
+                raise KernelError(
                     f"{sig.symbol}: {p.name} has {a.size} elements, needs {needed}"
                 )
 
@@ -211,7 +211,7 @@ class Kernel:
                 argv.append(f"{path}:{a.size}")
             done = subprocess.run(argv, capture_output=True, text=True)
             if done.returncode != 0:
-                raise AutoconfigError(
+                raise KernelError(
                     f"{sig.symbol} failed under {emulator[0]}: {_exit_reason(done)}"
                 )
             for p, a in zip(sig.params, args, strict=True):
@@ -231,7 +231,7 @@ def _exit_reason(done: subprocess.CompletedProcess) -> str:
 
 
 def run_tool(command: list[str], what: str) -> None:
-    """Run a compiler or linker; a failure becomes one AutoconfigError line."""
+    """Run a compiler or linker; a failure becomes one KernelError line."""
     finish_tool(start_tool(command), what)
 
 
@@ -241,8 +241,8 @@ def start_tool(command: list[str]) -> subprocess.Popen:
 
 
 def finish_tool(process: subprocess.Popen, what: str) -> None:
-    """Wait for a tool `start_tool` started; a failure becomes one AutoconfigError line."""
+    """Wait for a tool `start_tool` started; a failure becomes one KernelError line."""
     stdout, stderr = process.communicate()
     if process.returncode != 0:
         done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-        raise AutoconfigError(f"{what} failed ({process.args[0]}): {_exit_reason(done)}")
+        raise KernelError(f"{what} failed ({process.args[0]}): {_exit_reason(done)}")

@@ -2,7 +2,7 @@
 
 The MLIR part runs in-process with the bindings' pass manager. The LLVM part runs in
 child processes with llvmlite (`kernels.llvm_backend`), because a fatal LLVM error
-aborts its process: here it becomes an AutoconfigError naming the target. The
+aborts its process: here it becomes an KernelError naming the target. The
 children are kept for the next kernel (as many as have compiled at once) and end
 with this process.
 """
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.emit import first_diagnostic, shared_context
 from kernels.mlir import MLIRError, func, ir, passmanager, translate_module_to_llvmir
 from kernels.target import Target
@@ -74,7 +74,7 @@ def parse_mlir(text: str, source: str = "<input>") -> ir.Module:
     except MLIRError as err:
         diagnostic = first_diagnostic(err)
         separator = ":" if diagnostic[:1].isdigit() else ": "  # "file:line:col: msg"
-        raise AutoconfigError(f"invalid MLIR in {source}{separator}{diagnostic}") from None
+        raise KernelError(f"invalid MLIR in {source}{separator}{diagnostic}") from None
     return module
 
 
@@ -116,7 +116,7 @@ def to_llvm_ir(module: ir.Module | ir.OpView, pipeline: str = PIPELINE) -> str:
             passmanager.PassManager.parse(f"builtin.module({pipeline})").run(lowered.operation)
             return exact_float_literals(str(translate_module_to_llvmir(lowered.operation)))
         except MLIRError as err:
-            raise AutoconfigError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
+            raise KernelError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
 
 
 _FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|nan)(?!\w)")
@@ -177,7 +177,7 @@ class Compiling:
 
     def result(self) -> ObjectFile:
         """The object, once the child has answered (then the child is free for another
-        request); an AutoconfigError if LLVM could not compile or died (a fatal LLVM
+        request); an KernelError if LLVM could not compile or died (a fatal LLVM
         error aborts its process)."""
         if self.backend is not None:
             backend, self.backend = self.backend, None
@@ -191,7 +191,7 @@ class Compiling:
                 if "error" in answer:
                     self.error = f"LLVM could not compile for {self.target.name}: {answer['error']}"
         if self.error:
-            raise AutoconfigError(self.error)
+            raise KernelError(self.error)
         return ObjectFile(path=self.obj_path, assembly=self.asm_path and self.asm_path.read_text(), target=self.target)
 
     def abandon(self) -> None:

@@ -54,16 +54,15 @@ from typing import Literal
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, f32_memref, f32_vector_type, index, kernel_body
+from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum
 from kernels.loops import less, load, offset, sized_tile, store, when
 from kernels.mlir import arith, ir, memref, vector
-from kernels.nchwc import check_blocked
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
 
@@ -82,7 +81,7 @@ class MatmulShape:
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k) < 1:
-            raise AutoconfigError(f"matmul sizes must be >= 1, got M={self.m} N={self.n} K={self.k}")
+            raise KernelError(f"matmul sizes must be >= 1, got M={self.m} N={self.n} K={self.k}")
 
     @property
     def flops(self) -> int:
@@ -213,46 +212,46 @@ class MatmulConfig:
     def validate(self, target: Target) -> None:
         """Reject a config that the target cannot run, with the reason."""
         if self.algorithm not in ALGORITHMS:
-            raise AutoconfigError(f"unknown matmul algorithm {self.algorithm!r}: {', '.join(ALGORITHMS)}")
+            raise KernelError(f"unknown matmul algorithm {self.algorithm!r}: {', '.join(ALGORITHMS)}")
         check_lanes(target, self.lanes)
         for name in ("mr", "nv", "unroll", "kc", "mc", "nc"):
             least = 1 if name in ("mr", "nv", "unroll") else 0
             if getattr(self, name) < least:
-                raise AutoconfigError(f"{name} must be >= {least}, got {getattr(self, name)}")
+                raise KernelError(f"{name} must be >= {least}, got {getattr(self, name)}")
         if self.algorithm == "broadcast" and (self.mr, self.nv) != (1, 1):
-            raise AutoconfigError("broadcast matmul works on one row and one vector: mr=nv=1")
+            raise KernelError("broadcast matmul works on one row and one vector: mr=nv=1")
         if self.algorithm == "dot" and (self.shape.n, self.nv) != (1, 1):
-            raise AutoconfigError(f"dot matmul is for N=1 (matrix times vector) with nv=1, "
+            raise KernelError(f"dot matmul is for N=1 (matrix times vector) with nv=1, "
                                   f"got N={self.shape.n} nv={self.nv}")  # fmt: skip
         registers, held = self.registers_needed()
         if registers > target.vector_registers:
-            raise AutoconfigError(f"{self.algorithm} {self.tile} needs {held} = {registers} vector "
+            raise KernelError(f"{self.algorithm} {self.tile} needs {held} = {registers} vector "
                                   f"registers; {target.name} has {target.vector_registers}")  # fmt: skip
         if self.mc % self.mr:
-            raise AutoconfigError(f"mc={self.mc} must be a multiple of mr={self.mr}")
+            raise KernelError(f"mc={self.mc} must be a multiple of mr={self.mr}")
         if self.nc % self.nr:
-            raise AutoconfigError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
+            raise KernelError(f"nc={self.nc} must be a multiple of nr={self.nr} (nv x lanes)")
         if self.batch < 1:
-            raise AutoconfigError(f"batch must be >= 1, got {self.batch}")
+            raise KernelError(f"batch must be >= 1, got {self.batch}")
         if self.b_stride() < self.shape.k * self.shape.n or self.c_stride() < self.shape.m * self.shape.n:
-            raise AutoconfigError(f"product strides {self.product_strides} are shorter than B ({self.shape.k}x"
+            raise KernelError(f"product strides {self.product_strides} are shorter than B ({self.shape.k}x"
                                   f"{self.shape.n}) or C ({self.shape.m}x{self.shape.n})")  # fmt: skip
         if self.channel_axis not in ("columns", "rows"):
-            raise AutoconfigError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
+            raise KernelError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
         if self.a_packed and self.algorithm != "packed":
-            raise AutoconfigError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
+            raise KernelError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
-            raise AutoconfigError("transposed operands are for one packed product (B packed at build) with A "
+            raise KernelError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
         if self.full_row_edge and self.algorithm not in ("tiled", "packed"):
-            raise AutoconfigError(f"full_row_edge is for the tiled and packed algorithms, not {self.algorithm}")
+            raise KernelError(f"full_row_edge is for the tiled and packed algorithms, not {self.algorithm}")
         if self.full_column_edge and self.algorithm != "packed":
-            raise AutoconfigError(f"full_column_edge needs B in zero-padded panels (packed), not {self.algorithm}")
+            raise KernelError(f"full_column_edge needs B in zero-padded panels (packed), not {self.algorithm}")
         if (self.a_nhwc or self.c_nhwc) and not self.blocked:
-            raise AutoconfigError("NHWC operands are channel-blocked ones with one block (set blocked too)")
+            raise KernelError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         if self.blocked:
             if not self.transposed:
-                raise AutoconfigError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
+                raise KernelError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
             channels = {**({} if self.c_nhwc else {"N (output channels)": self.shape.n}),
                         **({} if self.a_nhwc else {"K (input channels)": self.shape.k})}  # fmt: skip
             check_blocked(target, self.lanes, channels)
@@ -277,9 +276,9 @@ class MatmulConfig:
 
 SIZES = ("row_begin", "row_end", "col_begin", "col_end")
 
+
 def signature(config: MatmulConfig) -> KernelSignature:
     """``SYMBOL(C, A, B[, epilogue operands][, work], row_begin, row_end, col_begin, col_end)``."""
-    m, n, k = config.shape.m, config.shape.n, config.shape.k
     q = config.batch
     params = [
         Param("c", Role.INOUT if config.accumulate else Role.OUT, extent=(q * config.c_stride(),)),
@@ -359,7 +358,6 @@ def generate(config: MatmulConfig, target: Target) -> KernelModule:
 def _product(config: MatmulConfig, args: dict, q: ir.Value) -> dict:
     """The kernel arguments of product q of a batch: C, A, B and a residual advanced to
     their q-th matrix; channel operands, workspace and ranges shared."""
-    s = config.shape
     sizes = {"c": config.c_stride(), "a": config.a_size(), "b": config.b_stride()}
     sizes |= {name: config.c_stride() for _, name, kind in ep.operand_names(config.epilogue) if kind == "output"}
     return {name: offset_pointer(value, arith.muli(q, index(sizes[name]))) if name in sizes else value

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import (
     KernelModule,
@@ -117,7 +117,7 @@ def stream_signature(config: StreamConfig) -> KernelSignature:
 def _check_counts(**counts: int) -> None:
     for name, count in counts.items():
         if count < 1:
-            raise AutoconfigError(f"{name} must be >= 1, got {count}")
+            raise KernelError(f"{name} must be >= 1, got {count}")
 
 
 
@@ -127,7 +127,7 @@ def generate_fma_chain(config: FmaChainConfig, target: Target) -> KernelModule:
     check_lanes(target, config.lanes)
     _check_counts(chains=config.chains, unroll=config.unroll)
     if config.chains + 2 > target.vector_registers:
-        raise AutoconfigError(
+        raise KernelError(
             f"{config.chains} chains + 2 operands exceed {target.name}'s "
             f"{target.vector_registers} vector registers"
         )

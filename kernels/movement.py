@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import (
     KernelModule,
@@ -70,9 +70,9 @@ class GatherConfig:
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
         if not self.shape or min(self.shape) < 1 or self.source < 1 or self.nv < 1:
-            raise AutoconfigError(f"a gather needs a non-empty output and source: {self}")
+            raise KernelError(f"a gather needs a non-empty output and source: {self}")
         if self.run is not None and not 0 <= self.run[0] < self.run[1] <= self.shape[-1]:
-            raise AutoconfigError(f"run {self.run} is not inside the last axis of {self.shape}")
+            raise KernelError(f"run {self.run} is not inside the last axis of {self.shape}")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, tables, row_begin, row_end)``; `tables` holds the axes' int64

@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
+from kernels.emit import KernelModule, check_blocked, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel
 from kernels.gemm import PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY
 from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, when_else
@@ -67,7 +67,7 @@ from kernels.sizes import ceil_div
 from kernels.target import Target
 
 if TYPE_CHECKING:
-    from kernels.conv import ConvShape
+    from kernels.conv_shape import ConvShape
 
 
 Layout = Literal["nchw", "nchwc", "nhwc"]
@@ -115,19 +115,6 @@ class Blocks:
         block = arith.addi(arith.muli(n, index(self.channels // b)), c if b == 1 else arith.divsi(c, index(b)))
         spot = arith.addi(arith.muli(block, index(self.height * self.width)), pixel)
         return spot if b == 1 else arith.addi(arith.muli(spot, index(b)), arith.remsi(c, index(b)))
-
-
-def check_blocked(target: Target, lanes: int, channels: dict[str, int]) -> None:
-    """Reject a blocked layout the target or the tensors cannot have: blocks need a
-    fixed vector length (a scalable vector's lanes are known only at run time), and
-    whole blocks of channels."""
-    check_lanes(target, lanes)
-    if target.scalable:
-        raise AutoconfigError(f"channel-blocked layouts need fixed-length vectors; {target.name}'s are scalable")
-    for name, count in channels.items():
-        if count % lanes:
-            raise AutoconfigError(f"a channel-blocked layout needs {name} ({count}) to be a multiple of the "
-                                  f"{lanes} lanes")  # fmt: skip
 
 
 # ---------------------------------------------------------------- the shape's windows
@@ -223,7 +210,7 @@ class BlockedDepthwiseConfig:
     def validate(self, target: Target) -> None:
         s = self.shape
         if not s.depthwise:
-            raise AutoconfigError(f"depthwise needs one input and one output channel per group, got {s.describe()}")
+            raise KernelError(f"depthwise needs one input and one output channel per group, got {s.describe()}")
         check_blocked(target, self.lanes, {"the channels": s.channels})
         _check_registers(self, target)
 
@@ -242,10 +229,10 @@ class BlockedDepthwiseConfig:
 def _check_registers(config: BlockedConfig, target: Target) -> None:
     """Reject an empty tile, or one needing more vector registers than the target has."""
     if config.nv < 1 or getattr(config, "mv", 1) < 1:
-        raise AutoconfigError(f"a tile needs at least one pixel and one vector, got {config.tile}")
+        raise KernelError(f"a tile needs at least one pixel and one vector, got {config.tile}")
     registers, held = config.registers_needed()
     if registers > target.vector_registers:
-        raise AutoconfigError(f"{config.algorithm} {config.tile} needs {held} = {registers} vector registers; "
+        raise KernelError(f"{config.algorithm} {config.tile} needs {held} = {registers} vector registers; "
                               f"{target.name} has {target.vector_registers}")  # fmt: skip
 
 
@@ -381,7 +368,7 @@ class BlockedDirectConfig:
     def validate(self, target: Target) -> None:
         s = self.shape
         if s.group != 1:
-            raise AutoconfigError(f"the channel-blocked direct convolution is for group 1, got {s.describe()}")
+            raise KernelError(f"the channel-blocked direct convolution is for group 1, got {s.describe()}")
         # each input value is broadcast: an NHWC input may hold any number of channels
         check_blocked(target, self.lanes, {"the output channels": s.out_channels,
                                            **({"the input channels": s.channels}

@@ -34,14 +34,14 @@ from typing import Literal
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.abi import KernelSignature, Param, Role
-from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
+from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
 from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, maximum, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref
-from kernels.nchwc import Blocks, Layout, check_blocked, layout_name
+from kernels.nchwc import Blocks, Layout, layout_name
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -67,20 +67,20 @@ class PoolShape:
 
     def __post_init__(self) -> None:
         if self.kind not in POOL_KINDS:
-            raise AutoconfigError(f"unknown pooling {self.kind!r}: {', '.join(POOL_KINDS)}")
+            raise KernelError(f"unknown pooling {self.kind!r}: {', '.join(POOL_KINDS)}")
         for name, value in {"batch": self.batch, "channels": self.channels, "height": self.height,
                             "width": self.width, "kernel": min(self.kernel), "strides": min(self.strides),
                             "dilations": min(self.dilations)}.items():  # fmt: skip
             if value < 1:
-                raise AutoconfigError(f"pooling {name} must be >= 1, got {value}")
+                raise KernelError(f"pooling {name} must be >= 1, got {value}")
         if min(self.pads) < 0:
-            raise AutoconfigError(f"pooling pads must be >= 0, got {self.pads}")
+            raise KernelError(f"pooling pads must be >= 0, got {self.pads}")
         for axis in range(2):
             if max(self.pads[axis], self.pads[axis + 2]) >= self.span(axis):
-                raise AutoconfigError(f"pads {self.pads} must be smaller than the window "
+                raise KernelError(f"pads {self.pads} must be smaller than the window "
                                       f"{self.kernel[0]}x{self.kernel[1]}")  # fmt: skip
         if self.out_height < 1 or self.out_width < 1:
-            raise AutoconfigError(f"a {self.kernel[0]}x{self.kernel[1]} window does not fit the padded "
+            raise KernelError(f"a {self.kernel[0]}x{self.kernel[1]} window does not fit the padded "
                                   f"{self.height}x{self.width} input")  # fmt: skip
 
     @property
@@ -177,15 +177,15 @@ class PoolConfig:
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
         if self.nv < 1:
-            raise AutoconfigError(f"nv must be >= 1, got {self.nv}")
+            raise KernelError(f"nv must be >= 1, got {self.nv}")
         if self.layout != "nchw":
             if self.shape.windowed:
-                raise AutoconfigError("only a global average pool reads a channel-blocked input")
+                raise KernelError("only a global average pool reads a channel-blocked input")
             check_blocked(target, self.lanes, {"the channels": self.shape.channels})
         if self.chains < 1:
-            raise AutoconfigError(f"chains must be >= 1, got {self.chains}")
+            raise KernelError(f"chains must be >= 1, got {self.chains}")
         if self.nv + self.chains + 1 > target.vector_registers:
-            raise AutoconfigError(f"pooling with nv={self.nv}, chains={self.chains} needs {self.nv + self.chains + 1} "
+            raise KernelError(f"pooling with nv={self.nv}, chains={self.chains} needs {self.nv + self.chains + 1} "
                                   f"vector registers; {target.name} has {target.vector_registers}")  # fmt: skip
 
     def workspace(self) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
@@ -39,7 +39,7 @@ class SoftmaxConfig:
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
         if min(self.rows, self.length) < 1:
-            raise AutoconfigError(f"softmax needs rows and length >= 1, got {self.rows}x{self.length}")
+            raise KernelError(f"softmax needs rows and length >= 1, got {self.rows}x{self.length}")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, row_begin, row_end)``."""

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
+from kernels.files import write_atomically
 
 DEFAULT_RVV_VLEN = 256
 """VLEN assumed for RVV when none is given: the width of common RVV 1.0 cores."""
@@ -125,7 +126,7 @@ def _neon() -> Target:
 
 def _rvv(vlen: int) -> Target:
     if not (RVV_VLEN_RANGE[0] <= vlen <= RVV_VLEN_RANGE[1]) or vlen & (vlen - 1):
-        raise AutoconfigError(
+        raise KernelError(
             f"invalid RVV VLEN {vlen}: must be a power of two from "
             f"{RVV_VLEN_RANGE[0]} to {RVV_VLEN_RANGE[1]}"
         )
@@ -151,14 +152,14 @@ TARGET_NAMES = ("avx2", "avx512", "neon", "rvv", "host")
 def get_target(name: str, vlen: int | None = None) -> Target:
     """The target called `name`; `vlen` sets RVV's VLEN (only valid for rvv)."""
     if vlen is not None and name != "rvv":
-        raise AutoconfigError(f"--vlen applies only to the rvv target, not {name!r}")
+        raise KernelError(f"--vlen applies only to the rvv target, not {name!r}")
     if name == "host":
         return host_target()
     factories = {"avx2": _avx2, "avx512": _avx512, "neon": _neon}
     if name == "rvv":
         return _rvv(DEFAULT_RVV_VLEN if vlen is None else vlen)
     if name not in factories:
-        raise AutoconfigError(
+        raise KernelError(
             f"unknown target {name!r}; known targets: {', '.join(TARGET_NAMES)}"
         )
     return factories[name]()
@@ -175,7 +176,7 @@ def host_target() -> Target:
         if candidate.execution().mode == "native":
             return candidate
     host = _host_cpu()
-    raise AutoconfigError(
+    raise KernelError(
         f"this {host.arch} CPU supports none of the targets {', '.join(TARGET_NAMES[:-1])}"
     )
 
@@ -208,10 +209,8 @@ def host_cpu_info() -> dict:
             pass
     info = cpuinfo.get_cpu_info()
     if boot is not None:
-        from kernels.cache import write_atomically  # (the cache module imports this one)
-
         try:
-            write_atomically(kept, json.dumps({"boot_id": boot, "info": info}).encode())
+            write_atomically(kept, json.dumps({"boot_id": boot, "info": info}), make_parents=True)
         except OSError:  # a read-only home only costs the next process the 1.2 s again
             pass
     return info

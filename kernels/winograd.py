@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.abi import KernelSignature, Param, Role
@@ -47,7 +47,7 @@ from kernels.sizes import ceil_div
 from kernels.target import Target
 
 if TYPE_CHECKING:
-    from kernels.conv import ConvShape
+    from kernels.conv_shape import ConvShape
 
 Matrix = tuple[tuple[float, ...], ...]
 
@@ -174,17 +174,17 @@ class WinogradConfig:
     def validate(self, target: Target) -> None:
         s = self.shape
         if target.scalable:
-            raise AutoconfigError(f"winograd's output interleave needs fixed-width vectors; {target.name} has "
+            raise KernelError(f"winograd's output interleave needs fixed-width vectors; {target.name} has "
                                   "scalable ones")  # fmt: skip
         if not applies(s, target):
-            raise AutoconfigError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
+            raise KernelError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
         if self.m not in TRANSFORMS:
-            raise AutoconfigError(f"winograd output tiles are 2 or 4, got {self.m}")
+            raise KernelError(f"winograd output tiles are 2 or 4, got {self.m}")
         check_lanes(target, self.lanes)
         g = self.gemm
         if (g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate
                 or g.product_strides != self.product_strides()):
-            raise AutoconfigError(f"winograd's product is {self.gemm_shape()} x {self.t**2}, strides "
+            raise KernelError(f"winograd's product is {self.gemm_shape()} x {self.t**2}, strides "
                                   f"{self.product_strides()}, without epilogue (see batched)")  # fmt: skip
         g.validate(target)
 

@@ -108,6 +108,7 @@ def test_bad_numbers_are_one_line_exit_2(args):
     assert done.returncode == 2 and done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_zoo_and_fuse(tmp_path):
     out = tmp_path / "mobilenet.onnx"
     done = autoconfig("zoo", "mobilenet_v1", "--out", str(out))
@@ -123,6 +124,7 @@ def test_zoo_and_fuse(tmp_path):
     assert "fusion ratio" in text and "kernel   0:" in text
 
 
+@pytest.mark.slow
 def test_fuse_bad_model_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"junk")

@@ -37,6 +37,7 @@ def distinct_inputs(loaded, count: int = 8) -> tuple[str, list[np.ndarray]]:
     return name, [rng.standard_normal(shape, dtype=np.float32) for _ in range(count)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_model_called_from_four_python_threads_answers_right(tmp_path, threads):
     model, out = built_cnn(tmp_path, threads)

@@ -131,6 +131,7 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     return plans
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 @pytest.mark.parametrize("s", LAYERS, ids=ConvShape.describe)
 def test_every_algorithm_matches_onnxruntime(case_id, s):
@@ -148,6 +149,7 @@ def test_every_algorithm_matches_onnxruntime(case_id, s):
     assert_close(chosen(x), expected, what=f"chosen {chosen.config.algorithm}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", ["neon", "rvv128", "rvv256"])
 def test_small_layers_under_emulation(case_id):
     target = target_for(case_id)
@@ -227,6 +229,7 @@ NHWC_LAYERS = [ConvShape(1, 24, 5, 7, 40, (1, 1)), ConvShape(2, 17, 6, 9, 16, (3
 MIXED_LAYERS = [ConvShape(1, 20, 6, 7, 32, (1, 1)), ConvShape(2, 32, 5, 5, 20, (1, 1))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 @pytest.mark.parametrize("layout", ["nchwc", "nhwc"])
 @pytest.mark.parametrize("s", BLOCKED_LAYERS, ids=ConvShape.describe)
@@ -237,6 +240,7 @@ def test_channel_blocked_layouts_match_onnxruntime(case_id, layout, s):
     check_blocked_layer(case_id, layout, s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 @pytest.mark.parametrize("s", NHWC_LAYERS, ids=ConvShape.describe)
 def test_nhwc_takes_channel_counts_no_block_divides(case_id, s):
@@ -291,6 +295,7 @@ def test_layout_transform_both_ways(case_id):
         np.testing.assert_array_equal(y, expected.ravel())
 
 
+@pytest.mark.slow
 def test_channel_blocked_layouts_on_neon_under_emulation():
     """The blocked kernels and 4x4 register transposes at NEON's 4 lanes (fixed-length
     vectors; RVV's scalable ones are refused, see the bad-input test)."""
@@ -345,6 +350,7 @@ CONV_CHAINS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chain", CONV_CHAINS)
 def test_every_epilogue_op_on_every_algorithm(chain):
     target = get_target("avx2")

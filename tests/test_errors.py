@@ -241,6 +241,7 @@ VALUES = st.one_of(  # plausible numbers often, so that many mutants load and re
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(LEAVES), VALUES), min_size=1, max_size=3))
 @example([("fma[0].throughput.value", 2.362967632106873e-92)])  # once overflowed the matmul model

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import fma
 from kernels.lower import compile_object, to_llvm_ir
 from kernels.library import build_library
@@ -95,7 +95,7 @@ def test_rvv_binary_needs_the_vector_extension():
     out = np.zeros(40, np.float32)
     kernel(out, a, a, a, 40)  # runs with V enabled
     assert np.all(out == 2.0)
-    with pytest.raises(AutoconfigError, match="SIGILL"):
+    with pytest.raises(KernelError, match="SIGILL"):
         kernel(out, a, a, a, 40, emulator=("qemu-riscv64", "-cpu", "rv64"))
 
 
@@ -111,23 +111,23 @@ def test_narrower_vectors_on_the_host(lanes):
 
 @pytest.mark.parametrize("lanes", [0, 3, 16])
 def test_invalid_lanes_rejected_with_reason(lanes):
-    with pytest.raises(AutoconfigError, match=f"lanes={lanes} is invalid for avx2"):
+    with pytest.raises(KernelError, match=f"lanes={lanes} is invalid for avx2"):
         fma.generate(fma.FmaConfig(lanes), target_for("avx2"))
 
 
 def test_rvv_lanes_must_fill_whole_vscale_units():
-    with pytest.raises(AutoconfigError, match="vscale"):
+    with pytest.raises(KernelError, match="vscale"):
         fma.generate(fma.FmaConfig(2), target_for("rvv256"))
 
 
 def test_bad_arguments_are_rejected_before_the_call(library):
     kernel = library.kernel(library.signatures[0].symbol)
     f32 = np.zeros(8, np.float32)
-    with pytest.raises(AutoconfigError, match="float32"):
+    with pytest.raises(KernelError, match="float32"):
         kernel(f32, f32.astype(np.float64), f32, f32, 8)
-    with pytest.raises(AutoconfigError, match="has 8 elements, needs 9"):
+    with pytest.raises(KernelError, match="has 8 elements, needs 9"):
         kernel(f32, f32, f32, f32, 9)
-    with pytest.raises(AutoconfigError, match="takes 5 arguments"):
+    with pytest.raises(KernelError, match="takes 5 arguments"):
         kernel(f32, f32, 8)
-    with pytest.raises(AutoconfigError, match="C-contiguous"):
+    with pytest.raises(KernelError, match="C-contiguous"):
         kernel(np.zeros(16, np.float32)[::2], f32, f32, f32, 8)

@@ -20,6 +20,7 @@ def reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
     return session.run(None, {session.get_inputs()[0].name: x})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(zoo.MODELS))
 def test_interpreter_matches_onnxruntime_on_the_zoo(name):
     model = zoo.build(name)

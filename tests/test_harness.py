@@ -127,6 +127,7 @@ def test_saved_measurements_round_trip_and_rescore(tmp_path: Path, capsys: pytes
     assert (pick in times) != ("not among the saved" in out)
 
 
+@pytest.mark.slow
 def test_validation_takes_each_configuration_over_fresh_processes(tmp_path: Path) -> None:
     """--processes 2: two runs of the script, each timing the grid in its own process;
     the saved file has every configuration of the grid (and the model's pick) with a

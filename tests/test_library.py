@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import fma
 from kernels import matmul as mm
 from kernels.cache import KernelCache
@@ -91,5 +91,5 @@ def test_symbols_are_unique_per_config():
 
 
 def test_mixed_targets_rejected():
-    with pytest.raises(AutoconfigError, match="share one target"):
+    with pytest.raises(KernelError, match="share one target"):
         build_library([mm.generate(MATMULS[0], target_for("avx2")), fma.generate(fma.FmaConfig(4), target_for("neon"))])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import pytest
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels import fma, lower
 from kernels.lower import compile_object, parse_mlir, to_llvm_ir
 from tests.conftest import CASE_IDS_ALL, target_for
@@ -27,14 +27,14 @@ def test_unverifiable_mlir_names_the_cause():
       %c = arith.addf %a, %b : f32
       return %c : f32
     }"""
-    with pytest.raises(AutoconfigError) as err:
+    with pytest.raises(KernelError) as err:
         parse_mlir(text, "bad.mlir")
     message = str(err.value)
     assert message.startswith("invalid MLIR in bad.mlir:3:") and "\n" not in message
 
 
 def test_syntax_error_names_the_cause():
-    with pytest.raises(AutoconfigError, match="invalid MLIR in bad.mlir:1:"):
+    with pytest.raises(KernelError, match="invalid MLIR in bad.mlir:1:"):
         parse_mlir("func.func @f( {", "bad.mlir")
 
 
@@ -57,7 +57,7 @@ def test_scalable_vectors_compile_for_rvv(tmp_path):
 def test_llvm_abort_in_the_child_becomes_an_error(tmp_path):
     # x86 has no scalable vectors: LLVM's backend aborts; the caller gets one clear line,
     # and the next kernel compiles in a fresh child.
-    with pytest.raises(AutoconfigError, match=r"^LLVM (aborted|could not compile).* for avx2"):
+    with pytest.raises(KernelError, match=r"^LLVM (aborted|could not compile).* for avx2"):
         compile_object(to_llvm_ir(parse_mlir(SCALABLE)), target_for("avx2"), tmp_path)
     target = target_for("avx2")
     assert compile_object(to_llvm_ir(fma.generate(fma.FmaConfig.widest(target), target).module), target,

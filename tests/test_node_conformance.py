@@ -18,6 +18,8 @@ from kernels.target import get_target
 from tests.conftest import require_runnable
 from tests.test_build import PROFILES, onnxruntime_outputs
 
+pytestmark = pytest.mark.slow  # builds every float32 node test
+
 REFUSED: dict[str, str] = {
     # test-name pattern: the reason's words (a regular expression)
     r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from autoconfig.probe.bench import working_sets
 from autoconfig.runtime import aligned_array
 from autoconfig.probe.curve import find_plateaus
@@ -68,7 +68,7 @@ def test_broadcast_stream_fmas_every_element_into_all_lanes(case_id):
 
 
 def test_fma_chains_must_fit_the_registers():
-    with pytest.raises(AutoconfigError, match="exceed avx2's 16 vector registers"):
+    with pytest.raises(KernelError, match="exceed avx2's 16 vector registers"):
         mb.generate_fma_chain(mb.FmaChainConfig(8, 15), target_for("avx2"))
 
 
@@ -133,6 +133,7 @@ def run_cli(*args):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_quick_probe_writes_a_valid_profile(tmp_path):
     missing = run_cli("probe", "--quick", "--no-progress", "--out", str(tmp_path / "no" / "host.yaml"))
     _, stderr = missing.communicate(timeout=30)  # refused before measuring anything
@@ -150,6 +151,7 @@ def test_quick_probe_writes_a_valid_profile(tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["host.yaml"]
 
 
+@pytest.mark.slow
 def test_interrupted_probe_leaves_no_file(tmp_path):
     out = tmp_path / "host.yaml"
     proc = run_cli("probe", "--no-progress", "--out", str(out))

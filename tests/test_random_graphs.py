@@ -2,7 +2,7 @@
 thread count, run on inputs of both signs, compared with onnxruntime with its graph
 optimizations off (`tests.test_build.onnxruntime_outputs`).
 AUTOCONFIG_RANDOM_GRAPHS=N runs N examples from a fresh random seed instead of the
-suite's fixed 200."""
+suite's fixed 200, printing a failure's replay blob."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 import onnx
 import onnxruntime as ort
 from hypothesis import HealthCheck, given, settings
@@ -55,7 +56,8 @@ def assert_close(ours: list[np.ndarray], expected: list[np.ndarray]) -> None:
         assert error <= max(1e-4 * spread, ABSOLUTE_FLOOR), f"max error {error:.3g} over a range of {spread:.3g}"
 
 
-@settings(max_examples=LONG_RUN or 200, deadline=None, derandomize=not LONG_RUN, database=None,
+@pytest.mark.slow
+@settings(max_examples=LONG_RUN or 200, deadline=None, derandomize=not LONG_RUN, database=None, print_blob=bool(LONG_RUN),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 @given(model=graphs(), fusion=st.sampled_from(["dp", "greedy", "none"]), threads=st.sampled_from([1, 2]))
 def test_random_graphs_match_onnxruntime(model, fusion, threads):

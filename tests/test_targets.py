@@ -2,7 +2,7 @@
 
 import pytest
 
-from autoconfig.errors import AutoconfigError
+from kernels.errors import KernelError
 from kernels.target import TARGET_NAMES, all_targets, get_target, host_target
 
 
@@ -27,17 +27,17 @@ def test_rvv_vlen_is_a_parameter():
 
 @pytest.mark.parametrize("vlen", [64, 100, 2048])
 def test_bad_vlen_rejected(vlen):
-    with pytest.raises(AutoconfigError, match="VLEN"):
+    with pytest.raises(KernelError, match="VLEN"):
         get_target("rvv", vlen=vlen)
 
 
 def test_unknown_target_names_the_known_ones():
-    with pytest.raises(AutoconfigError, match=r"unknown target 'sse9'.*avx2, avx512, neon, rvv"):
+    with pytest.raises(KernelError, match=r"unknown target 'sse9'.*avx2, avx512, neon, rvv"):
         get_target("sse9")
 
 
 def test_vlen_only_for_rvv():
-    with pytest.raises(AutoconfigError, match="only to the rvv"):
+    with pytest.raises(KernelError, match="only to the rvv"):
         get_target("avx2", vlen=256)
 
 

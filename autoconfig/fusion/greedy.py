@@ -15,6 +15,7 @@ A group's kind is its worst member's; groups are capped at MAX_FUSE_DEPTH ops.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from autoconfig.fusion.planning import Analysis, FusionCost, Plan, plan_cost
 from autoconfig.graph.ir import Graph, Node
@@ -36,105 +37,104 @@ def pattern(node: Node, graph: Graph) -> Pattern:
     return Pattern.ELEMWISE
 
 
-def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
-    """TVM's greedy plan, costed by the same model as the DP's."""
-    start = time.perf_counter()
-    a = Analysis(graph, cost)
-    n = len(a.nodes)
-    kinds = [pattern(node, graph) for node in a.nodes]
-    ipdom = _post_dominators(a)
-    parent = list(range(n))
-    group_kind = list(kinds)
-    size = [1] * n
+class _Groups:
+    """The greedy pass's groups: a union-find over the nodes, each group with its
+    pattern kind (the largest of its members') and size."""
 
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
+    def __init__(self, a: Analysis, kinds: list[Pattern]):
+        self.a, self.parent, self.kind, self.size = a, list(range(len(kinds))), list(kinds), [1] * len(kinds)
+
+    def find(self, x: int) -> int:
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
         return x
 
-    def paths_ok(src: int, sink: int, ok) -> bool:
+    def paths_ok(self, src: int, sink: int, ok: Callable[[Pattern, bool], bool]) -> bool:
         """Every node on every path src -> sink (excluding src) satisfies ok(kind, is_sink)."""
-        seen, todo = set(), list(a.consumers[src])
+        seen, todo = set(), list(self.a.consumers[src])
         while todo:
             v = todo.pop()
             if v in seen:
                 continue
             seen.add(v)
-            if v == sink:
-                if not ok(group_kind[find(v)], True):
-                    return False
-                continue
-            if not ok(group_kind[find(v)], False):
+            if not ok(self.kind[self.find(v)], v == sink):
                 return False
-            todo.extend(a.consumers[v])
+            if v != sink:
+                todo.extend(self.a.consumers[v])
         return True
 
-    def on_paths(src: int, sink: int) -> set[int]:
-        """The groups (roots) that fusing src into sink merges."""
-        roots, seen, todo = {find(sink)}, set(), [src]
-        while todo:
-            v = todo.pop()
-            if v in seen or v == sink:
-                continue
-            seen.add(v)
-            roots.add(find(v))
-            todo.extend(a.consumers[v])
-        return roots
-
-    def emittable(src: int, sink: int) -> bool:
-        """TVM's rules fuse whatever TVM can generate; ours generates less
-        (classify.emittable): every edge inside the merged group must be emittable."""
-        roots = on_paths(src, sink)
-        return all(a.emittable[u][v] for u in range(n) if find(u) in roots
-                   for v in a.consumers[u] if find(v) in roots)  # fmt: skip
-
-    def fuse_path(src: int, sink: int) -> None:
-        """Merge src's group and every group on the paths to sink into sink's group."""
-        target = find(sink)
+    def between(self, src: int, sink: int) -> set[int]:
+        """The nodes on the paths from src to sink, src included, sink not."""
         seen, todo = set(), [src]
         while todo:
             v = todo.pop()
             if v in seen or v == sink:
                 continue
             seen.add(v)
-            root = find(v)
-            if root != target:
-                parent[root] = target
-                size[target] += size[root]
-                group_kind[target] = max(group_kind[target], group_kind[root])
-            todo.extend(a.consumers[v])
+            todo.extend(self.a.consumers[v])
+        return seen
 
+    def emittable(self, src: int, sink: int) -> bool:
+        """TVM's rules fuse whatever TVM can generate; ours generates less
+        (classify.emittable): every edge inside the merged group must be emittable."""
+        roots = {self.find(sink)} | {self.find(v) for v in self.between(src, sink)}
+        return all(self.a.emittable[u][v] for u in range(len(self.parent)) if self.find(u) in roots
+                   for v in self.a.consumers[u] if self.find(v) in roots)  # fmt: skip
+
+    def fuse_path(self, src: int, sink: int) -> None:
+        """Merge src's group and every group on the paths to sink into sink's group."""
+        target = self.find(sink)
+        for v in self.between(src, sink):
+            root = self.find(v)
+            if root != target:
+                self.parent[root] = target
+                self.size[target] += self.size[root]
+                self.kind[target] = max(self.kind[target], self.kind[root])
+
+    def members(self) -> list[list[int]]:
+        groups: dict[int, list[int]] = {}
+        for v in range(len(self.parent)):
+            groups.setdefault(self.find(v), []).append(v)
+        return sorted(groups.values(), key=min)
+
+
+def _path_rule(kind: Pattern, dom_kind: Pattern, phase: int) -> Callable[[Pattern, bool], bool] | None:
+    """TVM's rule for fusing a group of `kind` into its post-dominator's group of
+    `dom_kind` in `phase` (0-2): what every node on the paths between must be, or None
+    where the pair is not fused in this phase."""
+    if kind == Pattern.OUT_EWISE_FUSABLE:
+        if phase == 0 and dom_kind == Pattern.ELEMWISE:
+            return lambda k, sink: k <= Pattern.BROADCAST
+    elif kind <= Pattern.BROADCAST:
+        if phase <= 1 and (dom_kind <= Pattern.INJECTIVE or dom_kind == Pattern.OUT_EWISE_FUSABLE):
+            return lambda k, sink: (k <= Pattern.INJECTIVE if not sink else
+                                    k in (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE,
+                                          Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE))  # fmt: skip
+    elif kind in (Pattern.INJECTIVE, Pattern.COMM_REDUCE):
+        if phase >= 1 and dom_kind <= Pattern.INJECTIVE:
+            return lambda k, sink: k <= Pattern.INJECTIVE
+    return None
+
+
+def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
+    """TVM's greedy plan, costed by the same model as the DP's."""
+    start = time.perf_counter()
+    a = Analysis(graph, cost)
+    ipdom = _post_dominators(a)
+    g = _Groups(a, [pattern(node, graph) for node in a.nodes])
     for phase in range(3):
-        for v in range(n):
+        for v in range(len(a.nodes)):
             dom = ipdom[v]
-            if dom is None or find(v) == find(dom):
+            if dom is None or g.find(v) == g.find(dom):
                 continue
-            kind, dom_kind = group_kind[find(v)], group_kind[find(dom)]
-            if kind == Pattern.OPAQUE or size[find(v)] + size[find(dom)] > MAX_FUSE_DEPTH:
+            kind = g.kind[g.find(v)]
+            if kind == Pattern.OPAQUE or g.size[g.find(v)] + g.size[g.find(dom)] > MAX_FUSE_DEPTH:
                 continue
-            if not emittable(v, dom):
-                continue
-            if kind == Pattern.OUT_EWISE_FUSABLE:
-                if phase == 0 and dom_kind == Pattern.ELEMWISE and paths_ok(
-                    v, dom, lambda k, sink: k <= Pattern.BROADCAST
-                ):
-                    fuse_path(v, dom)
-            elif kind <= Pattern.BROADCAST:
-                if phase <= 1 and (dom_kind <= Pattern.INJECTIVE or dom_kind == Pattern.OUT_EWISE_FUSABLE):
-                    if paths_ok(v, dom, lambda k, sink: k <= Pattern.INJECTIVE if not sink else
-                                k in (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE,
-                                      Pattern.COMM_REDUCE, Pattern.OUT_EWISE_FUSABLE)):  # fmt: skip
-                        fuse_path(v, dom)
-            elif kind in (Pattern.INJECTIVE, Pattern.COMM_REDUCE):
-                if phase >= 1 and dom_kind <= Pattern.INJECTIVE and paths_ok(
-                    v, dom, lambda k, sink: k <= Pattern.INJECTIVE
-                ):
-                    fuse_path(v, dom)
-    groups: dict[int, list[int]] = {}
-    for v in range(n):
-        groups.setdefault(find(v), []).append(v)
-    ordered = sorted(groups.values(), key=min)
+            rule = _path_rule(kind, g.kind[g.find(dom)], phase)
+            if rule is not None and g.emittable(v, dom) and g.paths_ok(v, dom, rule):
+                g.fuse_path(v, dom)
+    ordered = g.members()
     total, traffic = plan_cost(graph, ordered, cost)
     return Plan(ordered, total, traffic, time.perf_counter() - start, "greedy")
 

@@ -50,7 +50,8 @@ from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, m
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import info
 from autoconfig.machine import Machine
-from autoconfig.models.matmul import Prediction, choose
+from autoconfig.models.cost import Prediction
+from autoconfig.models.matmul import choose
 from autoconfig.profile import HardwareProfile
 from autoconfig.resolve import target_for_profile
 from kernels.matmul import MatmulShape

@@ -74,6 +74,10 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
         if n.op_type == "Split" and "split" not in attrs and (len(n.input) < 2 or not n.input[1]):
             attrs.setdefault("num_outputs", len(n.output))  # an equal split into the outputs
         node = Node(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output), attrs)
+        try:
+            OPERATORS[node.op].check(attrs)
+        except ValueError as err:
+            raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {err}") from None
         for value in (*node.inputs, *node.outputs):
             if value in dynamic:
                 raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {value!r} {dynamic[value]}")

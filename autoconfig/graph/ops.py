@@ -5,7 +5,8 @@ PLDI'21, Table 3: the fusion legality reads it), TVM's registered pattern kind (
 greedy baseline reads it), how many times it reads each input element (the fusion
 planner's recompute cost), its numpy reference implementation (the interpreter
 and constant folding run it), and the kind of kernel it becomes (`Kernel`: what the
-code generator can put in one kernel with it). Adding an operator is one row here.
+code generator can put in one kernel with it). An operator family declares its
+operators' rows (`autoconfig.families`: the elementwise activations come from there).
 
 Mapping types: one-to-one for elementwise ops (an operand may be broadcast: each
 output element still depends on one element of the streamed input; Concat, Slice
@@ -23,6 +24,7 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
+from autoconfig.families.elementwise import UNARY
 from autoconfig.graph import reference as ref
 from autoconfig.graph.ir import Graph, Node
 
@@ -88,6 +90,7 @@ class OpInfo:
     reads: Callable[[Node, Graph], float] = reads_once  # times each input element is read
     kernel: Kernel = Kernel.ELEMENTWISE
     parameters: tuple[int, ...] = ()  # inputs a deployed model holds as constants (weights, shapes, axes)
+    check: Callable[[dict], None] = lambda attrs: None  # raises ValueError for attributes not taken
 
 
 _1, _M, _MM = Mapping.ONE_TO_ONE, Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY
@@ -109,14 +112,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
     "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),
     "Div": OpInfo(_1, _EW, ref.div),
-    "Relu": OpInfo(_1, _EW, ref.relu),
-    "Clip": OpInfo(_1, _EW, ref.clip, parameters=(1, 2)),
-    "Sigmoid": OpInfo(_1, _EW, ref.sigmoid),
-    "Tanh": OpInfo(_1, _EW, ref.tanh),
-    "Softplus": OpInfo(_1, _EW, ref.softplus),
-    "LeakyRelu": OpInfo(_1, _EW, ref.leaky_relu),
-    "HardSigmoid": OpInfo(_1, _EW, ref.hard_sigmoid),
-    "HardSwish": OpInfo(_1, _EW, ref.hard_swish),
+    **{name: OpInfo(_1, _EW, u.reference, parameters=u.parameters, check=u.check) for name, u in UNARY.items()},
     "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm, parameters=(1, 2, 3, 4)),  # per-channel operands: Broadcast
     "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
     "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV, parameters=(1,)),

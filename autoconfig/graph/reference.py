@@ -275,12 +275,6 @@ def squeeze(a: dict, x, axes=None):
     return np.squeeze(x, axis=tuple(v % x.ndim for v in _axes(a, axes)))
 
 
-def clip(a: dict, x, low=None, high=None):
-    low = a.get("min", -np.inf) if low is None else low
-    high = a.get("max", np.inf) if high is None else high
-    return np.clip(x, low, high).astype(x.dtype)
-
-
 def matmul(a: dict, x, y):
     return _f(np.matmul(x, y))
 
@@ -292,34 +286,6 @@ def binary(numpy_op):
 
 def div(a: dict, x, y):
     return (x / y).astype(x.dtype) if x.dtype.kind == "f" else x // y
-
-
-def relu(a: dict, x):
-    return np.maximum(x, 0)
-
-
-def sigmoid(a: dict, x):
-    return _f(1 / (1 + np.exp(-x)))
-
-
-def tanh(a: dict, x):
-    return np.tanh(x)
-
-
-def softplus(a: dict, x):
-    return _f(np.logaddexp(0, x))
-
-
-def leaky_relu(a: dict, x):
-    return np.where(x >= 0, x, a.get("alpha", 0.01) * x).astype(x.dtype)
-
-
-def hard_sigmoid(a: dict, x):
-    return _f(np.clip(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1))
-
-
-def hard_swish(a: dict, x):
-    return _f(x * np.clip(x / 6 + 0.5, 0, 1))
 
 
 def max_pool(a: dict, x):

@@ -52,11 +52,12 @@ from typing import Literal
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
-from autoconfig.models.matmul import (
-    MAX_MR, MAX_NV, OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Choice, MatmulPlan, Prediction, Term, busiest_share,
-    choose as choose_matmul, epilogue_term, microkernel_ns, output_passes, predict as predict_matmul,
-    fma_floor_ns, promising_predictions, total_ns, vector_widths,
+from autoconfig.models.cost import (
+    OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Prediction, Term, busiest_share, epilogue_term, fma_floor_ns,
+    microkernel_ns, output_passes, promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
+from autoconfig.models.matmul import MAX_MR, MAX_NV, Choice, MatmulPlan, choose as choose_matmul
+from autoconfig.models.matmul import predict as predict_matmul
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
 from kernels.layout import PhaseSplit

@@ -39,20 +39,22 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, PROGRAM_STEP_NS, THREAD_DISPATCH_NS, Machine
+from autoconfig.models.cost import (
+    OUTPUT_TRANSFERS, OVERLAP, RESOLUTION, STALL_TERM, Prediction, Term, busiest_share,
+    compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
+    total_ns, vector_widths,
+)  # fmt: skip
 from kernels import epilogue as ep
 from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape, tile_registers
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
-
-if TYPE_CHECKING:
-    from autoconfig.models.conv import ConvPlan
 
 UNROLL = 4
 """K-loop copies per trip at most (K blocks are multiples of it): hides the loop's own
@@ -78,31 +80,12 @@ STORE_FORWARD_FACTOR = 1.5
 """Broadcast's C vector goes store→load every k: store forwarding adds about half an
 FMA latency to the dependent chain (x86 forwarding ≈ 5-7 cycles vs FMA 4)."""
 
-OVERLAP = 4.0
-"""Exponent of the soft maximum of kernel and memory time, (k^p + m^p)^(1/p): a plain
-max hid the kernel under memory entirely and tied configurations that measured
-1.7x apart (broadcast at 4 vs 8 lanes on a 4 MB 1x1000x1024 problem); p=4 adds 19%
-of the smaller term when the two are equal."""
-
-RESOLUTION = 0.02
-"""Predictions closer than 2% are ties (the model is not finer than that); `best_of` says
-how a tie is broken: in the end by the tile issuing fewer instructions per flop, whose
-advantage the FMA-bound terms hide, then by a split by rows: each thread's rows of A and
-C are its own contiguous block, where a split by columns has every thread read all of A."""
 
 MASKED_LOAD_COST = 3.0
 """A masked vector load costs about three plain ones (vmaskmovps on AVX2: 3+ µops on
 AMD Zen; NEON has none and LLVM scalarizes it): the unpacked edge column pays it on
 every k step, the packed one never (its panels are zero-padded)."""
 
-LATENCY_OVERLAP = 4.0
-"""Exponent of the soft maximum of a k step's FMA issue time and the FMA latency: with
-exactly latency×throughput accumulators (4x2 on AVX2: 8) the FMA units are not kept
-busy: measured 8% slower than 12 accumulators (6x2, 4x3) at 96x512x256 and 17%
-at 4x512x512; p=4 predicts 13%. (Tiles that fill all 16 AVX2 registers, 4x3, were
-once left out after measuring 10-12% slower than 6x2 when the micro-kernel loaded C
-before its k loop; starting from zero, 4x3 and 6x2 measure within 1% at 512³ and
-1024³.)"""
 
 BROADCAST_ROWS = 8
 """Rows of B that broadcast adds per pass over the C row (its unroll), as OpenBLAS's
@@ -129,52 +112,6 @@ more slowly than a load. One load per element (the first form) predicted 45 µs 
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
 MAX_SUMS = 8  # dot's partial sums per row: FMAs in flight are 6-8 on the profiled machines
-
-
-@dataclass(frozen=True)
-class Term:
-    """One named part of a prediction, with the reason behind it."""
-
-    name: str
-    ns: float
-    why: str
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A configuration with its predicted time broken into named terms; the plan is a
-    matmul's or a convolution's (both have .config and .shape with .flops)."""
-
-    plan: MatmulPlan | ConvPlan
-    terms: tuple[Term, ...]
-    total_ns: float
-    parameters: tuple[tuple[str, str], ...]  # (parameter, reason)
-
-    @property
-    def config(self) -> MatmulConfig:
-        return self.plan.config
-
-    @property
-    def shape(self) -> MatmulShape:
-        return self.plan.shape
-
-    @property
-    def gflops(self) -> float:
-        return self.shape.flops / self.total_ns
-
-    def term(self, name: str) -> float:
-        return next(t.ns for t in self.terms if t.name == name)
-
-    def parameter_lines(self) -> list[str]:
-        """Each parameter with its reason, one per line, indented."""
-        return [f"  {name:<10} {why}" for name, why in self.parameters]
-
-    def term_lines(self) -> list[str]:
-        """Each term's time and reason, one per line, indented."""
-        return [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in self.terms]
-
-    def lines(self) -> list[str]:
-        return self.parameter_lines() + self.term_lines()
 
 
 # ---------------------------------------------------------------- parameters
@@ -318,33 +255,6 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
 
-def compute_and_memory_ns(terms: Sequence[Term]) -> tuple[float, float]:
-    """The compute terms' sum and the largest memory term: what overlaps in a kernel."""
-    kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
-    return kernel, max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
-
-
-def total_ns(terms: list[Term]) -> float:
-    """The time of a kernel's terms: the compute terms and the largest memory term
-    overlap (their OVERLAP soft maximum); stalls, packing, transforms and calls add."""
-    kernel, memory = compute_and_memory_ns(terms)
-    rest = sum(t.ns for t in terms if t.name in SERIAL_TERMS)
-    return (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP) + rest
-
-
-def epilogue_term(epilogue: ep.Epilogue, vectors: int, outputs: int, m: Machine, share: float) -> Term:
-    """The epilogue's vector ops on each of the `vectors` output vectors, once, at the FMA
-    issue rate (a vector op per FMA slot), and its operands read alongside: a channel
-    operand stays in L1, a residual of the output's `outputs` values streams from
-    where it lies."""
-    residual_bytes = sum(outputs * F32 for op in epilogue if op.operand == "output")
-    ops_ns = vectors * ep.vector_ops(epilogue) / m.fma_per_ns()
-    read_ns = m.traffic_ns(residual_bytes) if residual_bytes else 0.0
-    return Term("epilogue", (ops_ns + read_ns) * share,
-                f"{ep.describe(epilogue)}: {ep.vector_ops(epilogue)} vector ops per output vector"
-                + (f", {residual_bytes / 1e6:.2f} MB of residual read" if residual_bytes else ""))  # fmt: skip
-
-
 PAGE_BYTES = 4096
 """The base page on x86-64, AArch64 and RISC-V Linux. Hardware prefetchers follow a
 stride only within a page, so an unpacked B micro-panel evicted by set conflicts (it
@@ -374,39 +284,11 @@ L3), against broadcast's whole rows: tiled segments of 8/4/3/2/1 lines ran
 1.11/1.18/1.30/1.37/1.72x as long, one line per segment predicts 1.12/1.25/1.33/1.5/2x.
 Packed kernels read B along whole rows while packing, broadcast along whole rows."""
 
-STALL_TERM = "l1 misses"
-"""Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
-
-C_PASSES_TERM = "c passes"
-"""C brought back for every K block after the first, from wherever C's column block
-lies by then, and written back: priced as a stall, not as traffic overlapping the
-FMAs. On the Intel Xeon (model 167) VM, where L3 moves 28 GB/s, packed 6x4 at 1024³
-measured 12.72 ms with kc=192 (6 K blocks) and 11.45 ms with kc=384 (3): 1.27 ms
-for 24 MB more of C, whose L3 time is 0.86 ms; priced as overlapping traffic the
-passes changed no prediction by 1%. 2704x128x256, tiled 6x4: 98 µs between kc=160 and
-kc=256 (C from L3: 100 µs)."""
-
-
-KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
-SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
-                "filters", "call", STALL_TERM, C_PASSES_TERM)  # fmt: skip
-"""Terms that do not overlap the kernel: a copy done before or after it (packing, a
-layout transform), a stall on its critical path (evicted B panels, C brought back per K
-block, Winograd filters fetched from farther than priced), the call itself."""
-
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
     """The busiest thread's fractions of the rows (A) and of the columns (B) it works
     on: the split dimension is shared out, the other is whole."""
     return (share, 1.0) if p.split == "rows" else (1.0, share)
-
-
-OUTPUT_TRANSFERS = 2
-"""Times an output's bytes cross from the level holding it on its first touch: a
-write-allocating cache reads each line in for ownership and writes it back. Counting the
-output once, broadcast at 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM
-was predicted 308 µs, measured 470 (twice: 426), and a direct 1x1 convolution 24->144
-on 56² 137.5 µs, measured 179."""
 
 
 def _first_touch_bytes(p: MatmulPlan, share: float, c_passes: int, b_segment_lines: int = 0) -> float:
@@ -426,22 +308,6 @@ def _first_touch_why(p: MatmulPlan) -> str:
     if p.threads == 1:
         return "one thread"
     return "each thread: all of B, its rows of A" if p.split == "rows" else "each thread: all of A, its columns of B"
-
-
-def busiest_share(tiles: int, threads: int) -> float:
-    """Fraction of the split tiles (rows or columns) the busiest thread computes."""
-    parts = max(1, min(threads, tiles))
-    return math.ceil(tiles / parts) / tiles
-
-
-def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
-    """Per step of one micro-kernel (one FMA into each of its independent accumulators,
-    `loads` vector loads and `broadcasts` scalar broadcast loads): (FMA issue, extra
-    wait on latency, extra wait on loads)."""
-    issue = accumulators / m.fma_per_ns()
-    busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
-    load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
-    return issue, busy - issue, max(0.0, load_ns - busy)
 
 
 def _tile_kinds(c: MatmulConfig) -> list[tuple[int, int, int]]:
@@ -506,16 +372,32 @@ def _panel_lines(stride: int, width: int, rows: int, line: int) -> int:
 
 
 def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
-    shape, c = p.shape, p.config
-    kc, mc, nc = c.blocks()
-    lanes, nr = c.lanes, c.nr
+    """A tiled or packed plan's terms and parameters: its micro-kernels, the blocks'
+    traffic, C brought back per K block, and its packing."""
+    c = p.config
+    k_blocks = math.ceil(p.shape.k / c.blocks()[0])
+    memory, stall = _blocked_memory_terms(p, m, share)
+    terms = [*_tile_terms(p, m, share, k_blocks), *memory]
+    if c.algorithm == "tiled":
+        terms.append(stall)
+    terms.append(_c_passes(p, m, share, k_blocks))
+    if c.transposed:
+        terms.append(Term("packing", 0.0, "none: B was packed when built, A is read in place"))
+    elif c.algorithm == "packed":
+        terms.append(_packing_term(p, m, share))
+    return terms, _blocked_parameters(p, m)
+
+
+def _tile_terms(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> list[Term]:
+    """The micro-kernels' FMA issue, latency and load waits, their masked edges and C
+    tiles, for the busiest thread."""
+    shape, c, lanes = p.shape, p.config, p.config.lanes
     issue = latency = loads = 0.0
     for count, rows, vectors in _tile_kinds(c):
         i, l, ld = microkernel_ns(rows * vectors, vectors, rows, m)
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
-    k_blocks = math.ceil(shape.k / kc)
     if c.blocked:  # each output vector stored once, whole, where it belongs
         c_tile = Term("c tile", shape.m * shape.n * F32 / m.bandwidth["L1"] * share,
                       "C tiles stored once as whole vectors of a channel-blocked Cᵀ")
@@ -532,42 +414,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
     masked_c = 2 * shape.m * k_blocks * (MASKED_LOAD_COST - 1) * (shape.n % lanes > 0) * (not c.transposed)
     edges = (edge_loads + masked_c) / m.vector_loads_per_ns()
-    column_tiles, row_blocks = math.ceil(shape.n / nr), math.ceil(shape.m / mc)
-    a_level = m.holding_level(mc * kc * F32)
-    b_level = m.holding_level(kc * min(nc, round_up(shape.n, nr)) * F32)
-    a_bytes = shape.m * shape.k * F32 * column_tiles  # A block re-read per column tile
-    b_bytes = shape.k * shape.n * F32 * row_blocks  # B block re-read per row block
-    b_why = "B micro-panels stay in L1"
-    stall = 0.0
-    per_level: dict[str, float] = {}
-    if c.algorithm == "tiled":
-        panel, b_why = _b_panel_in_l1(shape, kc, nr, m)
-        # B from L2 for every row tile but the first, which brings it in (the first touch).
-        # Counting the first too charged M=1 a whole B from L2 that nothing re-reads: tiled
-        # 4x1 at 1x1000x1024 was predicted 168 µs on Zen 4 and measured 63.
-        reread = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32
-        if panel == "crowded" or (panel == "conflicts" and shape.n * F32 < PAGE_BYTES):
-            per_level["L2"] = reread * share
-            b_why += (f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2" if panel == "conflicts"
-                      else "; every way of those sets: lines A and C evict come back from L2 alongside the FMAs")
-        elif panel != "kept":  # every micro-kernel re-reads its B micro-panel from L2, stalling
-            stall = reread / m.bandwidth["L2"]
-    elif c.algorithm == "packed" and kc > _l1_kc(nr, c.mr, m)[0]:  # a streamed K block (kc_options)
-        per_level["L2"] = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32 * share
-        b_why = "B micro-panels re-read from L2 for every row tile, contiguous, alongside the FMAs"
-    once_level = m.holding_level(_first_touch_bytes(p, 1.0, OUTPUT_TRANSFERS), whole_problem=True)
-    for level, size, once in ((a_level, a_bytes, shape.m * shape.k * F32), (b_level, b_bytes, shape.k * shape.n * F32)):
-        if level == once_level:  # the first of these reads is the first touch, counted once below
-            size -= once  # (counted twice, Zen 4's 1x1000x1024 ranked at Spearman 0.85, now 0.90)
-        if level != "L1":
-            per_level[level] = per_level.get(level, 0.0) + size * share
-    segment_lines = 0  # B read along whole rows (by packing)
-    if c.algorithm == "tiled" and once_level not in ("L1", "L2"):
-        segment_lines = math.ceil(min(nr, shape.n) * F32 / m.line)
-    if once_level != "L1":
-        once_bytes = _first_touch_bytes(p, share, OUTPUT_TRANSFERS, segment_lines)
-        per_level[once_level] = per_level.get(once_level, 0.0) + once_bytes
-    terms = [
+    return [
         Term("fma", issue * share, f"{c.mr}x{c.nv} tiles of {lanes} lanes at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread"),
         Term("latency", latency * share, f"tiles with fewer than {m.fma.in_flight:.1f} "
@@ -578,56 +425,105 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
                                      f"{lanes} lanes ({'B every k, ' if edge_loads else ''}C per K block)"),
         c_tile,
     ]  # fmt: skip
-    for level, size in per_level.items():
-        terms.append(Term(f"memory {level}", size / m.bandwidth[level],
-                          f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
-                          f"B in {b_level} per row block; A, B, C once from {once_level} "
-                          f"({_first_touch_why(p)})"
-                          + (f"; B in row segments of {segment_lines} lines, each start a line more"
-                             if segment_lines and level == once_level else "")))  # fmt: skip
+
+
+def _block_levels(p: MatmulPlan, m: Machine) -> tuple[str, str]:
+    """Where the A block and the B block stay while they are re-read."""
+    kc, mc, nc = p.config.blocks()
+    return m.holding_level(mc * kc * F32), m.holding_level(kc * min(nc, round_up(p.shape.n, p.config.nr)) * F32)
+
+
+def _tiled_b_rereads(p: MatmulPlan, m: Machine, share: float, per_level: dict[str, float]) -> tuple[float, str]:
+    """A tiled plan's B re-read from L2 for every row tile but the first (which brings
+    it in): alongside the FMAs where prefetched (added to `per_level`), else a stall;
+    returns the stall and why."""
+    shape, c = p.shape, p.config
+    panel, b_why = _b_panel_in_l1(shape, c.blocks()[0], c.nr, m)
+    reread = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32
+    if panel == "crowded" or (panel == "conflicts" and shape.n * F32 < PAGE_BYTES):
+        per_level["L2"] = reread * share
+        b_why += (f"; evicted, but rows {shape.n * F32} B apart are prefetched back from L2" if panel == "conflicts"
+                  else "; every way of those sets: lines A and C evict come back from L2 alongside the FMAs")
+        return 0.0, b_why
+    if panel != "kept":  # every micro-kernel re-reads its B micro-panel from L2, stalling
+        return reread / m.bandwidth["L2"], b_why
+    return 0.0, b_why
+
+
+def _blocked_memory_terms(p: MatmulPlan, m: Machine, share: float) -> tuple[list[Term], Term]:
+    """The blocks' traffic per memory level (A re-read per column tile, B per row block,
+    everything once from where the whole problem lies) and a tiled plan's B stall."""
+    shape, c = p.shape, p.config
+    kc, mc, nc = c.blocks()
+    a_level, b_level = _block_levels(p, m)
+    a_bytes = shape.m * shape.k * F32 * math.ceil(shape.n / c.nr)  # A block re-read per column tile
+    b_bytes = shape.k * shape.n * F32 * math.ceil(shape.m / mc)  # B block re-read per row block
+    per_level: dict[str, float] = {}
+    stall, b_why = 0.0, "B micro-panels stay in L1"
     if c.algorithm == "tiled":
-        terms.append(Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}"))
-    terms.append(_c_passes(p, m, share, k_blocks))
-    if c.transposed:
-        terms.append(Term("packing", 0.0, "none: B was packed when built, A is read in place"))
-    elif c.algorithm == "packed":
-        # Each thread packs the B columns and A rows of its block: split by rows, all
-        # of B and its share of A (once per column block); by columns, its share of B
-        # and all of A once per column block of its own.
-        row_share, col_share = _row_and_column_shares(p, share)
-        columns = round_up(shape.n, nr) * col_share
-        b_pack = shape.k * columns
-        a_pack = 0 if c.a_packed else round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
-        # Each copy reads its operand where it lies and writes the panels where its
-        # packed block stays (B's in b_level, A's in a_level). Reading and writing at the
-        # rate of the level B lies in (the earlier form) predicted 324 µs of packing for
-        # 49x1024x1024 on the Intel Xeon (model 167) VM, B 4 MB in an L3 moving 28 GB/s,
-        # where packed 7x3 measured 636 µs in all, 166 over its FMA time; this form: 188.
-        # A is copied one scalar at a time: a load and a store per element, the store on
-        # its own port, so one load slot per element (or its bytes, if longer). Two load
-        # slots plus the bytes again (an earlier form) predicted 63.6 µs of packing at
-        # 3136x64x64 on Zen 4, where packed tiles measured 20 µs slower than the same
-        # tiles unpacked; this form predicts 28 µs.
-        b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
-        a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
-        b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
-        a_ns = max(a_pack * F32 * (1 / m.bandwidth_one[a_held] + 1 / m.bandwidth_one[a_level]),
-                   a_pack / m.broadcast_loads_per_ns())
-        pack_ns = b_ns + a_ns
-        b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
-        a_whose = {"rows": "its rows of A", "columns": "all of A"}[p.split]
-        whose = (f"{b_whose} (A was packed when built)" if c.a_packed
-                 else f"{b_whose} and {a_whose} (A once per column block)")
-        terms.append(Term("packing", pack_ns, f"each thread packs {whose} into zero-padded panels"))  # fmt: skip
-    *derived, reasons = block_sizes(shape, c.mr, nr, m, kc if kc in kc_options(shape, c.mr, nr, m) else None)
+        stall, b_why = _tiled_b_rereads(p, m, share, per_level)
+    elif c.algorithm == "packed" and kc > _l1_kc(c.nr, c.mr, m)[0]:  # a streamed K block (kc_options)
+        per_level["L2"] = (math.ceil(shape.m / c.mr) - 1) * shape.k * shape.n * F32 * share
+        b_why = "B micro-panels re-read from L2 for every row tile, contiguous, alongside the FMAs"
+    once_level = m.holding_level(_first_touch_bytes(p, 1.0, OUTPUT_TRANSFERS), whole_problem=True)
+    for level, size, once in ((a_level, a_bytes, shape.m * shape.k * F32), (b_level, b_bytes, shape.k * shape.n * F32)):
+        if level == once_level:  # the first of these reads is the first touch, counted once below
+            size -= once
+        if level != "L1":
+            per_level[level] = per_level.get(level, 0.0) + size * share
+    segment_lines = 0  # B read along whole rows (by packing)
+    if c.algorithm == "tiled" and once_level not in ("L1", "L2"):
+        segment_lines = math.ceil(min(c.nr, shape.n) * F32 / m.line)
+    if once_level != "L1":
+        per_level[once_level] = per_level.get(once_level, 0.0) + _first_touch_bytes(p, share, OUTPUT_TRANSFERS,
+                                                                                     segment_lines)  # fmt: skip
+    terms = [Term(f"memory {level}", size / m.bandwidth[level],
+                  f"{size / 1e6:.1f} MB: A block in {a_level} re-read per column tile, "
+                  f"B in {b_level} per row block; A, B, C once from {once_level} ({_first_touch_why(p)})"
+                  + (f"; B in row segments of {segment_lines} lines, each start a line more"
+                     if segment_lines and level == once_level else ""))
+             for level, size in per_level.items()]  # fmt: skip
+    return terms, Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}")
+
+
+def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
+    """Each thread packs the B columns and A rows of its block (split by rows: all of B
+    and its share of A once per column block; by columns: its share of B and all of A
+    once per column block of its own), reading each operand where it lies and writing
+    the panels where its block stays; A one scalar at a time (a load slot per element,
+    or its bytes if longer)."""
+    shape, c = p.shape, p.config
+    nc, nr = c.blocks()[2], c.nr
+    a_level, b_level = _block_levels(p, m)
+    row_share, col_share = _row_and_column_shares(p, share)
+    columns = round_up(shape.n, nr) * col_share
+    b_pack = shape.k * columns
+    a_pack = 0 if c.a_packed else round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
+    b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
+    a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
+    b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
+    a_ns = max(a_pack * F32 * (1 / m.bandwidth_one[a_held] + 1 / m.bandwidth_one[a_level]),
+               a_pack / m.broadcast_loads_per_ns())
+    b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
+    a_whose = {"rows": "its rows of A", "columns": "all of A"}[p.split]
+    whose = (f"{b_whose} (A was packed when built)" if c.a_packed
+             else f"{b_whose} and {a_whose} (A once per column block)")
+    return Term("packing", b_ns + a_ns, f"each thread packs {whose} into zero-padded panels")  # fmt: skip
+
+
+def _blocked_parameters(p: MatmulPlan, m: Machine) -> list[tuple[str, str]]:
+    """The tile, block sizes (forced ones marked) and unroll, each with its reason."""
+    shape, c = p.shape, p.config
+    kc = c.blocks()[0]
+    *derived, reasons = block_sizes(shape, c.mr, c.nr, m, kc if kc in kc_options(shape, c.mr, c.nr, m) else None)
     blocks = [
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons(), (c.kc, c.mc, c.nc), derived)
     ]
     if c.transposed:  # candidates() gives it one K block
         blocks[0] = ("kc", f"{shape.k} = K: one block, since every further one gathers and scatters all of C again")
-    return terms, _parameters(p, ("tile", _register_budget(c, m)), *blocks,
-                              ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
+    return _parameters(p, ("tile", _register_budget(c, m)), *blocks,
+                       ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
 
 
 def _c_passes(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term:
@@ -640,17 +536,6 @@ def _c_passes(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term:
     rows, columns = shape.m * row_share, min(nc, round_up(shape.n, c.nr) * col_share)
     level = m.holding_level((rows * columns + rows * kc + kc * columns) * F32)
     return output_passes(k_blocks, "K", shape.m * shape.n * F32 * share, level, m)
-
-
-def output_passes(blocks: int, block: str, output_bytes: float, level: str, m: Machine) -> Term:
-    """The output read back and written again (OUTPUT_TRANSFERS) for every `block`
-    block after the first, from `level` (C_PASSES_TERM): a stall."""
-    if blocks == 1:
-        return Term(C_PASSES_TERM, 0.0, f"one {block} block: each output tile written once")
-    moved = (blocks - 1) * OUTPUT_TRANSFERS * output_bytes
-    ns = 0.0 if level == "L1" else moved / m.bandwidth[level]
-    return Term(C_PASSES_TERM, ns, f"{blocks - 1} more {block} block(s) read and write the output back: "
-                                   f"{moved / 1e6:.2f} MB from {level}")  # fmt: skip
 
 
 def _parameters(p: MatmulPlan, *own: tuple[str, str], along: str = "") -> list[tuple[str, str]]:
@@ -862,13 +747,6 @@ class Choice:
         return f"  {c.algorithm:<9} lanes={c.lanes} {c.tile}{blocks}: {p.total_ns / 1e3:.1f} µs ({p.gflops:.1f} GFLOP/s)"
 
 
-def vector_widths(machine: Machine, target: Target) -> list[int]:
-    """The lane counts the models try: those the profile measured that the target's
-    registers hold (on RVV, multiples of vscale)."""
-    return [lanes for lanes in machine.fma_by_lanes
-            if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)]  # fmt: skip
-
-
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False)) -> Choice:  # fmt: skip
@@ -901,33 +779,6 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
         best_of(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
     )
     return Choice(best_of(per_algorithm), per_algorithm, profile, target)
-
-
-Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
-
-
-def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float], kind: Callable[[Plan], Hashable],
-                          score: Callable[[Plan], Prediction]) -> list[Prediction]:  # fmt: skip
-    """`score` of the plans that can be the best of their `kind` (what a model keeps the
-    best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
-    plan whose floor exceeds its kind's best so far (within the tie-break's RESOLUTION)
-    is not scored, so the choice is the same as scoring them all: EfficientNet-B0's
-    decisions at 2 threads made 70867 matmul predictions before, 44141 after."""
-    predictions: list[Prediction] = []
-    fastest: dict[Hashable, float] = {}
-    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
-        if low > fastest.get(kind(plan), math.inf) * (1 + RESOLUTION):
-            continue
-        predictions.append(score(plan))
-        fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
-    return predictions
-
-
-def fma_floor_ns(multiply_adds: float, lanes: int, threads: int, machine: Machine) -> float:
-    """`multiply_adds` as full vectors of `lanes` shared evenly by `threads` at their FMA
-    issue rate: every plan's 'fma' term counts at least those, and its total is at
-    least its compute terms."""
-    return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads
 
 
 def floor_ns(plan: MatmulPlan, machine: Machine) -> float:

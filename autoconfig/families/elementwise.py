@@ -1,0 +1,71 @@
+"""The elementwise family's operators of one input (activations and Clip), each
+declared once, as the epilogue op it becomes: the operator table takes their rows from
+`UNARY`, the builder their epilogue ops (`epilogue_op`), and the interpreter and
+constant folding their numpy meaning, which is the kernel's own
+(`kernels.epilogue.KINDS`: the op's vector code and numpy reference side by side).
+Adding an activation is one row here and one kind there.
+
+The binary operators (Add, Sub, Mul, Div) and BatchNormalization become epilogue ops
+too, but which one depends on their operands' shapes; the builder matches them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.graph.ir import Graph, Node
+from kernels import epilogue as ep
+
+
+@dataclass(frozen=True)
+class Unary:
+    """An ONNX operator of one tensor input as an epilogue op: `op(attrs, *parameters)`
+    makes it from the node's attributes and its constant `parameters` inputs (None
+    where omitted), raising ValueError for attributes it does not take."""
+
+    op: Callable[..., ep.EpilogueOp]
+    parameters: tuple[int, ...] = ()
+
+    def check(self, attrs: dict) -> None:
+        """Raise ValueError for attributes the operator does not take."""
+        self.op(attrs, *[None] * len(self.parameters))
+
+    def reference(self, attrs: dict, x: np.ndarray, *parameters: np.ndarray | None) -> np.ndarray:
+        """The operator's numpy meaning: the epilogue op's, in float64, as x's type."""
+        return ep.reference((self.op(attrs, *parameters),), x, [None]).astype(x.dtype)
+
+
+def _clip(attrs: dict, low: np.ndarray | None = None, high: np.ndarray | None = None) -> ep.EpilogueOp:
+    """Clip's bounds are inputs 1 and 2 (opset 11+), each optional."""
+    return ep.clip(-math.inf if low is None else float(low), math.inf if high is None else float(high))
+
+
+UNARY: dict[str, Unary] = {
+    "Relu": Unary(lambda a: ep.relu()),
+    "Sigmoid": Unary(lambda a: ep.sigmoid()),
+    "Tanh": Unary(lambda a: ep.tanh()),
+    "Softplus": Unary(lambda a: ep.softplus()),
+    "LeakyRelu": Unary(lambda a: ep.leaky_relu(a.get("alpha", 0.01))),
+    "HardSigmoid": Unary(lambda a: ep.hard_sigmoid(a.get("alpha", 0.2), a.get("beta", 0.5))),
+    "HardSwish": Unary(lambda a: ep.hard_swish()),
+    "Clip": Unary(_clip, parameters=(1, 2)),
+}
+"""Every elementwise operator of one input the compiler accepts."""
+
+
+def epilogue_op(node: Node, graph: Graph) -> ep.EpilogueOp:
+    """`node`'s epilogue op; its parameter inputs must be constants."""
+    unary, given = UNARY[node.op], []
+    for i in unary.parameters:
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if name and not graph.is_constant(name):
+            raise AutoconfigError(f"node {node.name!r} ({node.op}): input {i} computed at run time is not generated")
+        given.append(graph.constants[name] if name else None)
+    try:
+        return unary.op(node.attrs, *given)
+    except ValueError as err:
+        raise AutoconfigError(f"node {node.name!r} ({node.op}): {err}") from None

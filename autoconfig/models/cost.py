@@ -1,0 +1,204 @@
+"""The cost framework every operator model shares: a prediction is a configuration's
+time as named terms, each with its reason; how the terms add up (compute and memory
+overlap, stalls and copies add); the micro-kernel, thread-share, output-pass and
+epilogue terms; and the pruned scoring of candidates. `models.matmul` and
+`models.conv` price their configurations with it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from autoconfig.machine import F32, Machine
+from kernels import epilogue as ep
+from kernels.target import Target
+
+
+OVERLAP = 4.0
+"""Exponent of the soft maximum of kernel and memory time, (k^p + m^p)^(1/p): a plain
+max hid the kernel under memory entirely and tied configurations that measured
+1.7x apart (broadcast at 4 vs 8 lanes on a 4 MB 1x1000x1024 problem); p=4 adds 19%
+of the smaller term when the two are equal."""
+
+
+RESOLUTION = 0.02
+"""Predictions closer than 2% are ties (the model is not finer than that); `best_of` says
+how a tie is broken: in the end by the tile issuing fewer instructions per flop, whose
+advantage the FMA-bound terms hide, then by a split by rows: each thread's rows of A and
+C are its own contiguous block, where a split by columns has every thread read all of A."""
+
+
+LATENCY_OVERLAP = 4.0
+"""Exponent of the soft maximum of a k step's FMA issue time and the FMA latency: with
+exactly latency×throughput accumulators (4x2 on AVX2: 8) the FMA units are not kept
+busy: measured 8% slower than 12 accumulators (6x2, 4x3) at 96x512x256 and 17%
+at 4x512x512; p=4 predicts 13%. (Tiles that fill all 16 AVX2 registers, 4x3, were
+once left out after measuring 10-12% slower than 6x2 when the micro-kernel loaded C
+before its k loop; starting from zero, 4x3 and 6x2 measure within 1% at 512³ and
+1024³.)"""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named part of a prediction, with the reason behind it."""
+
+    name: str
+    ns: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration with its predicted time broken into named terms; the plan is a
+    matmul's or a convolution's (both have .config and .shape with .flops)."""
+
+    plan: Any  # a MatmulPlan or a ConvPlan: .config, .shape (with .flops), .threads
+    terms: tuple[Term, ...]
+    total_ns: float
+    parameters: tuple[tuple[str, str], ...]  # (parameter, reason)
+
+    @property
+    def config(self) -> Any:
+        return self.plan.config
+
+    @property
+    def shape(self) -> Any:
+        return self.plan.shape
+
+    @property
+    def gflops(self) -> float:
+        return self.shape.flops / self.total_ns
+
+    def term(self, name: str) -> float:
+        return next(t.ns for t in self.terms if t.name == name)
+
+    def parameter_lines(self) -> list[str]:
+        """Each parameter with its reason, one per line, indented."""
+        return [f"  {name:<10} {why}" for name, why in self.parameters]
+
+    def term_lines(self) -> list[str]:
+        """Each term's time and reason, one per line, indented."""
+        return [f"  {t.name:<12} {t.ns:>14,.0f}  {t.why}" for t in self.terms]
+
+    def lines(self) -> list[str]:
+        return self.parameter_lines() + self.term_lines()
+
+
+def compute_and_memory_ns(terms: Sequence[Term]) -> tuple[float, float]:
+    """The compute terms' sum and the largest memory term: what overlaps in a kernel."""
+    kernel = sum(t.ns for t in terms if t.name in KERNEL_TERMS)
+    return kernel, max((t.ns for t in terms if t.name.startswith("memory")), default=0.0)
+
+
+def total_ns(terms: list[Term]) -> float:
+    """The time of a kernel's terms: the compute terms and the largest memory term
+    overlap (their OVERLAP soft maximum); stalls, packing, transforms and calls add."""
+    kernel, memory = compute_and_memory_ns(terms)
+    rest = sum(t.ns for t in terms if t.name in SERIAL_TERMS)
+    return (kernel**OVERLAP + memory**OVERLAP) ** (1 / OVERLAP) + rest
+
+
+def epilogue_term(epilogue: ep.Epilogue, vectors: int, outputs: int, m: Machine, share: float) -> Term:
+    """The epilogue's vector ops on each of the `vectors` output vectors, once, at the FMA
+    issue rate (a vector op per FMA slot), and its operands read alongside: a channel
+    operand stays in L1, a residual of the output's `outputs` values streams from
+    where it lies."""
+    residual_bytes = sum(outputs * F32 for op in epilogue if op.operand == "output")
+    ops_ns = vectors * ep.vector_ops(epilogue) / m.fma_per_ns()
+    read_ns = m.traffic_ns(residual_bytes) if residual_bytes else 0.0
+    return Term("epilogue", (ops_ns + read_ns) * share,
+                f"{ep.describe(epilogue)}: {ep.vector_ops(epilogue)} vector ops per output vector"
+                + (f", {residual_bytes / 1e6:.2f} MB of residual read" if residual_bytes else ""))  # fmt: skip
+
+
+STALL_TERM = "l1 misses"
+"""Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
+
+
+C_PASSES_TERM = "c passes"
+"""C brought back for every K block after the first, from wherever C's column block
+lies by then, and written back: priced as a stall, not as traffic overlapping the
+FMAs. On the Intel Xeon (model 167) VM, where L3 moves 28 GB/s, packed 6x4 at 1024³
+measured 12.72 ms with kc=192 (6 K blocks) and 11.45 ms with kc=384 (3): 1.27 ms
+for 24 MB more of C, whose L3 time is 0.86 ms; priced as overlapping traffic the
+passes changed no prediction by 1%. 2704x128x256, tiled 6x4: 98 µs between kc=160 and
+kc=256 (C from L3: 100 µs)."""
+
+
+KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
+SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
+                "filters", "call", STALL_TERM, C_PASSES_TERM)  # fmt: skip
+"""Terms that do not overlap the kernel: a copy done before or after it (packing, a
+layout transform), a stall on its critical path (evicted B panels, C brought back per K
+block, Winograd filters fetched from farther than priced), the call itself."""
+
+
+OUTPUT_TRANSFERS = 2
+"""Times an output's bytes cross from the level holding it on its first touch: a
+write-allocating cache reads each line in for ownership and writes it back. Counting the
+output once, broadcast at 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM
+was predicted 308 µs, measured 470 (twice: 426), and a direct 1x1 convolution 24->144
+on 56² 137.5 µs, measured 179."""
+
+
+def busiest_share(tiles: int, threads: int) -> float:
+    """Fraction of the split tiles (rows or columns) the busiest thread computes."""
+    parts = max(1, min(threads, tiles))
+    return math.ceil(tiles / parts) / tiles
+
+
+def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
+    """Per step of one micro-kernel (one FMA into each of its independent accumulators,
+    `loads` vector loads and `broadcasts` scalar broadcast loads): (FMA issue, extra
+    wait on latency, extra wait on loads)."""
+    issue = accumulators / m.fma_per_ns()
+    busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
+    load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
+    return issue, busy - issue, max(0.0, load_ns - busy)
+
+
+def output_passes(blocks: int, block: str, output_bytes: float, level: str, m: Machine) -> Term:
+    """The output read back and written again (OUTPUT_TRANSFERS) for every `block`
+    block after the first, from `level` (C_PASSES_TERM): a stall."""
+    if blocks == 1:
+        return Term(C_PASSES_TERM, 0.0, f"one {block} block: each output tile written once")
+    moved = (blocks - 1) * OUTPUT_TRANSFERS * output_bytes
+    ns = 0.0 if level == "L1" else moved / m.bandwidth[level]
+    return Term(C_PASSES_TERM, ns, f"{blocks - 1} more {block} block(s) read and write the output back: "
+                                   f"{moved / 1e6:.2f} MB from {level}")  # fmt: skip
+
+
+def vector_widths(machine: Machine, target: Target) -> list[int]:
+    """The lane counts the models try: those the profile measured that the target's
+    registers hold (on RVV, multiples of vscale)."""
+    return [lanes for lanes in machine.fma_by_lanes
+            if lanes <= target.f32_lanes and (not target.scalable or lanes % target.vscale == 0)]  # fmt: skip
+
+
+Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
+
+
+def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float], kind: Callable[[Plan], Hashable],
+                          score: Callable[[Plan], Prediction]) -> list[Prediction]:  # fmt: skip
+    """`score` of the plans that can be the best of their `kind` (what a model keeps the
+    best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
+    plan whose floor exceeds its kind's best so far (within the tie-break's RESOLUTION)
+    is not scored, so the choice is the same as scoring them all: EfficientNet-B0's
+    decisions at 2 threads made 70867 matmul predictions before, 44141 after."""
+    predictions: list[Prediction] = []
+    fastest: dict[Hashable, float] = {}
+    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
+        if low > fastest.get(kind(plan), math.inf) * (1 + RESOLUTION):
+            continue
+        predictions.append(score(plan))
+        fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
+    return predictions
+
+
+def fma_floor_ns(multiply_adds: float, lanes: int, threads: int, machine: Machine) -> float:
+    """`multiply_adds` as full vectors of `lanes` shared evenly by `threads` at their FMA
+    issue rate: every plan's 'fma' term counts at least those, and its total is at
+    least its compute terms."""
+    return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads

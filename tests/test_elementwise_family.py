@@ -1,0 +1,47 @@
+"""The elementwise family (`autoconfig.families.elementwise`): every operator it
+declares, alone and as the epilogue of a convolution, built and run against
+onnxruntime on inputs of both signs; its attribute checks refuse at import."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from autoconfig.build import build_model
+from autoconfig.families.elementwise import UNARY
+from autoconfig.graph import zoo
+from autoconfig.graph.onnx_import import import_model
+from autoconfig.profile import load_profile
+from kernels.target import get_target
+from tests.conftest import require_runnable
+from tests.test_build import PROFILES, onnxruntime_outputs
+from tests.test_random_graphs import assert_close, built_outputs
+
+OPSET = 20
+ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
+
+
+def alone_and_after_a_conv(op: str, attrs: dict) -> onnx.ModelProto:
+    """input -> op, and input -> Conv -> op: two outputs."""
+    b = zoo.Builder(f"family_{op}", 5)
+    extra = [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))] if op == "Clip" else []
+    alone = b.op(op, ["input", *extra], **attrs)
+    fused = b.op(op, [b.conv("input", 4, 8, 3), *extra], **attrs)
+    model = b.model("input", [1, 4, 9, 9], [(alone, [1, 4, 9, 9]), (fused, [1, 8, 9, 9])])
+    model.opset_import[0].version = OPSET
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attrs", [{}, "given"], ids=["defaults", "attributes"])
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_each_operator_alone_and_as_an_epilogue_matches_onnxruntime(op, attrs):
+    require_runnable(get_target("avx2"))
+    attrs = ATTRIBUTES.get(op, {}) if attrs == "given" else attrs
+    model = alone_and_after_a_conv(op, attrs)
+    x = 3 * np.random.default_rng(2).standard_normal((1, 4, 9, 9)).astype(np.float32)  # both signs
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+    built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 1)
+    fused = [k.ops for k in built.kernels if any("(Conv)" in o for o in k.ops)]
+    assert len(fused) == 1 and any(o.endswith(f"({op})") for o in fused[0])
