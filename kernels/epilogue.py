@@ -23,6 +23,9 @@ tensor (their operand), which becomes a kernel argument:
 - ``mish``      y · tanh(softplus(y)) = y · n(n+2) / (n(n+2) + 2), n = exp(y)
 - ``hard_sigmoid``  max(0, min(1, alpha·y + beta))   (ONNX: alpha 0.2, beta 0.5)
 - ``hard_swish``    y · hard_sigmoid(y) with alpha 1/6, beta 0.5
+- ``erf``       the error function        (1 − erfc by exp and a polynomial; a series near 0)
+- ``gelu``      y · (1 + erf(y/√2)) / 2
+- ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
 
 Each kind is declared once, in `KINDS`: its operand, its cost in vector instructions,
 its vector code and its numpy meaning side by side. `apply` emits the ops on a value
@@ -37,6 +40,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from math import erf as scalar_erf
+from math import erfc as scalar_erfc
 
 import numpy as np
 
@@ -295,6 +301,64 @@ def _hard_sigmoid(value: ir.Value, alpha: float, beta: float) -> ir.Value:
     return _clamp(arith.addf(arith.mulf(value, _const(value, alpha)), _const(value, beta)), 0.0, 1.0)
 
 
+ERF_SERIES_BELOW = 0.5
+"""|x| under which erf is taken from its series: 1 − erfc would lose the relative
+precision of a small erf."""
+
+ERF_SERIES = (1.20553330e-04, -8.54832702e-04, 5.22397763e-03, -2.68661706e-02, 1.12837917e-01,
+              -3.76126389e-01, 1.12837917)  # fmt: skip
+"""Taylor coefficients of erf(x)/x in x² (2/√π·(−1)ⁿ/(n!(2n+1)), highest power first):
+within 2e-7 of erf relative on |x| < ERF_SERIES_BELOW."""
+
+ERFC_POLYNOMIAL = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+                   0.37409196, 1.00002368, -1.26551223)  # fmt: skip
+"""erfc(z) ≈ t·exp(−z² + P(t)), t = 1/(1 + z/2), z >= 0 (Numerical Recipes' erfcc, a
+Chebyshev fit): within 1.2e-7 of erfc relative, for every z."""
+
+
+def _erf_pieces(x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+    """(x < 0, |x| < ERF_SERIES_BELOW, erf(|x|) by the series, erfc(|x|) by exp)."""
+    z = math.absf(x)
+    zz = arith.mulf(z, z)
+    t = arith.divf(_const(x, 1.0), math.fma(z, _const(x, 0.5), _const(x, 1.0)))
+    erfc = arith.mulf(t, exp(arith.subf(_horner(t, ERFC_POLYNOMIAL), zz)))
+    series = arith.mulf(z, _horner(zz, ERF_SERIES))
+    negative = arith.cmpf(arith.CmpFPredicate.OLT, x, _const(x, 0.0))
+    small = arith.cmpf(arith.CmpFPredicate.OLT, z, _const(x, ERF_SERIES_BELOW))
+    return negative, small, series, erfc
+
+
+def _erf(value: ir.Value) -> ir.Value:
+    negative, small, series, erfc = _erf_pieces(value)
+    size = arith.select(small, series, arith.subf(_const(value, 1.0), erfc))
+    return arith.select(negative, arith.negf(size), size)
+
+
+def _gelu(value: ir.Value) -> ir.Value:
+    """y·(1 + erf(y/√2))/2, with 1 + erf of a negative argument taken as erfc of its size
+    (1 − (1 − erfc) would cancel)."""
+    negative, small, series, erfc = _erf_pieces(arith.mulf(value, _const(value, 0.7071067811865476)))
+    above = arith.select(small, arith.addf(_const(value, 1.0), series), arith.subf(_const(value, 2.0), erfc))
+    below = arith.select(small, arith.subf(_const(value, 1.0), series), erfc)
+    return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.select(negative, below, above))
+
+
+def _gelu_tanh(value: ir.Value) -> ir.Value:
+    """y·(1 + tanh(√(2/π)·(y + 0.044715·y³)))/2."""
+    cube = arith.mulf(arith.mulf(value, value), value)
+    inner = arith.mulf(math.fma(cube, _const(value, 0.044715), value), _const(value, 0.7978845608028654))
+    return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.addf(_const(value, 1.0), _tanh(inner)))
+
+
+def _np_erf(y: np.ndarray) -> np.ndarray:
+    return np.vectorize(scalar_erf, otypes=[np.float64])(y)
+
+
+def _np_gelu(y: np.ndarray) -> np.ndarray:
+    """y·erfc(−y/√2)/2: 1 + erf(y/√2) without its cancellation for negative y."""
+    return y * np.vectorize(scalar_erfc, otypes=[np.float64])(-y / np.sqrt(2)) / 2
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of epilogue op, declared once: the tensor it reads (if any), its vector
@@ -335,6 +399,12 @@ KINDS: dict[str, Kind] = {
                          lambda op, y, r: np.clip(op.alpha * y + op.beta, 0, 1), 3, shown=("alpha", "beta")),
     "hard_swish": Kind(lambda op, y, r: arith.mulf(y, _hard_sigmoid(y, 1 / 6, 0.5)),
                        lambda op, y, r: y * np.clip(y / 6 + 0.5, 0, 1), 5),
+    # erf: exp (17), two polynomials (16), the argument's size, square, t, erfc, two
+    # compares and three selects or negations (10)
+    "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 45),
+    "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 50),
+    "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),
+                      lambda op, y, r: y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))) / 2, 31),
 }  # fmt: skip
 """Every epilogue op kind: what `EpilogueOp`, `apply`, `reference`, `vector_ops` and
 `describe` read."""

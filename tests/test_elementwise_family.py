@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from autoconfig.build import build_model
+from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import UNARY
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
@@ -18,8 +19,8 @@ from tests.conftest import require_runnable
 from tests.test_build import PROFILES, onnxruntime_outputs
 from tests.test_random_graphs import assert_close, built_outputs
 
-OPSET = 20
-ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
+OPSET = 20  # Gelu's first opset
+ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Gelu": {"approximate": "tanh"}}
 
 
 def alone_and_after_a_conv(op: str, attrs: dict) -> onnx.ModelProto:
@@ -45,3 +46,9 @@ def test_each_operator_alone_and_as_an_epilogue_matches_onnxruntime(op, attrs):
     built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 1)
     fused = [k.ops for k in built.kernels if any("(Conv)" in o for o in k.ops)]
     assert len(fused) == 1 and any(o.endswith(f"({op})") for o in fused[0])
+
+
+def test_an_attribute_value_the_operator_does_not_take_is_refused_at_import():
+    model = alone_and_after_a_conv("Gelu", {"approximate": "cubic"})
+    with pytest.raises(AutoconfigError, match=r"node 'gelu_\d+' \(Gelu\): approximate='cubic' is not 'none' or 'tanh'"):
+        import_model(model)

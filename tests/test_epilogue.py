@@ -71,7 +71,8 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
         run_and_compare(config, library.kernel(config.symbol))
 
 
-@pytest.mark.parametrize("op", [ep.tanh(), ep.softplus(), ep.silu(), ep.mish(), ep.hard_sigmoid(), ep.hard_swish()],
+@pytest.mark.parametrize("op", [ep.tanh(), ep.softplus(), ep.silu(), ep.mish(), ep.hard_sigmoid(), ep.hard_swish(),
+                                ep.EpilogueOp("erf"), ep.EpilogueOp("gelu"), ep.EpilogueOp("gelu_tanh")],
                          ids=lambda op: op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
     # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends
@@ -85,6 +86,24 @@ def test_each_activation_over_a_wide_range(op):
     kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
     expected = ep.reference((op,), x, [None])
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=op.kind)
+
+
+@pytest.mark.parametrize("kind", ["erf", "gelu"])
+def test_erf_keeps_its_relative_precision_near_zero_and_in_the_tails(kind):
+    # small arguments (a series, not 1 - erfc) and gelu's negative tail (erfc, not 1 + erf)
+    target = target_for("avx2")
+    require_runnable(target)
+    size = np.geomspace(1e-6, 12, 1200)
+    x = np.concatenate([-size[::-1], size]).astype(np.float32).reshape(1, -1)
+    n = x.shape[1]
+    op = ep.EpilogueOp(kind)
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
+    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    expected = ep.reference((op,), x, [None])
+    keep = np.abs(expected) > 1e-30  # gelu's far tail underflows f32
+    np.testing.assert_allclose(out[keep], expected[keep], rtol=2e-6 if kind == "erf" else 2e-5)
 
 
 def test_exp_is_accurate_over_the_f32_range():
@@ -117,7 +136,7 @@ def test_api_bias_relu_and_its_cost():
 
 
 def test_epilogue_ops_are_validated():
-    with pytest.raises(KernelError, match="unknown epilogue op 'gelu'"):
-        ep.EpilogueOp("gelu")
+    with pytest.raises(KernelError, match="unknown epilogue op 'softsign'"):
+        ep.EpilogueOp("softsign")
     y = np.array([-3.0, 1.5, 4.0])
     np.testing.assert_array_equal(ep.reference((ep.clip(2, 1),), y, [None]), [1, 1, 1])  # ONNX: high wins

@@ -44,6 +44,13 @@ def _clip(attrs: dict, low: np.ndarray | None = None, high: np.ndarray | None = 
     return ep.clip(-math.inf if low is None else float(low), math.inf if high is None else float(high))
 
 
+def _gelu(attrs: dict) -> ep.EpilogueOp:
+    approximate = attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate={approximate!r} is not 'none' or 'tanh'")
+    return ep.EpilogueOp("gelu_tanh" if approximate == "tanh" else "gelu")
+
+
 UNARY: dict[str, Unary] = {
     "Relu": Unary(lambda a: ep.relu()),
     "Sigmoid": Unary(lambda a: ep.sigmoid()),
@@ -53,6 +60,8 @@ UNARY: dict[str, Unary] = {
     "HardSigmoid": Unary(lambda a: ep.hard_sigmoid(a.get("alpha", 0.2), a.get("beta", 0.5))),
     "HardSwish": Unary(lambda a: ep.hard_swish()),
     "Clip": Unary(_clip, parameters=(1, 2)),
+    "Erf": Unary(lambda a: ep.EpilogueOp("erf")),
+    "Gelu": Unary(_gelu),
 }
 """Every elementwise operator of one input the compiler accepts."""
 
