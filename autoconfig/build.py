@@ -1094,8 +1094,7 @@ def _streaming(b: _Builder, name: str, ops: list[str], kind: str, calls: list[Ca
     of the level that holds them, plus the call — or, where it reads cached data many
     times over (a pooling window's taps: `loads` vector loads per thread, a
     line-crossing one counted as two), those loads at the profile's L1 load rate if
-    they take longer. Bandwidth alone predicted 6.7 µs for YOLO-V4's 13x13 max pool of
-    512x13², which issues 1.1 M loads (273 µs measured)."""
+    they take longer (bandwidth alone misses a wide window's loads by far)."""
     rate = b.machine.vector_loads_per_ns()
     traffic, reading = b.machine.traffic_ns(moved), loads / rate
     predicted = max(traffic, reading) + b.machine.call_ns

@@ -249,9 +249,7 @@ independent chains cover the latency of a max or an add on every profiled machin
 
 POOL_CHAINS = 4
 """Independent accumulators per windowed step at least, for the same reason where a
-row is fewer than POOL_VECTORS vectors: 13x13 windows on 13-wide rows (Zen 5,
-512x13²) took 345 µs with one chain, 260 with four; 9x9 144 and 135 µs; steps of
-several vectors unchanged."""
+row is fewer than POOL_VECTORS vectors (wide windows on narrow rows)."""
 
 
 def pool_shape(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,

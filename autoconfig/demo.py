@@ -26,11 +26,9 @@ from kernels.target import Target
 
 
 WARMUP_SECONDS = 0.5
-"""Each peer runs the model this long before it is timed: a process' first ~150 ms of
-calls ran 10-20% slow on the Zen 5 VM (scripts/bench_models.py warms up alike). With
-one warm-up call, one demo right after its build measured ours at 4.60 ms where the
-next two gave 2.44 and 2.39 (onnxruntime 2.67-2.74); the cause was not established,
-the warm-up gives both peers the same start."""
+"""Each peer runs the model this long before it is timed: a process' first calls run
+slow (scripts/bench_models.py warms up alike), and the warm-up gives both peers the
+same start."""
 
 
 def warm_up(run: Callable[[], object]) -> None:

@@ -24,18 +24,17 @@ F32 = 4  # bytes per element
 
 CALL_NS = 3_500.0
 """Cost of one kernel call from Python (argument checks, output allocation, the native
-call): 3.5 µs measured on a 1x1x1 matmul."""
+call), measured on a 1x1x1 matmul."""
 
 PROGRAM_STEP_NS = 5.0
 """Cost of one more kernel in a program already called (the native loop in pool.c
-reads its code and calls it): 5 ns measured on the Zen 5 VM, 1,001 one-vector kernels in
-one program 6.6 µs against 1.3 µs for one. A layout transform around a layer, or
-between two layers of a model, is such a step, not a call from Python."""
+reads its code and calls it), measured as the difference between a program of many
+one-vector kernels and one of one. A layout transform around a layer, or between two
+layers of a model, is such a step, not a call from Python."""
 
 THREAD_DISPATCH_NS = 1_000.0
-"""Handing parts to the native pool (autoconfig/pool.c) and joining: ~0.1 µs measured
-with an empty task while workers spin, plus their first touches of the operands;
-the Python pool it replaced cost ~40 µs on 2 cores."""
+"""Handing parts to the native pool (autoconfig/pool.c) and joining, plus the workers'
+first touches of the operands."""
 
 LEVELS = ("L1", "L2", "L3", "DRAM")
 
@@ -49,10 +48,9 @@ Result = TypeVar("Result")
 
 def _effective_ways(cache: Cache, knee: Figure | None) -> int:
     """The ways of `cache` that one thread's data keeps, from the probe's bandwidth knee
-    where one was measured (at least two). The nominal size overstates what a VM gets
-    of a shared L3: an Intel Xeon VM reports 480 MiB, its one-thread bandwidth falls to
-    DRAM's past 68 MB, and VGG-16's 411 MB fc6 weights, priced at the L3's 28.6 GB/s,
-    took 25.1 ms where 14.4 were predicted (16.4 GB/s: DRAM's 15.3)."""
+    where one was measured (at least two). The nominal size overstates what a virtual
+    machine gets of a shared L3, whose one-thread bandwidth may fall to DRAM's long
+    before its reported size."""
     ways = int(cache.ways)
     if knee is None:
         return ways
@@ -187,17 +185,15 @@ class Machine:
     def vector_loads_per_ns(self) -> float:
         """L1 loads of this view's width per ns: the probe's figure for the width where
         it measured one (load ports count instructions up to some width and bytes
-        beyond it: Zen 4 loads 256-bit vectors twice as often as 512-bit ones); else
-        the widest streaming bandwidth counted in instructions (scaling it by width
-        made 128-bit loads look twice as frequent on Zen 2/3, and picked 128-bit
-        broadcast matmul where 256-bit measured 1.65x faster)."""
+        beyond it); else the widest streaming bandwidth counted in instructions (scaled
+        by width instead, narrow loads looked more frequent than they are)."""
         return self._loads_per_ns(self.fma)
 
     @_per_view
     def load_op_bytes(self) -> int:
         """Bytes one L1 load operation moves: the widest measured width whose loads still
-        issue as often as the narrowest's (Zen 4 issues 512-bit loads half as often as
-        256-bit ones: two 32-byte operations each). Without load figures, the widest."""
+        issue as often as the narrowest's (a core may issue wide loads as two narrow
+        operations each). Without load figures, the widest."""
         measured = sorted((f.lanes, float(f.loads)) for f in self.fma_by_lanes.values() if f.loads is not None)
         if not measured:
             return self.widest_lanes * F32
@@ -207,13 +203,9 @@ class Machine:
     @_per_view
     def broadcast_loads_per_ns(self) -> float:
         """Scalar broadcast loads (a register tile's A elements) per ns: the probe's rate
-        of broadcasts into this view's width where it measured one (an Intel Xeon, model
-        167, completes 5.8 per ns at 512 bits where its narrow loads reach 6.9: its 8x1
-        tiles of 512x16x512 ran 70 µs where the narrow rate predicted 50); else as many
-        as the narrowest measured vector loads (one load slot each, no wider than any
-        vector): on Zen 4, 8x1 tiles of 512-bit vectors (8 broadcasts per B load)
-        measured fastest on half the validation shapes, which the 512-bit rate called
-        load-bound."""
+        of broadcasts into this view's width where it measured one (a core may complete
+        wide broadcasts more slowly than narrow loads); else as many as the narrowest
+        measured vector loads (one load slot each, no wider than any vector)."""
         if self.fma.broadcasts is not None:
             return float(self.fma.broadcasts)
         return self._loads_per_ns(min(self.fma_by_lanes.values(), key=lambda f: f.lanes))

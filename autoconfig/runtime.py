@@ -3,10 +3,8 @@ parts (disjoint ranges of its work) run at once by a native thread pool.
 
 The pool is C (`autoconfig/pool.c`, compiled with the system ``cc`` on first use
 and kept for the process): a call hands each worker its part and returns when all
-are done, with the GIL released and no Python in between. Python threads were
-measured too slow for this (every futex and GIL hand-off wakes a halted vCPU:
-0.79x OpenBLAS at 2 threads on 256-2048 squares, sub-millisecond calls not
-scaling at all). Each part gets its own scratch buffers (e.g. a matmul's packing
+are done, with the GIL released and no Python in between (Python threads were too
+slow: every futex and GIL hand-off wakes a halted vCPU). Each part gets its own scratch buffers (e.g. a matmul's packing
 workspace), allocated once per compiled layer. Even one part goes through C: the
 call passes the numpy arrays themselves and C reads their data pointers, half the
 cost of converting them with ctypes. A built model runs the same program code
@@ -177,9 +175,8 @@ class Program:
 
 
 CACHE_LINE_ALIGNMENT = 64
-"""Buffers start on a cache line: vector loads that split lines halve L1 bandwidth
-(measured 88 vs 165 GB/s at 16 KiB on the development machine); numpy only
-guarantees 16-byte alignment."""
+"""Buffers start on a cache line: vector loads that split lines halve L1 bandwidth;
+numpy only guarantees 16-byte alignment."""
 
 
 def aligned_array(count: int, fill: float | None = None) -> np.ndarray:
@@ -195,8 +192,8 @@ def aligned_array(count: int, fill: float | None = None) -> np.ndarray:
 
 ALIGN_MIN_BYTES = 64 << 10
 """Arrays smaller than this are used as numpy places them: finding an array's address
-and allocating or copying to a cache line costs a call 1-2 µs of Python, more than the
-split loads of a small operand cost its kernel (64³ tiled: 8 µs in all)."""
+and allocating or copying to a cache line costs a call more Python time than the
+split loads of a small operand cost its kernel."""
 
 STAGING_MIN_PASSES = 4
 """An operand is copied to a cache line only when the kernel reads it at least this
@@ -221,9 +218,8 @@ class AlignedStaging:
     """A caller's array as a kernel reads it: itself when it starts on a cache line,
     else a copy in a cache-line-aligned buffer kept for the next call. For operands a
     kernel reads in place with vector loads, `passes` times: with numpy's 16-byte
-    alignment every 64-byte load splits two lines (Intel Xeon, AVX-512: a 196x672x112
-    tiled matmul took 259 µs on such arrays, 192 µs on aligned ones; 512³ 2055 µs
-    against 1722). `AlignedStaging.of` says None where the copy would not pay."""
+    alignment every 64-byte load splits two lines. `AlignedStaging.of` says None where
+    the copy would not pay."""
 
     def __init__(self, shape: tuple[int, ...]):
         self.shape = shape

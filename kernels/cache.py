@@ -156,7 +156,7 @@ def compile_modules(modules: Sequence[KernelModule], out_dir: Path, cache: Kerne
     running: list[Compiling] = []
     try:
         # largest first: the last unit lowered is compiled while nothing else is left, so
-        # the smallest goes last (four convolutions' builds: geomean 4% less, Zen 5 VM)
+        # the smallest goes last
         for key, module in sorted(todo.items(), key=lambda item: -len(item[1].text)):
             mlir = module.module if module.module is not None else parse_mlir(module.text, "the kernel cache")
             pending[key] = []

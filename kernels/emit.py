@@ -46,9 +46,9 @@ _THREAD = threading.local()
 
 def shared_context() -> ir.Context:
     """This thread's MLIR context, made once and shared by every module it generates or
-    parses: making one registers every dialect the bindings bundle, 3.5-6.5 ms each on
-    the Zen 5 VM (a Winograd layer's four modules spent 18 ms on theirs), and modules
-    need no context of their own. One per thread, as a context is not thread-safe."""
+    parses: making one registers every dialect the bindings bundle, milliseconds each,
+    and modules need no context of their own. One per thread, as a context is not
+    thread-safe."""
     if not hasattr(_THREAD, "context"):
         _THREAD.context = ir.Context()
     return _THREAD.context

@@ -39,10 +39,8 @@ Finish = Callable[[ir.Value, int, int], ir.Value]  # (value, row, vector) -> wit
 PACK_B_ROWS = 8
 """Rows of B packed together, panel by panel: a whole panel at a time reads every row
 from another page when N is large, a whole row at a time writes to every panel;
-bands of 8 rows keep both within the TLB and the prefetchers' streams. Measured
-(C, AVX2, B 256x1024 into 16-wide panels): panel by panel 20 GB/s of B, row by
-row 17, 8-row bands 34 (4: 29-33, 16: 31, 32: 25); the same 42 GB/s for all
-orders when B fits L2."""
+bands of 8 rows keep both within the TLB and the prefetchers' streams (measured:
+docs/calibration.md)."""
 
 
 PREFETCH_LOCALITY = 3
@@ -50,12 +48,8 @@ PREFETCH_LOCALITY = 3
 which a whole model's other layers evict to L3 between calls): one prefetch into L1
 (locality 3) per unrolled trip, at the same k one panel ahead, so each 4 KB page of
 the panels is on its way before the hardware prefetchers, which stop at page
-boundaries, would start it. Measured on Zen 4 (1×1 convolutions, weights in L3, six
-layers called in turn): 1024→1024 at 7² 1268 → 1130 µs, 512→1024 at 7² 662 → 565 µs,
-512→512 at 14² 997 → 970 µs, with warm weights unchanged; into L2 (locality 2) gained
-nothing, and a burst of prefetches for a whole panel before each tile lost 3%. The
-blocked direct convolution asks for its next input rows into L1 with it too
-(`kernels.nchwc`)."""
+boundaries, would start it. The blocked direct convolution asks for its next input
+rows into L1 with it too (`kernels.nchwc`)."""
 
 
 PREFETCH_LINE_FLOATS = 16
@@ -295,12 +289,10 @@ class PackedB:
                         column = offset(col, v * self.lanes)
                         store(read(k, column, edge), self.work, [self.at(col, k, v)])
 
-                # Unrolled to its 8 rows, the band made the panel loop LLVM's slowest to compile:
-                # 2704x256x256 packed 6x4, 184 -> 119 ms of LLVM time on the Zen 5 VM.
+                # not unrolled to its 8 rows: that made the panel loop LLVM's slowest to compile
                 for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), self.k_hi), 1, row, llvm_unrolls=False)
 
-            # Nor the panels: unrolling them made 2704x255x256 packed 6x4's packing 45 ms of
-            # LLVM time instead of 26 (Zen 5 VM; run times within noise).
+            # nor the panels: unrolled, they cost LLVM time and ran no faster
             for_tiles(*tiles, self.nr, columns, panel, llvm_unrolls=False)
 
         for_range(self.k0, self.k_hi, PACK_B_ROWS, band)

@@ -3,7 +3,7 @@
 On a target this host runs natively, the object is linked into a shared library
 by the system linker and called through ctypes (which releases the GIL, so a thread
 pool can use every core). ``ld -shared`` is called directly, with libm for the math
-the kernels call: ``cc -shared`` took 20 ms, ``ld`` 6 (Zen 5 VM), and libc, which
+the kernels call: it links in a fraction of ``cc -shared``'s time, and libc, which
 ``cc`` also links, is in every process that loads the library. On a target it runs
 only under emulation, the object is linked statically with a generated C driver
 (`kernels.abi.c_driver`) by the cross gcc and run under qemu-user, buffers passing

@@ -16,10 +16,8 @@ from pathlib import Path
 OPTIONS = ("-unswitch-threshold=1",)
 """LLVM's own options, for every compilation in this process. Non-trivial loop
 unswitching off (a threshold of 0 trips an assertion): at O3 it copied loop nests of
-the matmul kernels around loop-invariant conditions, for nothing at run time (512³:
-the same K loop; 16 kernels ran within noise of before; convolutions' code did not
-change). A packed 49x1024x1024's main unit: 773 lines of assembly and 38 ms of LLVM
-time with it, 492 and 29 ms without (Zen 5 VM)."""
+the matmul kernels around loop-invariant conditions, costing LLVM time for nothing at
+run time."""
 
 
 @functools.cache
@@ -40,8 +38,7 @@ def compile_ir(
 ) -> tuple[bytes, str | None]:
     """Optimize `llvm_ir` at O3 for the given target; return the object's bytes and,
     if asked for, its assembly (a second code generation: 15-20% of the LLVM time).
-    O3, not O2: on the Zen 5 VM O2 built kernels 5-10% faster (256³ matmul 0.086 ->
-    0.076 s) but ran depthwise layers 20-25% and a 256³ matmul ~10% slower."""
+    O3, not O2: O2 builds a little faster, but its kernels ran slower."""
     llvm = _llvm()
     module = llvm.parse_assembly(llvm_ir)
     module.verify()

@@ -197,8 +197,7 @@ def less(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
 def maximum(x: ir.Value, y: ir.Value) -> ir.Value:
     """``x > y ? x : y`` on f32 vectors or scalars: y when either is NaN (so a NaN in y,
     the value being bounded, propagates). One MAXPS on x86, where arith.maximumf's
-    IEEE rules (NaN from either side, −0 < +0) lower to six dependent instructions:
-    a 13x13 max pool of 512x13² measured 3.9 ms with them on Zen 5."""
+    IEEE rules (NaN from either side, −0 < +0) lower to six dependent instructions."""
     return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x, y), x, y)
 
 

@@ -42,11 +42,9 @@ GENERATED_PIPELINE = ",".join(
 math; no affine or vector transfer ops) to the LLVM dialect, checked on the bundled
 bindings (LLVM 24 dev): common subexpressions merged, scf becomes cf, vector ops
 become LLVM intrinsics, then the rest in one dialect conversion. The merge comes
-first because the generators work out an address per access (a packed 1024³ matmul:
-122 KB of LLVM IR, 101 with it; its lowering 36 -> 25 ms on the Zen 5 VM). One
-conversion for six dialects, not a pass each, and no passes for ops the generators
-never emit: the same LLVM IR, 33% less lowering time (the modules of three kernels,
-88 -> 59 ms)."""
+first because the generators work out an address per access. One conversion for six
+dialects, not a pass each, and no passes for ops the generators never emit: the same
+LLVM IR in less lowering time."""
 
 PIPELINE = ",".join(["lower-affine", "convert-vector-to-scf", GENERATED_PIPELINE])
 """The pipeline for MLIR from anywhere (``autoconfig lower``): affine and n-D vector
@@ -83,8 +81,7 @@ def compile_units(module: ir.Module) -> list[ir.Module | ir.OpView]:
     defines, each a copy in which the other functions are only declared (a module of
     one function is its own unit). LLVM's time grows with the loop nests of a module
     and runs on one core per module, so a kernel whose packing is outlined
-    (`kernels.emit.outlined`) compiles on two cores: a packed 49x1024x1024 matmul's
-    LLVM time was 113 ms, its packing alone 67 and the rest 64 (Zen 5 VM)."""
+    (`kernels.emit.outlined`) compiles on two cores."""
     defined = [position for position, op in enumerate(_functions(module.operation)) if len(op.regions[0].blocks)]
     if len(defined) < 2:
         return [module]
@@ -156,8 +153,8 @@ def compile_object(llvm_ir: str, target: Target, out_dir: Path, stem: str = "ker
 class Compiling:
     """One LLVM IR compilation sent to an LLVM child and answered later, so that the
     caller lowers the next unit meanwhile. No thread waits for the child, so a build
-    starts none (a thread started while the children kept both cores busy took ~4 ms
-    to run: four per Winograd build, on its critical path; Zen 5 VM)."""
+    starts none: a thread started while the children keep every core busy waits
+    milliseconds to run, on the build's critical path."""
 
     def __init__(self, llvm_ir: str, target: Target, out_dir: Path, stem: str, assembly: bool = False) -> None:
         self.target = target
@@ -212,10 +209,7 @@ def wait_any(compilations: Sequence[Compiling]) -> None:
 BACKENDS_PER_CORE = 2
 """LLVM children compiling at once, per core. More than one: a kernel's units differ
 in LLVM time, and with one child per core the last ones ran on one core while the
-other idled (Zen 5 VM, 2 cores: a 2704x255x256 packed kernel's three units, main 44
-ms beside packing B, 35, then packing A alone, 30); sharing the cores, they end
-together: 2704x255x256's build 102 -> 90 ms, six kernels' geomean 3% less (median
-of 5 builds each, 2 alternating rounds)."""
+other idled; sharing the cores, they end together."""
 
 
 def backend_count() -> int:

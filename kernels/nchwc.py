@@ -39,8 +39,8 @@ channels (`Blocks`: NCHW is b = 1, NCHW[c] b = L, NHWC b = C). A pixel's channel
 then one contiguous run whatever the vectors' width, so the layout does not tie a
 tensor's producer and readers to one lane count, nor need its channels to fill blocks
 (`layout`). The convolution model offers it only where they do not
-(`autoconfig.models.conv.choose`): where they do, these kernels on NHWC measured 5-30%
-slower than on NCHW[c].
+(`autoconfig.models.conv.choose`): where they do, these kernels ran slower on NHWC
+than on NCHW[c].
 
 reblock: the layout transform between NCHW and NCHW[c] or NHWC, either way: squares of
 L pixels × L channels transposed in registers.
@@ -355,9 +355,8 @@ class BlockedDirectConfig:
 
     def registers_needed(self) -> tuple[int, str]:
         """Accumulators, a tap's weight vectors and its input broadcasts: LLVM's scheduler
-        issues all of a tap's broadcasts ahead of their FMAs. Measured (Zen 5, 3→32 3x3/2
-        on 224², nv x mv): 6x2, 8x2, 10x2 (20-32 registers so counted) 85-91 µs, 12x2
-        (38) 130 µs, 14x2 (44) 215 µs, spilling; with one broadcast counted all fit."""
+        issues all of a tap's broadcasts ahead of their FMAs, so each holds a register
+        (counting one broadcast, tiles that spilled were taken to fit)."""
         count = self.nv * self.mv
         return count + self.mv + self.nv, f"{count} accumulators + {self.mv} weight vectors + {self.nv} input broadcasts"
 
@@ -380,8 +379,7 @@ class BlockedDirectConfig:
         last may hold fewer), [C, KH, KW, its channels], one tile after another, so a
         pixel tile streams its weights from one contiguous run. Read as [C, KH, KW, Cout]
         instead, a step's vectors sat Cout floats apart: 1024 output channels put every
-        step in one L1 set and a new 4 KiB page, out of the prefetchers' reach (Intel
-        Xeon, 512→1024 3x3/2 on 26²: 40.8 ms where 8.1 were predicted)."""
+        step in one L1 set and a new 4 KiB page, out of the prefetchers' reach."""
         width = self.mv * self.lanes
         return np.concatenate([weight[t:t + width].transpose(1, 2, 3, 0).ravel()
                                for t in range(0, weight.shape[0], width)])
@@ -474,10 +472,7 @@ measured (`_prefetch_next_rows`)."""
 def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, top: ir.Value) -> None:
     """Ask for the plain NCHW input rows the next output row reads (every channel's, one
     prefetch per line): a model's first layer reads its input from memory, a few
-    channels' rows at once, which the hardware prefetchers do not follow. Measured (Zen 5,
-    3→32 3x3/2 on 224², the input evicted between calls): 6x2 177 µs, 10x2 256 without;
-    152 and 173 one row ahead; 134 and 142 two rows ahead (four: 145, 180); 93-99 with
-    the input in cache."""
+    channels' rows at once, which the hardware prefetchers do not follow."""
     s = cfg.shape
     lines = ceil_div(s.width, PREFETCH_LINE_FLOATS)
     plane = s.height * s.width

@@ -5,8 +5,8 @@ Windowed pools read each plane transformed (`kernels.layout`: bordered with −i
 a max, 0 for an average, split by stride phase) into a thread's scratch plane just
 before reading it, so every tap of `nv` vectors of output pixels along a row is a
 whole-vector load at a constant offset, from a plane that stays in cache (a transform
-of the whole input first, written out and read back, took 640 µs of a 2x2/2 max pool
-of 64x224² on Zen 5, where its input and output stream in ~130 µs)::
+of the whole input first, written out and read back, cost several times the pool's
+own streaming)::
 
     for plane in [begin, end):
       Xt = the plane, transformed                 # kernels.layout.copy_plane

@@ -171,7 +171,7 @@ def all_targets(vlen: int | None = None) -> list[Target]:
 
 
 def host_target() -> Target:
-    """The widest target this CPU runs natively (e.g. avx512 on Zen 4, else avx2)."""
+    """The widest target this CPU runs natively (avx512 where it has AVX-512, else avx2, ...)."""
     for candidate in (_avx512(), _avx2(), _neon(), _rvv(DEFAULT_RVV_VLEN)):
         if candidate.execution().mode == "native":
             return candidate

@@ -88,13 +88,9 @@ def transform_ops(matrix: Matrix) -> int:
 def product_strides(shape: ConvShape, m: int) -> tuple[int, int]:
     """Floats from one of the T² matrices of V (Cin × tiles) to the next, and of M
     (Cout × tiles): the matrix rounded up to an odd number of cache lines, so that the
-    T² vectors one tile vector writes to V (reads from M) fall in T² different L1 sets.
-    Back to back, 64 channels of 52² tiles put all 36 in one set (the matrices 169
-    pages apart): the input transform of 64x208² took 3606 µs on Zen 5, 2315 for
-    64x204² (tiles 51², 8 sets), where the work is the same; with these strides 2555
-    and 1801, the output transforms 1543 -> 1204 and 1212 -> 996 µs (each call alone).
-    The whole layer of 64x208² gained less, 9.90-10.14 -> 9.54-9.85 ms, and 64x224²
-    nothing beyond its noise: in sequence, V's trip through memory dominates."""
+    T² vectors one tile vector writes to V (reads from M) fall in T² different L1 sets:
+    back to back, 64 channels of 52² tiles put all 36 in one set (the matrices 169
+    pages apart)."""
     columns = shape.batch * ceil_div(shape.out_height, m) * ceil_div(shape.out_width, m)
     return tuple((ceil_div(rows * columns, PREFETCH_LINE_FLOATS) | 1) * PREFETCH_LINE_FLOATS
                  for rows in (shape.channels, shape.out_channels))  # type: ignore[return-value]

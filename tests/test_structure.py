@@ -1,15 +1,25 @@
 """The code's shape, checked: the import graph of `autoconfig/` and `kernels/` has no
 cycle and no arrow from `kernels/` to `autoconfig/` (the code generator stands alone;
-decisions read it), and no function is longer than a reader can hold."""
+decisions read it), no function is longer than a reader can hold, and no docstring or
+comment is a lab notebook: measured evidence (which host, before and after) belongs
+in docs/calibration.md."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 PACKAGES = ("autoconfig", "kernels")
 LONGEST_FUNCTION = 80
+HOST = re.compile(r"Zen ?\d|Xeon|Graviton|EPYC|Neoverse|SpacemiT|\bX60\b|\bVM\b|development machine")
+UNIT = r"(?:µs|us|ms|ns|s|GFLOP/s|GB/s|%|KB|MB)"
+TIMING = re.compile(rf"\d[\d.]*\s*{UNIT}?\s*(?:→|->)\s*\d[\d.]*\s*{UNIT}(?![A-Za-z])")
+"""A host named, or a before -> after figure with its unit (a shape such as 3->32
+channels is not one)."""
 
 
 def modules() -> dict[str, Path]:
@@ -98,3 +108,31 @@ def test_no_function_is_longer_than_80_lines():
                 if lines > LONGEST_FUNCTION:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+def prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring in `path`."""
+    text = path.read_text()
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+             if t.type == tokenize.COMMENT]  # fmt: skip
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def diary_entries(path: Path) -> list[str]:
+    """'line: match' for each comment or docstring naming a host or quoting a timing."""
+    return [f"{line}: {match.group(0)!r}" for line, text in prose(path)
+            for match in (HOST.search(text), TIMING.search(text)) if match]  # fmt: skip
+
+
+def test_the_diary_check_finds_hosts_and_timings(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Measured on the Zen 5 VM."""\n# build 102 -> 90 ms\nx = 1  # 3->32 channels\n')
+    assert sorted(diary_entries(sample)) == ["1: 'Zen 5'", "2: '102 -> 90 ms'"]
+
+
+def test_no_docstring_or_comment_names_a_host_or_quotes_a_timing():
+    entries = [f"{path.relative_to(ROOT)}:{entry}" for path in modules().values() for entry in diary_entries(path)]
+    assert entries == []

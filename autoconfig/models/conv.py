@@ -72,20 +72,14 @@ ConvSplit = Literal["groups", "rows", "columns", "units"]
 DIRECT_SPLITS: tuple[ConvSplit, ...] = ("groups", "rows", "columns")  # NCHW direct
 
 SPLIT_LOAD_COST = 2.0
-"""A vector load that crosses a cache line costs two (it reads both lines; measured on
-the development machine: 88 vs 165 GB/s of L1 loads for split vs aligned 256-bit loads)."""
+"""A vector load that crosses a cache line costs two: it reads both lines."""
 
 DEPTHWISE_REGISTER_SHARE = 1 / 3
 """Depthwise tiles hold at most a third of the vector registers in accumulators: each
 tap's input loads are independent of one another, and LLVM's scheduler issues them
 ahead of their FMAs, holding a register each, so a tile needs about twice its
 accumulators and the weight. A count of accumulators alone predicts every tile with
-enough of them alike (within 2%), and the tie went to the largest. Measured (1 thread,
-medians of 300 calls): Zen 5 with 32 registers, 128 channels on 56², 15-16
-accumulators (8x2, 4x4, 5x3) 77-95 µs against 57-62 for 8-10 (8x1, 4x2, 5x2), and on
-32x112² 79-90 against 67-68; the same core with AVX2's 16 registers, 5-accumulator
-tiles within 3% of the best on three layers; Zen 4 had measured 8x2 the slowest of its
-tiles on 32x112² (a half share let it in) and 4x7, 6x5 10-40% slower than 8x1."""
+enough of them alike, and the tie went to the largest, which spilled."""
 
 WINDOW_L1_SHARE = 0.5
 """Share of L1 a column tile's input window may take: the rest holds the weights
@@ -146,8 +140,7 @@ def window_bytes(shape: ConvShape, nr: int) -> int:
 def channel_blocks(shape: ConvShape, mr: int, nr: int, m: Machine) -> tuple[int, ...]:
     """The input-channel blocks scored for a direct tile: `channel_block`'s and, when it
     splits the channels, all of them in one block, whose window streams from L2 but
-    whose output is written once (`output_passes`: YOLO-V4's 32->64 3x3/2 on 208² on the
-    Intel Xeon (model 167) VM, 6x4 tiles: 4088 µs with kc=15, 3567 with all 32)."""
+    whose output is written once (`output_passes`)."""
     kc, _ = channel_block(shape, mr, nr, m)
     return (kc,) if kc == shape.in_per_group else (kc, shape.in_per_group)
 
@@ -190,21 +183,15 @@ def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
 def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
     """The input copied into its padded, phase-split planes: read once, the planes
     written once; the columns a strided split gathers (scalable vectors only) cost a
-    load slot per lane besides. When fixed-width splits still gathered each row's
-    tail, 5×5 stride-2 depthwise on 144 planes of 56² ran 25% slower at 512 bits than
-    at 256 on Zen 4 (the traffic predicted them alike); with masked loads the model's
-    512-bit pick there measured within 0.3% of the best configuration of the grid
-    (scripts/validate_conv_model.py: 147.2 vs 146.8 µs)."""
+    load slot per lane besides."""
     read, written = split.planes * split.height * split.width * F32, split.size * F32
     moved = read + written
     gathered = split.gathered_lanes(m.scalable)
     why = (f"the input copied into padded planes split by stride {split.strides[0]}x{split.strides[1]} "
            f"phases ({moved / 1e6:.2f} MB read and written"
            + (f"; {gathered / split.planes:.0f} lanes per plane gathered)" if gathered else ")"))  # fmt: skip
-    # Read where the input lies, written where the planes stay, each at its own level, as
-    # packing is: the two together priced from the level holding both predicted 119 µs
-    # for 128 planes of 56² (3.3 MB, "L3" at 28 GB/s) on the Intel Xeon (model 167) VM,
-    # where the transform and the stride-2 depthwise layer after it took 92 µs in all.
+    # read where the input lies, written where the planes stay, each at its own level,
+    # as packing is
     ns = m.traffic_ns(read) + m.traffic_ns(written)
     return Term("transform", (ns + gathered / m.broadcast_loads_per_ns()) * share, why)
 
@@ -287,11 +274,8 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
 def _operand_shares(p: ConvPlan, share: float) -> tuple[float, float]:
     """(input, weights): the shares of each that the busiest thread reads once. Threads
     dividing the output channels (rows) each read the whole input; dividing the output
-    pixels (columns), all the weights; dividing image-groups, a share of both. Measured
-    (Zen 5, 2 threads, MobileNet-V1's first layer 3→32 3x3/2 on 224², direct): the
-    rows split 72-77 µs, the columns split 60-61 µs, over tiles 6x4 to 2x8; with the
-    input counted as divided both ways the model had picked rows. (On one thread the
-    share is 1 whatever the split.)"""
+    pixels (columns), all the weights; dividing image-groups, a share of both. (On one
+    thread the share is 1 whatever the split.)"""
     return (1.0 if p.split == "rows" else share), (1.0 if p.split == "columns" else share)
 
 
@@ -327,8 +311,7 @@ def _line_crossings(lanes: int, m: Machine) -> float:
     """The share of load operations at an arbitrary float offset that cross a cache line:
     (operation bytes − 4)/line, an operation being the vector or, where the machine
     splits wide loads (`Machine.load_op_bytes`), its part: a 64-byte load issued as two
-    32-byte operations crosses in one of them (the whole-vector count, 94% on Zen 4,
-    made the model avoid 512-bit depthwise tiles that measured fastest)."""
+    32-byte operations crosses in one of them."""
     return max(0.0, (min(lanes * F32, m.load_op_bytes()) - F32) / m.line)
 
 
@@ -460,9 +443,8 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
     issue, _, loads = _blocked_tile_ns(c, m, per_tap)
     # A tile's chain is its taps, a few dozen FMAs: the row's tiles, independent, run
     # together in the out-of-order window, so the row waits on latency only while its
-    # longest chain outlasts the issue of all its FMAs. Counted per tile instead, a 7x7
-    # image's border pixels (one accumulator each) made 1152 channels' 5x5 layer on 7²
-    # latency-bound: predicted 61 µs with its transforms, measured 30 (Zen 5 VM).
+    # longest chain outlasts the issue of all its FMAs (counted per tile instead, a small
+    # image's one-accumulator border pixels made a layer look latency-bound).
     chain = max(taps for _, _, taps in _blocked_tiles(c)) * float(m.fma.latency)
     latency = max(0.0, chain - issue)
     units = c.units() * share
@@ -607,12 +589,9 @@ def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
     """The transformed filters U (T² × Cout × Cin) fetched from the level that holds all
     T² of them, beyond what the products' prediction charged: it prices one product, whose
     filters (Cout × Cin) it takes from the level holding them alone. The products stream
-    U once, a broadcast per FMA with few tile columns, and wait on it: on Zen 5, 512->512
-    channels on 14² (U 37.7 MB, past the L3) measured 2329 µs where the products and
-    transforms predicted 1474; fetching U from DRAM adds 877. Inside a model whose
-    weights outgrow the L3, U comes from DRAM whatever its size (`Machine.in_model`): on an
-    Intel Xeon VM (L3 68 MB to one thread), VGG-16's 512->512 layers on 14² ran 6.9 ms
-    inside the model where U from the L3 predicted 3.1."""
+    U once, a broadcast per FMA with few tile columns, and wait on it. Inside a model
+    whose weights outgrow the L3, U comes from DRAM whatever its size
+    (`Machine.in_model`)."""
     product = c.gemm_shape()
     one = product.m * product.k * F32
     whole = c.t**2 * one
@@ -674,9 +653,7 @@ def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, 
     transposed in registers, L·log2(L) shuffles at the FMA issue rate (a shuffle per
     FMA slot); the pixels past the last whole square gathered one load slot each; it
     runs as one more step of the program of the layer or model it serves
-    (PROGRAM_STEP_NS, and the dispatch to threads). Charged a call from Python each
-    instead (3.5 µs), a 1024-channel depthwise layer on 7² alone was predicted 21 µs with
-    its two transforms and measured 15, the NCHW plan picked over it 23 (Zen 5 VM)."""
+    (PROGRAM_STEP_NS, and the dispatch to threads), not a call from Python."""
     m = machine.at(config.lanes, threads)
     share = busiest_share(config.units(), threads)
     elements = config.batch * config.channels * config.pixels
@@ -763,10 +740,7 @@ class ConvChoice(Choice):
 def nchw_boundary(p: Prediction, machine: Machine, lanes: int) -> Prediction:
     """`p` for a layer on its own: a plan that reads or writes NCHW[c] (blocks of the
     target's widest vectors, `lanes`) or NHWC also pays the transform of the NCHW input
-    into that layout and of its output back to NCHW, as `compile_conv2d` runs it. On the
-    Intel Xeon (model 167) VM, YOLO-V4's 128->256 3x3/2 on 104²: the best NCHW plan
-    (direct 6x4) measured 14.7-15.6 ms, 0.58-0.64x onnxruntime; the channel-blocked
-    direct plan is predicted 7.7 ms before its transforms."""
+    into that layout and of its output back to NCHW, as `compile_conv2d` runs it."""
     s, read, written = p.shape, input_layout_of(p.config), layout_of(p.config)
     extra = []
     if read != "nchw":
@@ -836,12 +810,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     # which cost the same for every tile of its one K block: the tile chosen for one is
     # the other's, at the widest vectors. Where the input's or output's channels fill no
     # block, that side is NHWC (one block of all its channels) and the other NCHW[c]:
-    # where both fit, NHWC's terms would be NCHW[c]'s, but its kernels ran 5-30% slower
-    # inside EfficientNet-B0 on the Zen 5 VM (`autoconfig run --per-kernel`: the 1x1
-    # 480->80 on 14² 94 µs to 72, depthwise 672 on 14² 39 to 32), so it is not offered.
-    # Known limit: a product reading NHWC runs slower than these terms say (same VM and
-    # model: 24->144 on 56², NHWC to NCHW[c], 182 µs where 152 were predicted; 40->240 on
-    # 28² 113 for 86); one writing NHWC holds to them (144->24 on 56² 115 for 109).
+    # where both fit, NHWC's terms would be NCHW[c]'s, but its kernels ran slower inside
+    # a model, so it is not offered. Known limit: a product reading NHWC runs slower than
+    # these terms say; one writing NHWC holds to them.
     lanes = target.f32_lanes
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(

@@ -18,9 +18,8 @@ from kernels.target import Target
 
 OVERLAP = 4.0
 """Exponent of the soft maximum of kernel and memory time, (k^p + m^p)^(1/p): a plain
-max hid the kernel under memory entirely and tied configurations that measured
-1.7x apart (broadcast at 4 vs 8 lanes on a 4 MB 1x1000x1024 problem); p=4 adds 19%
-of the smaller term when the two are equal."""
+max hid the kernel under memory entirely; p=4 adds 19% of the smaller term when the
+two are equal."""
 
 
 RESOLUTION = 0.02
@@ -32,12 +31,7 @@ C are its own contiguous block, where a split by columns has every thread read a
 
 LATENCY_OVERLAP = 4.0
 """Exponent of the soft maximum of a k step's FMA issue time and the FMA latency: with
-exactly latency×throughput accumulators (4x2 on AVX2: 8) the FMA units are not kept
-busy: measured 8% slower than 12 accumulators (6x2, 4x3) at 96x512x256 and 17%
-at 4x512x512; p=4 predicts 13%. (Tiles that fill all 16 AVX2 registers, 4x3, were
-once left out after measuring 10-12% slower than 6x2 when the micro-kernel loaded C
-before its k loop; starting from zero, 4x3 and 6x2 measure within 1% at 512³ and
-1024³.)"""
+exactly latency×throughput accumulators the FMA units are not kept busy."""
 
 
 @dataclass(frozen=True)
@@ -120,11 +114,7 @@ STALL_TERM = "l1 misses"
 C_PASSES_TERM = "c passes"
 """C brought back for every K block after the first, from wherever C's column block
 lies by then, and written back: priced as a stall, not as traffic overlapping the
-FMAs. On the Intel Xeon (model 167) VM, where L3 moves 28 GB/s, packed 6x4 at 1024³
-measured 12.72 ms with kc=192 (6 K blocks) and 11.45 ms with kc=384 (3): 1.27 ms
-for 24 MB more of C, whose L3 time is 0.86 ms; priced as overlapping traffic the
-passes changed no prediction by 1%. 2704x128x256, tiled 6x4: 98 µs between kc=160 and
-kc=256 (C from L3: 100 µs)."""
+FMAs (as overlapping traffic it changed no prediction)."""
 
 
 KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
@@ -137,10 +127,7 @@ block, Winograd filters fetched from farther than priced), the call itself."""
 
 OUTPUT_TRANSFERS = 2
 """Times an output's bytes cross from the level holding it on its first touch: a
-write-allocating cache reads each line in for ownership and writes it back. Counting the
-output once, broadcast at 12544x96x16 (C 4.8 MB in L3) on the Intel Xeon (model 167) VM
-was predicted 308 µs, measured 470 (twice: 426), and a direct 1x1 convolution 24->144
-on 56² 137.5 µs, measured 179."""
+write-allocating cache reads each line in for ownership and writes it back."""
 
 
 def busiest_share(tiles: int, threads: int) -> float:
@@ -185,8 +172,7 @@ def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float],
     """`score` of the plans that can be the best of their `kind` (what a model keeps the
     best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
     plan whose floor exceeds its kind's best so far (within the tie-break's RESOLUTION)
-    is not scored, so the choice is the same as scoring them all: EfficientNet-B0's
-    decisions at 2 threads made 70867 matmul predictions before, 44141 after."""
+    is not scored, so the choice is the same as scoring them all."""
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
     for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):

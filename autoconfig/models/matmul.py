@@ -7,15 +7,14 @@ Parameters (the BLIS analytic model, Low et al., ACM TOMS 2016, with corrections
   leave the FMA units idle, and just that many still lose some (LATENCY_OVERLAP);
   edge tiles compute padded lanes and rows;
 - kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
-  ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways. The paper's form
-  ⌊(W−1)/(1+nr/mr)⌋ gave kc=64 on the development machine, measured 0.68× OpenBLAS at
-  1024³ against 0.96× for kc=256 (this rule: kc=320). Packed plans are also scored
+  ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways (the paper's form
+  ⌊(W−1)/(1+nr/mr)⌋ gave K blocks that measured far slower). Packed plans are also scored
   with a longer K block whose B block streams from L2 (`kc_options`), since every K
   block after the first passes over C again;
 - mc: the A block (mc×kc) fills the L2 ways left after two B micro-panels, counted
   on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
   (random 4 KiB page placement conflicts in a physically indexed L2 before it is
-  full: the knee was 0.6-0.9× of 1 MiB on the development machine);
+  full);
 - nc: the B block (kc×nc) in the L3 ways left after the A block, per core sharing it;
 - dot (N = 1 only): every mr rows × u partial sums with mr·u + 2 ≤ registers is scored,
   with the same FMA/latency/load terms per step (mr·u FMAs, (mr+1)·u loads), the
@@ -26,13 +25,11 @@ Time terms (ns): the micro-kernel's FMA issue, its latency floor and its loads
 level's bandwidth (the largest is the memory term); packing; C tile load/store; C's
 passes per K block; call and thread dispatch. Inputs are taken as warm, as in a model run where each layer's
 operands were just produced or are reused: the whole problem is read once from the
-innermost level that holds it (charging DRAM for a 4 MB problem predicted 127 µs
-where the measured best was 106 µs, and tied every configuration).
+innermost level that holds it (charging DRAM instead tied every configuration).
 Compute and memory overlap, so the total is their soft maximum (an OVERLAP-norm:
 the larger, plus a little of the smaller) plus the rest —
 except when an unpacked B micro-panel cannot stay in L1: then its loads miss on the
-FMA chain's critical path and the L2 term adds instead of overlapping (at 1024³ the
-overlapping form predicted 88 GFLOP/s; the kernel measured 46-50).
+FMA chain's critical path and the L2 term adds instead of overlapping.
 """
 
 from __future__ import annotations
@@ -58,14 +55,11 @@ from kernels.target import Target
 
 UNROLL = 4
 """K-loop copies per trip at most (K blocks are multiples of it): hides the loop's own
-instructions; measured at 512³ on the development machine, packed 6x2 went from 58 to
-78 GFLOP/s with 4 copies."""
+instructions."""
 
 TRIP_FMAS = 48
-"""FMAs worth one K-loop trip: the 4 copies of the measured 6x2 tile. A larger tile
-needs fewer copies: on the Zen 5 VM (AVX-512), 8x3, 6x4 and 5x5 tiles ran as fast with
-2 as with 4 (512³ 567 vs 568 µs, 1024³ 4448 vs 4447, 49x1024x1024 277 vs 273,
-196x672x112 83 vs 84), and LLVM compiled 512³'s tile 12 ms faster (72 -> 60)."""
+"""FMAs worth one K-loop trip: the 4 copies of a 6x2 tile. A larger tile needs fewer
+copies to run as fast, and compiles faster with fewer."""
 
 
 def k_unroll(mr: int, nv: int) -> int:
@@ -90,13 +84,7 @@ every k step, the packed one never (its panels are zero-padded)."""
 BROADCAST_ROWS = 8
 """Rows of B that broadcast adds per pass over the C row (its unroll), as OpenBLAS's
 gemv kernels do: C traffic drops by that factor and B streams from as many rows at
-once. Measured 1x4096x4096 at 6.0/8.2/10.4/11.0 GFLOP/s and 1x1000x1024 at
-12.4/24.8/28.3/31.0 for 1/2/4/8 rows (development machine, one thread). One row per
-pass, scored as well for a while, read B as one stream in address order and ran
-1.00-1.03x the best on 1x1000x1000 and 1x1024x1024 on the Zen 5 VM (B, 4 MB, from L3;
-8 rows 1.06-1.15x), but in bench_matmul 1x4096x4096 (B 64 MB, from DRAM, where more rows
-at once keep more misses in flight) ran at 13.0 GFLOP/s against 8 rows' 20.6 in the run
-before, and 1x1000x4096 at 28.4 against 38.7."""
+once, which keeps more misses in flight from DRAM."""
 
 Split = Literal["rows", "columns"]
 SPLITS: tuple[Split, ...] = ("rows", "columns")
@@ -105,9 +93,7 @@ SCATTER_ELEMENT_COST = 3.0
 """A scattered (or gathered) C element of a transposed product costs three scalar
 loads at the profile's broadcast-load rate: vscatterdps on AVX-512 and the
 extract-and-store sequence LLVM emits elsewhere write one element at a time, and
-more slowly than a load. One load per element (the first form) predicted 45 µs for a
-1×1 convolution 16→512 at 14² with channels in the lanes on Zen 4, measured 80 µs
-(64→512: 127 predicted, 164 measured); three predict 73 and 155."""
+more slowly than a load."""
 
 MAX_MR = 8  # rows beyond 8 only add broadcast loads per k with no register to spare
 MAX_NV = 8  # wide tiles (1 x 7) give a one-row problem independent accumulators
@@ -129,8 +115,7 @@ def kc_options(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, .
     and, when K is longer, a packed-only one whose micro-panels stream from L2 instead
     (STREAMED_B_BLOCK_L2_SHARE), in equal blocks: each K block beyond the first passes
     over C again (C_PASSES_TERM). Unpacked (tiled) panels are N floats a row apart, and
-    longer ones are not streamed: 49x1024x1024 tiled 7x3 measured 112 GFLOP/s with
-    kc=192 and 63 with kc=1024 (B rows a page apart)."""
+    longer ones are not streamed (B rows a page apart)."""
     kc, _ = _l1_kc(nr, mr, m)
     if kc >= shape.k:
         return (shape.k,)
@@ -152,19 +137,15 @@ def blockings(shape: MatmulShape, mr: int, nr: int, m: Machine) -> list[tuple[in
 STREAMED_B_BLOCK_L2_SHARE = 0.5
 """A streamed K block keeps its whole packed B block (kc x N) in this much of the
 L2's effective capacity, so that every row tile after the first reads its micro-panel
-from L2 (the A block's panels pass through the rest). On the Intel Xeon (model 167)
-VM, one thread: 512³ measured 169 GFLOP/s tiled 6x4 with the L1 rule's kc=160, 193
-packed 6x4 with kc=256; 1024³ 164 packed 5x5 with kc=128, 186 packed 6x4 with kc=256;
-but 49x1024x1024 packed 7x3 fell from 162 to 122 with kc=1024, its B block (4 MB) out
-of L2 and each micro-panel's first row tile waiting on L3."""
+from L2 (the A block's panels pass through the rest); a B block out of L2 leaves
+each micro-panel's first row tile waiting on L3."""
 
 
 def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
                 kc: int | None = None) -> tuple[int, int, int, Callable[[], list[tuple[str, str]]]]:  # fmt: skip
     """(kc, mc, nc, why) from the cache geometry, `kc` one of `kc_options` (default: the
     first, the L1 rule's); why() gives the reason for each, worded only when asked (a
-    decision asks for the sizes of every candidate tile: wording them all was ~3% of a
-    12 ms matmul decision on the Zen 5 VM)."""
+    decision asks for the sizes of every candidate tile)."""
     l1_kc, b_ways = _l1_kc(nr, mr, m)
     streamed = kc is not None and kc > l1_kc
     if not streamed:
@@ -259,30 +240,20 @@ PAGE_BYTES = 4096
 """The base page on x86-64, AArch64 and RISC-V Linux. Hardware prefetchers follow a
 stride only within a page, so an unpacked B micro-panel evicted by set conflicts (it
 would fit L1's capacity) whose rows are closer than a page is fetched back from L2
-alongside the FMAs (its re-reads are L2 traffic that overlaps): on Zen 4, tiled 8x1,
-6x2 and 4x2 at 128x128x8192 (N=128, panels folded into 8 L1 sets) measured within 3%
-of the 2x8 tile that fits, where a stall predicted 25-45% slower. Rows a page or more
-apart stall (at N=1024 a tiled kernel measured half its predicted speed without the
-stall), and so does a panel larger than L1 (N=255, rows straddling lines: packed
-measured 5-15% faster than tiled)."""
+alongside the FMAs (its re-reads are L2 traffic that overlaps). Rows a page or more
+apart stall, and so does a panel larger than L1."""
 
 L1_TLB_PAGES = 64
-"""Pages the first-level data TLB maps (64 on Intel's cores since Skylake and on Arm's
-Neoverse N1, 72 on AMD Zen 4): an unpacked B micro-panel whose kc rows each lie on
-their own page, more of them than this, misses it on every row, as if evicted from L1.
-On the Intel Xeon (model 167) VM, 1x1 convolutions 256->255 on 52² (GEMM rows 10.8 KB
-apart, kc=256) ran every tiled tile 1.3-1.4x its prediction with the panel counted as
-kept: 0.7-1.3 ns more per k step; packed tiles measured within 5%. At 1x1 convolutions
-with K=32 (32 pages) tiled stayed faster than packed on Zen 4 (463 vs 500 µs)."""
+"""Pages the first-level data TLB maps (64 on most current x86 and Arm cores, a few
+more on some): an unpacked B micro-panel whose kc rows each lie on their own page,
+more of them than this, misses it on every row, as if evicted from L1."""
 
 SEGMENT_START_LINES = 1.0
 """Extra line transfers per B row segment that an unpacked (tiled) kernel streams in
 from beyond L2: it reads B as kc row segments of one column tile's width, and the
 stream prefetcher only catches up after a segment has begun, so each segment's start
-costs about one more line than its length. Measured on Zen 4 at 1x1000x1024 (B from
-L3), against broadcast's whole rows: tiled segments of 8/4/3/2/1 lines ran
-1.11/1.18/1.30/1.37/1.72x as long, one line per segment predicts 1.12/1.25/1.33/1.5/2x.
-Packed kernels read B along whole rows while packing, broadcast along whole rows."""
+costs about one more line than its length. Packed kernels read B along whole rows
+while packing, broadcast along whole rows."""
 
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
@@ -337,17 +308,13 @@ def _b_panel_in_l1(shape: MatmulShape, kc: int, nr: int, m: Machine) -> tuple[st
     alone: it would fit L1's capacity spread over all sets) or 'overflows' (larger
     than L1), with the reason.
 
-    Crowded was counted as conflicts, a stall on every row tile when rows are a page
-    apart; on Zen 4 at 64x12544x32 (a 1x1 convolution on 112x112, rows 50176 B apart,
-    8 lines in each of its sets) that priced tiled 96 µs over packed, where tiled 5x5
-    measured 463 µs and packed 500: only the lines A and C push out come back from
-    L2, and they come back alongside the FMAs.
+    Crowded is not a stall: only the lines A and C push out come back from L2, and
+    they come back alongside the FMAs.
 
     Its lines land in sets spaced by the row stride: a stride that is a multiple of
     the set span folds all kc rows into few sets, which cannot hold them. A stride
     that is not a multiple of the line starts rows mid-line, so a row's nr floats
-    straddle two lines on most rows (N=255, 6x2: 1.94 lines per row, not 1; the
-    one-line count kept this tiled panel "in L1" where packed measured 5-15% faster).
+    straddle two lines on most rows (N=255, 6x2: 1.94 lines per row, not 1).
     """
     stride = shape.n * F32
     if stride >= PAGE_BYTES and kc > L1_TLB_PAGES:
@@ -688,10 +655,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
 EDGE_WASTE = 0.02
 """The most work, as a share of the dimension, that computing an edge tile as a full
 one may add (`MatmulConfig.full_row_edge`, `full_column_edge`): that tile's own
-micro-kernel is a quarter to a half of a packed kernel's code and LLVM time (Zen 5 VM,
-2704x255x256 6x4: 232 -> 79 KB of MLIR, build 300 -> 210 ms). Measured there, a 10%
-waste (49 rows, mr 6) made a 49x1024x1024 product 14% slower, 3% (N 1024, nr 48) a
-1024³ 4% slower: the waste costs its share of the time, so only a little is spent."""
+micro-kernel is a quarter to a half of a packed kernel's code and LLVM time, and the
+waste costs its share of the run time, so only a little is spent."""
 
 
 def full_edges(shape: MatmulShape, mr: int, nv: int, lanes: int, packed_b: bool) -> dict[str, bool]:
@@ -801,12 +766,8 @@ def instructions_per_flop(config: MatmulConfig) -> float:
     the tiles that actually run (with M=4, a 6x2 tile runs as 4x2): a tile's FMAs, B
     loads and A broadcasts per k over its rows·vectors·lanes multiply-adds; broadcast
     issues a B load per FMA and a C load and store per `unroll`; dot an A load per FMA
-    and a B load per row. Per flop, not per FMA (the earlier tie-break, loads per FMA):
-    on Zen 4, where 256- and 512-bit FMAs give the same flops, that preferred 256-bit
-    4x6 tiles (10 loads per 24 FMAs) to 512-bit 4x3 (7 per 12) at 4x512x512, measured
-    10% slower; counting loads alone per flop preferred 256-bit 8x2 to 512-bit 8x1 at
-    4096x16x64, measured 18% slower: each instruction takes an issue slot whatever its
-    width."""
+    and a B load per row. Per flop, not per FMA, and counting FMAs as well as loads:
+    each instruction takes an issue slot whatever its width."""
     if config.algorithm == "broadcast":
         return (2 + 2 / config.unroll) / config.lanes
     if config.algorithm == "dot":
@@ -857,26 +818,12 @@ def best_of(predictions: Sequence[Prediction]) -> Prediction:
     instructions per flop, then a split by rows.
 
     RESOLUTION is taken of the time the plans can differ in: the call every plan pays
-    (3.5 µs, the least 'call' term) is left out, else it hid every difference on small
-    shapes (3x5x7: tiled 8x1 predicted 10 ns, broadcast 36 ns, both 'tied' at 3.5 µs;
-    measured 0.6 against 0.7 µs without the Python call). Differences under one
-    PROGRAM_STEP_NS, what the least kernel costs to run, are ties too: the terms count
-    work, not a kernel's fixed instructions (1x1x1: packed 1x1 predicted 0.05 ns faster
-    than tiled for its zero-padded edge, measured 0.1 µs slower with its packing pass).
+    (the least 'call' term) is left out, else it hid every difference on small shapes.
+    Differences under one PROGRAM_STEP_NS, what the least kernel costs to run, are ties
+    too: the terms count work, not a kernel's fixed instructions.
 
-    Micro-kernels: an edge tile's took ~15 ms of a ~100 ms build on the Zen 5 VM (2
-    threads), and ties without one mostly ran faster there too (model's candidates, 9
-    alternating rounds): 512³ tiled 8x2 721 µs against the 8x3 picked before 759;
-    196x672x112 7x3 74 against 5x5 86; 128x128x8192 8x2 675 against 6x4 709; 128x3136x128
-    packed 8x3 229 against 5x5 235. Known loss: 64x3136x64 tiled 4x4, 82.5 µs where the
-    5x5 picked before ran 75 (and 8x2, which instructions per flop ranks after 4x4, 74).
-
-    Rows streamed: each row a kernel reads at once is a stream the hardware prefetchers
-    follow within its page, and concurrent ones ramp up side by side. With A (4 MB) from
-    L3, 1000x1x1000 dot over 2 or 4 rows of A measured 1.00-1.02x the best of its grid in
-    3 processes on the Zen 5 VM, over 8 rows 1.04-1.09x; in the saved validations of Zen
-    4, Zen 5 and two Intel Xeons, 2-4 rows within 1.06x, 8 rows up to 1.19x. Predicted
-    alike, they were tied, and fewer instructions per flop took the 8. (From DRAM, more
-    rows may keep more misses in flight: not measured for dot; see BROADCAST_ROWS.)"""
+    Micro-kernels: an edge tile's costs build time, and ties without one mostly ran
+    faster too. Rows streamed: each row a kernel reads at once is a stream the hardware
+    prefetchers follow within its page, and concurrent ones ramp up side by side."""
     return min(ties(predictions), key=lambda p: (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
                                     instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))  # fmt: skip

@@ -7,8 +7,8 @@ dependent chain) and throughput (independent chains; one thread and all threads)
 then the load-bandwidth curve over working sets from 4 KiB to several times the
 largest cache, one thread and all threads, cut into one plateau per level
 (`curve.find_plateaus`). The curve is swept several times and each point keeps its
-best sweep: on the development VM interference lasted about a second, long enough to
-spoil every repetition of one point, never the same point in every sweep.
+best sweep: on a shared machine interference can last long enough to spoil every
+repetition of one point, but not the same point in every sweep.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ SMALLEST_WORKING_SET = 4 << 10
 
 
 def slug(model: str) -> str:
-    """File-name form of a CPU model: 'AMD EPYC 9654' -> 'amd-epyc-9654'."""
+    """File-name form of a CPU model: 'Vendor CPU 9000' -> 'vendor-cpu-9000'."""
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-") or "cpu"
 
 
@@ -153,8 +153,7 @@ def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
 
 SCALING_AGREEMENT = 0.75
 """Every vector width runs on the same cores, so each width's all-thread / one-thread
-FMA ratio should match the others': one below 3/4 of the best was disturbed (the
-development VM once gave 256-bit 1.17x where 128-bit gave 1.99x)."""
+FMA ratio should match the others': one below 3/4 of the best was disturbed."""
 
 
 def implausible_scaling(figures: list[tuple[int, float, float]]) -> dict[int, str]:

@@ -3,8 +3,8 @@
 Each figure is the best of several timed calls, each call long enough (a target
 duration) that the Python call overhead is negligible. Best, not median, as STREAM
 reports: a figure here is what the machine can do, and interference from other work
-on a shared machine only ever slows a call (with medians, the development VM's L1
-figure moved 14% between two probes; single-point dips distorted the curve). All-thread figures start one
+on a shared machine only ever slows a call (medians moved between probes, and
+single-point dips distorted the curve). All-thread figures start one
 call per hardware thread at a barrier (ctypes releases the GIL) and divide the total
 work by the wall time of the slowest.
 """
@@ -136,16 +136,16 @@ def measure_fma(
 
 def l1_loads_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: Settings) -> float:
     """Vector loads of `vector_bits` completed per ns by one thread streaming half of L1:
-    load ports count instructions up to some width and bytes beyond it (Zen 4 loads
-    256-bit vectors twice as often as 512-bit ones), which one width cannot show."""
+    load ports count instructions up to some width and bytes beyond it, which one
+    width cannot show."""
     return _l1_gbps(target, vector_bits, l1_bytes, settings, broadcast=False) / (vector_bits // 8)
 
 
 def l1_broadcasts_per_ns(target: Target, vector_bits: int, l1_bytes: int, settings: Settings) -> float:
     """Scalar loads broadcast into `vector_bits` vectors and FMA'd, per ns, by one thread
-    streaming half of L1: what a register tile's A elements cost. Cores differ: an Intel
-    Xeon (model 167) completes 5.8 per ns at 512 bits where it completes 6.8 FMAs and
-    7.1 narrow loads; Zen 4's 8x1 tiles ran as if each cost one narrow load."""
+    streaming half of L1: what a register tile's A elements cost. Cores differ: some
+    complete wide broadcasts more slowly than FMAs or narrow loads, others as fast as
+    one narrow load."""
     return _l1_gbps(target, vector_bits, l1_bytes, settings, broadcast=True) / 4
 
 

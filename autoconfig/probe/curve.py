@@ -6,8 +6,8 @@ data cache, then DRAM) by optimal segmentation: dynamic programming over the poi
 plateau's mean, each plateau at least `MIN_POINTS` long; the first plateau starts
 at the smallest working set and the last ends at the largest. Points between two
 plateaus may be left out as transition (a gradual ramp, or an outlier) at a fixed
-cost each, `GAP_COST`; without that, on the development machine a 3-point L3→DRAM ramp
-took a level of its own and L2 and L3 (15% apart) were merged. The knee between two
+cost each, `GAP_COST`; without that, a gradual ramp between two levels can take a
+level of its own and merge two close ones. The knee between two
 plateaus is where the curve crosses their geometric-mean bandwidth, interpolated in
 log-log space.
 
