@@ -20,7 +20,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "compile_model":
-        from autoconfig import artifact as api
+        from autoconfig import compiler as api
 
         return getattr(api, name)
     if name == "load":

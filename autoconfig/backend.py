@@ -75,7 +75,7 @@ class AutoconfigRep(BackendRep):
         key = b"".join(name.encode() + v.dtype.str.encode() + repr(v.shape).encode() + v.tobytes()
                        for name, v in bound.items())  # fmt: skip
         if key not in self._built:
-            from autoconfig.artifact import compile_model
+            from autoconfig.compiler import compile_model
             from autoconfig.loader import load
 
             root = Path(self._workdir.name) / str(len(self._built))

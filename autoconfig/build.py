@@ -1,4 +1,6 @@
-"""From a graph to the kernels of a model: every group of the fusion plan becomes one
+"""The lowering pass (`autoconfig.compiler`, pass 4): it reads the simplified graph and
+its fusion plan and writes the model's kernels, program and memory plan
+(`BuiltModel`). Every group of the fusion plan becomes one
 generated kernel (or none, for a view or a concatenation its producers write into),
 its configuration chosen by the operator's model, its calls described as a program
 over one arena.
@@ -49,10 +51,11 @@ import numpy as np
 
 from autoconfig import movement
 from autoconfig.conv import conv_shape, pool_config, pool_shape
-from autoconfig.decisions import DecisionCache, ask
+from autoconfig.decisions import ask, decisions_of
 from autoconfig.families import elementwise
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
 from autoconfig.fusion import plan as fusion_plan
+from autoconfig.fusion.planning import Plan
 from autoconfig.fusion.classify import gated, streamed_input
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, info
@@ -149,7 +152,7 @@ class _Builder:
                  cache: KernelCache | None):  # fmt: skip
         self.graph, self.profile, self.target, self.threads = graph, profile, target, threads
         self.cache = cache
-        self.decisions = DecisionCache(cache.root / "decisions") if cache else None
+        self.decisions = decisions_of(cache)
         self.machine = Machine.of(profile)
         self.model_weights = sum(value.nbytes for value in graph.constants.values())  # do they outgrow the L3?
         self.buffers: list[Buffer] = []
@@ -1224,16 +1227,18 @@ def _movement(b: _Builder, node: Node) -> KernelGroup | None:
 
 @reraised
 def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: str = "dp",
-                threads: int | None = None, cache: KernelCache | None = None) -> BuiltModel:  # fmt: skip
-    """The kernels, program and memory plan of `graph` (see the module docstring); with
-    a kernel cache, the models' choices and generated modules it holds are reused."""
+                threads: int | None = None, cache: KernelCache | None = None,
+                plan: Plan | None = None) -> BuiltModel:  # fmt: skip
+    """The kernels, program and memory plan of `graph` (see the module docstring) for
+    the fusion `plan` (planned by `fusion` when not given); with a kernel cache, the
+    models' choices and generated modules it holds are reused."""
     for name in graph.inputs + graph.outputs:
         if graph.types[name].dtype != "float32":
             kind = "input" if name in graph.inputs else "output"
             raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models are built")
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = _Builder(graph, profile, target, threads, cache)
-    plan = fusion_plan(graph, profile, fusion, b.decisions)
+    plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
     for members in plan.groups:
         nodes = [graph.nodes[v] for v in members]
         kinds = {info(n).kernel for n in nodes}
@@ -1262,4 +1267,5 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     outputs = []
     for name in graph.outputs:
         outputs.append((name, b.resolve(Ref(_VIRTUAL + b.where[name][0], b.where[name][1])).offset))
-    return BuiltModel(graph, profile, target, fusion, threads, kernels, tuple(b.weights), arena, intermediate, outputs)
+    return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
+                      outputs)  # fmt: skip

@@ -220,7 +220,7 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
-    from autoconfig.artifact import compile_model
+    from autoconfig.compiler import compile_model
     from kernels.target import get_target
 
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoconfig.profile import HardwareProfile, profile_to_dict
-from kernels.cache import generators_version, target_settings
+from kernels.cache import KernelCache, generators_version, target_settings
 from kernels.files import write_atomically
 from kernels.target import Target
 
@@ -77,3 +77,8 @@ def ask(decisions: DecisionCache | None, model: Callable, *question: object, **o
     """`model(*question, **options)`: through `decisions` when there is a cache, else asked
     directly."""
     return decisions.choose(model, *question, **options) if decisions else model(*question, **options)
+
+
+def decisions_of(cache: KernelCache | None) -> DecisionCache | None:
+    """The decision cache kept beside `cache`'s kernels (None without a kernel cache)."""
+    return DecisionCache(cache.root / "decisions") if cache else None

@@ -44,7 +44,7 @@ def run_model_demo(model: str = "mobilenet_v1", threads: int | None = None, repe
     """Build zoo `model` for this machine, run it next to onnxruntime, print the build
     time, both latencies (medians of `repeat` runs) and the max error; True when the
     outputs agree within ERROR_BOUND of their range."""
-    from autoconfig.artifact import compile_model
+    from autoconfig.compiler import compile_model
     from autoconfig.loader import load
     from autoconfig.graph import zoo
     from autoconfig.probe import host_profile
