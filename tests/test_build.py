@@ -339,15 +339,12 @@ def test_a_warm_rebuild_asks_no_model_generates_nothing_and_gives_the_same_bytes
     assert first["files"] == second["files"]
 
 
-def test_the_readme_c_program_runs_a_built_model(tmp_path):
+def test_the_example_c_program_runs_a_built_model(tmp_path):
     require_runnable(get_target("avx2"))
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    program = readme.split("## Whole models", 1)[1].split("```c\n", 1)[1].split("```", 1)[0]
-    (tmp_path / "app.c").write_text(program)
     out = tmp_path / "mlp"
     build_and_compare(mlp(), "avx2", out)
     app = tmp_path / "app"
-    subprocess.run(["cc", str(tmp_path / "app.c"), f"-I{out}", str(out / "libautoconfig_model.so"),
+    subprocess.run(["cc", str(Path(__file__).parent.parent / "examples" / "app.c"), f"-I{out}", str(out / "libautoconfig_model.so"),
                     f"-Wl,-rpath,{out}", "-o", str(app)], check=True)  # fmt: skip
     x = np.random.default_rng(5).standard_normal((5, 37), dtype=np.float32)
     x.tofile(tmp_path / "x.bin")

@@ -3,6 +3,8 @@ four zoo models), and one-line errors for bad models."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -13,6 +15,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.graph import zoo
 from autoconfig.graph.interpret import run
 from autoconfig.graph.onnx_import import import_model, load_onnx
+from autoconfig.graph.ops import OPERATORS
 
 
 def reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
@@ -130,3 +133,19 @@ def test_operator_table_is_complete():
     for name, row in OPERATORS.items():
         assert isinstance(row.mapping, Mapping) and isinstance(row.pattern, Pattern), name
         assert callable(row.reference) and callable(row.reads), name
+
+
+def test_the_readme_lists_the_operators_the_table_accepts():
+    """The README's operator list, by kind, is the operator table's (Constant, folded at
+    import, aside)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## What is supported", 1)[1].split("\n\n")[2]  # the list after its lead-in
+    listed = {}
+    for item in section.replace("\n  ", " ").splitlines():
+        kind, names = item.removeprefix("- ").split(": ", 1)
+        listed[kind] = set(names.split(", "))
+    table = {}
+    for name, row in OPERATORS.items():
+        if name != "Constant":
+            table.setdefault(row.kernel, set()).add(name)
+    assert sorted(map(sorted, listed.values())) == sorted(map(sorted, table.values()))
