@@ -70,11 +70,10 @@ from kernels import elementwise as ew
 from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels import movement as mv
-from kernels import nchwc
 from kernels import pool as pl
 from kernels import softmax as sm
 from kernels.cache import KernelCache, generated
-from kernels.emit import KernelModule
+from kernels.emit import KernelModule, generate
 from kernels.nchwc import Reblock
 from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
 from kernels.target import Target
@@ -276,7 +275,7 @@ class _Builder:
             predicted, why = conv_model.reblock_ns(config, self.machine, threads)
             call = reblock_call(config, Ref(_VIRTUAL + self.where[name][0]), x, threads)
             self.pending.append(KernelGroup(f"{value}_to_{layout}", [f"{value} ({self.layout(value)} to {layout})"],
-                                            "layout", [call], self.modules(nchwc.generate, config), predicted, why,
+                                            "layout", [call], self.modules(generate, config), predicted, why,
                                             f"{'x'.join(map(str, shape))} to {layout}, {threads} thread(s)"))  # fmt: skip
         return name
 
@@ -744,7 +743,7 @@ def _conv(b: _Builder, node: Node, after: list[Node]) -> KernelGroup:
     y = b.write(chain.end, layout)
     calls = conv_calls(plan, x, y, weight, operands, b)
     layouts = conv_model.layouts_of(plan.config)
-    return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(kc.generate, plan.config),
+    return KernelGroup(node.name, _ops([node, *after]), "conv", calls, b.modules(generate, plan.config),
                        best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
                        f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}, "
                        f"{plan.threads} thread(s)")  # fmt: skip

@@ -26,9 +26,8 @@ from autoconfig.matmul import b_staging
 from autoconfig.runtime import Call, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels import nchwc
-from kernels.conv import ConvShape, generate, input_layout_of, layout_of
-from kernels.emit import KernelModule
+from kernels.conv import ConvShape, input_layout_of, layout_of
+from kernels.emit import KernelModule, generate
 from kernels.nchwc import Reblock
 from kernels.library import build_library
 from kernels.lower import start_backends
@@ -137,7 +136,7 @@ class _NchwBoundary:
 
     def modules(self, target: Target) -> list[KernelModule]:
         """The transforms' kernels."""
-        return [m for config in self.configs.values() for m in nchwc.generate(config, target)]
+        return [m for config in self.configs.values() for m in generate(config, target)]
 
 
 def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strides=None, pads=None,

@@ -10,6 +10,7 @@ once here) and a scratch buffer for the layer's own use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -19,9 +20,9 @@ from autoconfig.models.matmul import MatmulPlan
 from autoconfig.runtime import Call, Part, Ref, aligned_array, split
 from kernels import epilogue as ep
 from kernels import pool as pl
-from kernels.conv import DepthwiseConfig, DirectConfig, WinogradConfig
+from kernels.conv import DepthwiseConfig, DirectConfig, GemmConvConfig, WinogradConfig
 from kernels.matmul import MatmulConfig
-from kernels.nchwc import BlockedConfig, Reblock
+from kernels.nchwc import BlockedDepthwiseConfig, BlockedDirectConfig, Reblock
 
 
 class Buffers(Protocol):
@@ -105,29 +106,65 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
     """The calls of one convolution: x → y, then the epilogue (`operands` in its order:
     per-channel values, residual tensors), x, y and residuals in the layouts the config
     reads and writes (`kernels.conv.layout_of`); the weights are kept in the layout the
-    algorithm reads (Winograd's filter transform happens here, once)."""
+    algorithm reads (Winograd's filter transform happens here, once). Each algorithm's
+    calls are its own function in `CONV_CALLS`."""
+    return CONV_CALLS[type(plan.config)](plan, x, y, weight, operands, buffers)
+
+
+def _blocked_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+                   buffers: Buffers) -> list[Call]:  # fmt: skip
+    """One kernel; x and y (and residuals) in the layouts the config names."""
+    c = plan.config
+    return [_planes_call(c.symbol, (y, x, buffers.constant(c.pack_weights(weight)), *operands), c.units(),
+                         plan.threads)]  # fmt: skip
+
+
+def _depthwise_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+                     buffers: Buffers) -> list[Call]:  # fmt: skip
+    """One kernel; each thread transforms its planes into its scratch."""
+    c, s = plan.config, plan.config.shape
+    return [_planes_scratch_call(c.symbol, (y, x, buffers.constant(weight), *operands), c.workspace(),
+                                 s.batch * s.channels, plan.threads, buffers)]  # fmt: skip
+
+
+def _transformed_input(plan: ConvPlan, x: Ref, buffers: Buffers) -> tuple[Ref, Call]:
+    """The padded, phase-split input the direct, im2col and Winograd kernels read, and
+    the call that writes it."""
+    c, s = plan.config, plan.config.shape
+    xt = buffers.scratch(c.split().size)
+    return xt, _planes_call(c.split().symbol, (xt, x), s.batch * s.channels, plan.threads)
+
+
+def _direct_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+                  buffers: Buffers) -> list[Call]:  # fmt: skip
+    xt, transform = _transformed_input(plan, x, buffers)
+    w = buffers.constant(weight)
+    parts = [Part((y, xt, w, *operands), sizes) for sizes in _direct_parts(plan)]
+    return [transform, Call(plan.config.symbol, tuple(parts))]
+
+
+def _winograd_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+                    buffers: Buffers) -> list[Call]:  # fmt: skip
+    """The input's transform, the T² products, the output transform."""
     c, s, threads = plan.config, plan.config.shape, plan.threads
-    planes = s.batch * s.channels
-    if isinstance(c, BlockedConfig):  # x and y (and residuals) in the layouts the config names
-        return [_planes_call(c.symbol, (y, x, buffers.constant(c.pack_weights(weight)), *operands), c.units(), threads)]
-    if isinstance(c, DepthwiseConfig):  # each thread transforms its planes into its scratch
-        return [_planes_scratch_call(c.symbol, (y, x, buffers.constant(weight), *operands), c.workspace(), planes,
-                                     threads, buffers)]  # fmt: skip
-    calls = []
-    if c.algorithm != "gemm1x1":  # the others read the transformed input
-        xt = buffers.scratch(c.split().size)
-        calls.append(_planes_call(c.split().symbol, (xt, x), planes, threads))
-    if isinstance(c, DirectConfig):
-        w = buffers.constant(weight)
-        parts = [Part((y, xt, w, *operands), sizes) for sizes in _direct_parts(plan)]
-        return [*calls, Call(c.symbol, tuple(parts))]
-    if isinstance(c, WinogradConfig):  # input transform, the T² products, output transform
-        u = buffers.constant(_gemm_weights(c.gemm, c.filter_transform(weight), 1))  # U = G g Gᵀ, once
-        v = buffers.scratch(c.v_size())
-        m = buffers.scratch(c.m_size())
-        return [*calls, _planes_call(c.input_signature().symbol, (v, xt), planes, threads),
-                matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
-                _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]
+    xt, transform = _transformed_input(plan, x, buffers)
+    u = buffers.constant(_gemm_weights(c.gemm, c.filter_transform(weight), 1))  # U = G g Gᵀ, once
+    v = buffers.scratch(c.v_size())
+    m = buffers.scratch(c.m_size())
+    return [transform, _planes_call(c.input_signature().symbol, (v, xt), s.batch * s.channels, threads),
+            matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
+            _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]
+
+
+def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
+                   buffers: Buffers) -> list[Call]:  # fmt: skip
+    """gemm1x1 and im2col: one product per image and group, on views of the tensors
+    (im2col's on the windows copied into a matrix first)."""
+    c, s, threads = plan.config, plan.config.shape, plan.threads
+    calls, xt = [], None
+    if c.algorithm == "im2col":
+        xt, transform = _transformed_input(plan, x, buffers)
+        calls.append(transform)
     gemm = plan.gemm_plan()
     w = buffers.constant(_gemm_weights(gemm.config, weight, s.group))
     work = [buffers.scratch(gemm.config.workspace()) for _ in part_blocks(gemm)] if gemm.config.workspace() else None
@@ -135,7 +172,7 @@ def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: lis
     columns = buffers.scratch(im2col.size) if im2col else None
     kinds = [kind for _, _, kind in ep.operand_names(c.epilogue)]
     cout, cin, pixels = s.out_per_group, s.in_per_group, s.out_height * s.out_width
-    for n in range(s.batch):  # one product per image and group, on views of the tensors
+    for n in range(s.batch):
         for g in range(s.group):
             out = (n * s.out_channels + g * cout) * pixels
             views = [at(r, g * cout) if kind == "channel" else at(r, out)
@@ -186,3 +223,10 @@ def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buf
         return [_planes_call(config.symbol, (y, x), config.units(), threads)]
     scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
     return [_planes_scratch_call(config.symbol, (y, x, *scale), config.workspace(), s.planes, threads, buffers)]
+
+
+CONV_CALLS: dict[type, Callable[..., list[Call]]] = {
+    DirectConfig: _direct_calls, DepthwiseConfig: _depthwise_calls, WinogradConfig: _winograd_calls,
+    GemmConvConfig: _product_calls, BlockedDepthwiseConfig: _blocked_calls, BlockedDirectConfig: _blocked_calls,
+}
+"""Each convolution algorithm's calls, by its config's type."""

@@ -69,7 +69,7 @@ from kernels.loops import for_blocks, for_carry, for_range, for_tiles, load, off
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
-from kernels import nchwc, winograd
+from kernels import nchwc
 from kernels.winograd import WinogradConfig
 
 ConvAlgorithm = Literal["direct", "im2col", "gemm1x1", "depthwise", "winograd"]
@@ -126,6 +126,15 @@ class DirectConfig:
         count = self.mr * self.nv
         return count + self.nv + 1, f"{count} accumulators + {self.nv} input vectors + 1 weight broadcast"
 
+    def layouts(self) -> tuple[Layout, Layout]:
+        """(what it reads, what it writes)."""
+        return "nchw", "nchw"
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        """The input transform, then the convolution."""
+        return [generate_phase_split(self.split(), target),
+                single_kernel(direct_signature(self), target, lambda args: _direct(self, target, args))]  # fmt: skip
+
     @property
     def symbol(self) -> str:
         return config_symbol("ac_conv_direct_f32", self)
@@ -178,6 +187,23 @@ class GemmConvConfig:
 
     def im2col(self) -> Im2col:
         return Im2col(self.shape, self.gemm.lanes)
+
+    def layouts(self) -> tuple[Layout, Layout]:
+        """(what it reads, what it writes): a blocked product reads and writes NCHW[c] or
+        NHWC, each side its own."""
+        if not self.gemm.blocked:
+            return "nchw", "nchw"
+        return ("nhwc" if self.gemm.a_nhwc else "nchwc"), ("nhwc" if self.gemm.c_nhwc else "nchwc")
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        """gemm1x1: the product on the image itself; im2col: the input transform, the
+        window copy, the product."""
+        if self.algorithm == "gemm1x1":
+            return [mm.generate(self.gemm, target)]
+        im2col = self.im2col()
+        return [generate_phase_split(self.split(), target),
+                single_kernel(im2col.signature(), target, lambda args: _im2col(im2col, target, args)),
+                mm.generate(self.gemm, target)]  # fmt: skip
 
     def validate(self, target: Target) -> None:
         if self.algorithm not in ("im2col", "gemm1x1"):
@@ -235,6 +261,14 @@ class DepthwiseConfig:
         count = self.mr * self.nv
         return count + 2, f"{count} accumulators + 1 input vector + 1 weight broadcast"
 
+    def layouts(self) -> tuple[Layout, Layout]:
+        """(what it reads, what it writes)."""
+        return "nchw", "nchw"
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        """One kernel: each plane transformed into a scratch plane, then convolved."""
+        return [single_kernel(self.signature(), target, lambda args: _depthwise(self, target, args))]
+
     @property
     def symbol(self) -> str:
         return config_symbol("ac_conv_depthwise_f32", self)
@@ -272,21 +306,13 @@ Layout = nchwc.Layout
 def layout_of(config: ConvConfig) -> Layout:
     """The layout a config writes its output in: NCHW, channel-blocked NCHW[c] with
     c = its lanes, or NHWC (`kernels.nchwc`)."""
-    if isinstance(config, nchwc.BlockedConfig):
-        return config.layout
-    if isinstance(config, GemmConvConfig) and config.gemm.blocked:
-        return "nhwc" if config.gemm.c_nhwc else "nchwc"
-    return "nchw"
+    return config.layouts()[1]
 
 
 def input_layout_of(config: ConvConfig) -> Layout:
     """The layout a config reads its input in (a blocked direct layer may read NCHW, a
     blocked 1x1 product NHWC into NCHW[c] or the other way)."""
-    if isinstance(config, nchwc.BlockedDirectConfig) and not config.blocked_input:
-        return "nchw"
-    if isinstance(config, GemmConvConfig) and config.gemm.blocked:
-        return "nhwc" if config.gemm.a_nhwc else "nchwc"
-    return layout_of(config)
+    return config.layouts()[0]
 
 
 @dataclass(frozen=True)
@@ -341,28 +367,6 @@ def direct_signature(config: DirectConfig) -> KernelSignature:
         doc=f"direct convolution {s.describe()}, then {ep.describe(config.epilogue)}: register tiles of "
         f"{config.mr} output channels x {config.nr} output pixels, input channels in blocks of {config.block}.",
     )  # fmt: skip
-
-
-def generate(config: ConvConfig, target: Target) -> list[KernelModule]:
-    """The kernels of `config` on `target`, in the order they run: the input transform
-    (direct, im2col, winograd), the window copy (im2col) or Winograd's input transform,
-    the convolution or matmul kernel, Winograd's output transform."""
-    config.validate(target)
-    if isinstance(config, DirectConfig):
-        return [generate_phase_split(config.split(), target), single_kernel(direct_signature(config), target,
-                                                                      lambda args: _direct(config, target, args))]
-    if isinstance(config, DepthwiseConfig):
-        return [single_kernel(config.signature(), target, lambda args: _depthwise(config, target, args))]
-    if isinstance(config, WinogradConfig):
-        return winograd.generate(config, target)
-    if isinstance(config, nchwc.BlockedConfig):
-        return nchwc.generate(config, target)
-    if config.algorithm == "gemm1x1":
-        return [mm.generate(config.gemm, target)]
-    im2col = config.im2col()
-    return [generate_phase_split(config.split(), target),
-            single_kernel(im2col.signature(), target, lambda args: _im2col(im2col, target, args)),
-            mm.generate(config.gemm, target)]  # fmt: skip
 
 
 # ---------------------------------------------------------------- direct

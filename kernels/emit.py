@@ -285,3 +285,9 @@ def splat(vector_type: ir.Type, value: float) -> ir.Value:
     """`value` in every lane of an f32 vector of `vector_type`."""
     return vector.broadcast(vector_type, arith.constant(ir.F32Type.get(), float(value)))
 
+
+def generate(config, target: Target) -> list[KernelModule]:
+    """The kernels of any kernel family's `config` on `target`, in the order they run:
+    the config checked against the target (`validate`), then its own `modules`."""
+    config.validate(target)
+    return config.modules(target)

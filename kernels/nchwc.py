@@ -207,6 +207,13 @@ class BlockedDepthwiseConfig:
     def symbol(self) -> str:
         return config_symbol("ac_conv_depthwise_nchwc_f32", self)
 
+    def layouts(self) -> tuple[Layout, Layout]:
+        """(what it reads, what it writes): its own layout both."""
+        return self.layout, self.layout
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        return [single_kernel(self.signature(), target, lambda args: _depthwise(self, target, args))]
+
     def validate(self, target: Target) -> None:
         s = self.shape
         if not s.depthwise:
@@ -363,6 +370,13 @@ class BlockedDirectConfig:
     @property
     def symbol(self) -> str:
         return config_symbol("ac_conv_direct_nchwc_f32", self)
+
+    def layouts(self) -> tuple[Layout, Layout]:
+        """(what it reads, what it writes): a first layer reads NCHW."""
+        return (self.layout if self.blocked_input else "nchw"), self.layout
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        return [single_kernel(self.signature(), target, lambda args: _direct(self, target, args))]
 
     def validate(self, target: Target) -> None:
         s = self.shape
@@ -524,6 +538,9 @@ class Reblock:
     def symbol(self) -> str:
         return config_symbol("ac_reblock_f32", self)
 
+    def modules(self, target: Target) -> list[KernelModule]:
+        return [single_kernel(self.signature(), target, lambda args: _reblock(self, target, args))]
+
     def validate(self, target: Target) -> None:
         check_blocked(target, self.lanes, {"the channels": self.channels})
 
@@ -599,10 +616,3 @@ def _reblock(cfg: Reblock, target: Target, args: dict) -> None:
 
 
 BlockedConfig = BlockedDepthwiseConfig | BlockedDirectConfig
-
-
-def generate(config: BlockedConfig | Reblock, target: Target) -> list[KernelModule]:
-    """The kernel of a blocked convolution or layout transform on `target`."""
-    config.validate(target)
-    body = {BlockedDepthwiseConfig: _depthwise, BlockedDirectConfig: _direct, Reblock: _reblock}[type(config)]
-    return [single_kernel(config.signature(), target, lambda args: body(config, target, args))]

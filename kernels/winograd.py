@@ -167,6 +167,22 @@ class WinogradConfig:
     def symbol(self) -> str:
         return config_symbol(f"ac_winograd{self.m}_f32", self)
 
+    def layouts(self) -> tuple[str, str]:
+        """(what it reads, what it writes)."""
+        return "nchw", "nchw"
+
+    def modules(self, target: Target) -> list[KernelModule]:
+        """The kernels in the order they run: the phase split, the input transform, the
+        batched product, the output transform."""
+        modules = [generate_phase_split(self.split(), target)]
+        for sig, body in ((self.input_signature(), _input_transform), (self.output_signature(), _output_transform)):
+            with new_module() as module:
+                with kernel_body(module, sig) as args:
+                    body(self, target, args)
+                verify(module)
+            modules.append(KernelModule(module=module, signatures=(sig,), target=target))
+        return [modules[0], modules[1], mm.generate(self.gemm, target), modules[2]]
+
     def validate(self, target: Target) -> None:
         s = self.shape
         if target.scalable:
@@ -218,20 +234,6 @@ class WinogradConfig:
         return KernelSignature(self.symbol + "_out", tuple(params),
                                f"Winograd F({self.m},3) output transform of {s.describe()}, then "
                                f"{ep.describe(self.epilogue)}, planes [plane_begin, plane_end).")  # fmt: skip
-
-
-def generate(config: WinogradConfig, target: Target) -> list[KernelModule]:
-    """The kernels in the order they run: the phase split, the input transform, the
-    batched product, the output transform."""
-    config.validate(target)
-    modules = [generate_phase_split(config.split(), target)]
-    for sig, body in ((config.input_signature(), _input_transform), (config.output_signature(), _output_transform)):
-        with new_module() as module:
-            with kernel_body(module, sig) as args:
-                body(config, target, args)
-            verify(module)
-        modules.append(KernelModule(module=module, signatures=(sig,), target=target))
-    return [modules[0], modules[1], mm.generate(config.gemm, target), modules[2]]
 
 
 def _combine(coefficients: tuple[float, ...], values: list[ir.Value], zero: ir.Value) -> ir.Value:

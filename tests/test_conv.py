@@ -277,7 +277,8 @@ def test_layout_transform_both_ways(case_id):
     """The layout transform against numpy's reshape: [N, C, H, W] <-> [N, C/L, H, W, L]
     and <-> [N, H, W, C], with whole L×L squares and a remainder of pixels (3x7 = 21), split among units."""
     from kernels.library import build_library
-    from kernels.nchwc import Reblock, generate
+    from kernels.emit import generate
+    from kernels.nchwc import Reblock
 
     target = target_for(case_id)
     require_runnable(target)

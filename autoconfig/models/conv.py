@@ -103,9 +103,7 @@ class ConvPlan:
 
     def __post_init__(self) -> None:
         if not self.split:
-            gemm = isinstance(self.config, (GemmConvConfig, WinogradConfig))
-            blocked = isinstance(self.config, BlockedConfig)
-            object.__setattr__(self, "split", "rows" if gemm else "units" if blocked else "groups")
+            object.__setattr__(self, "split", ALGORITHMS[type(self.config)].splits[0])
 
     @property
     def shape(self) -> ConvShape:
@@ -116,15 +114,8 @@ class ConvPlan:
         return MatmulPlan(self.config.gemm, self.threads, self.split)
 
     def split_units(self) -> int:
-        """What the threads divide: image-groups, row tiles or column tiles."""
-        c = self.config
-        if isinstance(c, (GemmConvConfig, WinogradConfig)):
-            return self.gemm_plan().split_units()
-        if isinstance(c, DepthwiseConfig):
-            return c.planes()
-        if isinstance(c, BlockedConfig):
-            return c.units()
-        return {"groups": c.groups(), "rows": c.row_tiles(), "columns": c.col_tiles()}[self.split]
+        """How many parts the threads divide (`AlgorithmModel.units`)."""
+        return ALGORITHMS[type(self.config)].units(self)
 
     def parts(self) -> int:
         return min(self.threads, self.split_units())
@@ -168,16 +159,19 @@ def channel_block(shape: ConvShape, mr: int, nr: int, m: Machine, kc: int | None
 def predict(plan: ConvPlan, machine: Machine | HardwareProfile) -> Prediction:
     """Predicted time of `plan`, as named terms."""
     base = machine if isinstance(machine, Machine) else Machine.of(machine)
-    c = plan.config
-    if isinstance(c, GemmConvConfig):
-        return _gemm_prediction(plan, base)
-    if isinstance(c, WinogradConfig):
-        return _winograd_prediction(plan, base)
-    m = base.at(c.lanes, plan.threads)
-    terms_of = {DirectConfig: _direct_terms, DepthwiseConfig: _depthwise_terms,
-                BlockedDepthwiseConfig: _blocked_depthwise_terms, BlockedDirectConfig: _blocked_direct_terms}[type(c)]
-    terms, params = terms_of(plan, m, busiest_share(plan.split_units(), plan.threads))
-    return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
+    return ALGORITHMS[type(plan.config)].predict(plan, base)
+
+
+def _by_terms(terms_of: Callable) -> Callable[[ConvPlan, Machine], Prediction]:
+    """A prediction from an algorithm's terms at its width and threads, for the busiest
+    thread's share of the work."""
+
+    def predict_plan(plan: ConvPlan, base: Machine) -> Prediction:
+        m = base.at(plan.config.lanes, plan.threads)
+        terms, params = terms_of(plan, m, busiest_share(plan.split_units(), plan.threads))
+        return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
+
+    return predict_plan
 
 
 def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
@@ -879,19 +873,54 @@ def _channels_in_lanes(config: ConvConfig) -> bool:
 
 
 def _tile_area(config: ConvConfig) -> int:
-    if isinstance(config, (GemmConvConfig, WinogradConfig)):
-        return config.gemm.mr * config.gemm.nv
-    if isinstance(config, BlockedConfig):
-        return config.nv * getattr(config, "mv", 1)
-    return config.mr * config.nv
+    return ALGORITHMS[type(config)].tile_area(config)
+
+
+@dataclass(frozen=True)
+class AlgorithmModel:
+    """What the convolution model knows about one kind of config, declared once: how
+    threads divide its work (its splits, the first the default, and how many parts
+    a plan's split has), its predicted time, and its register tile's size (the
+    tie-break's)."""
+
+    splits: tuple[ConvSplit, ...]
+    units: Callable[[ConvPlan], int]
+    predict: Callable[[ConvPlan, Machine], Prediction]
+    tile_area: Callable[[ConvConfig], int]
+
+
+def _direct_units(p: ConvPlan) -> int:
+    """(image, group) pairs, row tiles (output channels) or column tiles (pixels)."""
+    return {"groups": p.config.groups(), "rows": p.config.row_tiles(), "columns": p.config.col_tiles()}[p.split]
+
+
+def _product_units(p: ConvPlan) -> int:
+    return p.gemm_plan().split_units()
+
+
+def _product_tile(c: GemmConvConfig | WinogradConfig) -> int:
+    return c.gemm.mr * c.gemm.nv
+
+
+ALGORITHMS: dict[type, AlgorithmModel] = {
+    DirectConfig: AlgorithmModel(DIRECT_SPLITS, _direct_units, _by_terms(_direct_terms), lambda c: c.mr * c.nv),
+    DepthwiseConfig: AlgorithmModel(("groups",), lambda p: p.config.planes(), _by_terms(_depthwise_terms),
+                                    lambda c: c.mr * c.nv),
+    GemmConvConfig: AlgorithmModel(("rows", "columns"), _product_units, _gemm_prediction, _product_tile),
+    WinogradConfig: AlgorithmModel(("rows", "columns"), _product_units, _winograd_prediction, _product_tile),
+    BlockedDepthwiseConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_depthwise_terms),
+                                           lambda c: c.nv),
+    BlockedDirectConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_direct_terms),
+                                        lambda c: c.nv * c.mv),
+}  # fmt: skip
+"""Every convolution algorithm the model scores, by its config's type: a new algorithm
+is a config in `kernels` (its layouts and modules) and a row here."""
 
 
 def validate_plan(plan: ConvPlan, target: Target) -> None:
     """Reject a forced plan the runtime cannot run."""
     plan.config.validate(target)
-    allowed = {GemmConvConfig: ("rows", "columns"), WinogradConfig: ("rows", "columns"),
-               DirectConfig: DIRECT_SPLITS, DepthwiseConfig: ("groups",), BlockedDepthwiseConfig: ("units",),
-               BlockedDirectConfig: ("units",)}[type(plan.config)]  # fmt: skip
+    allowed = ALGORITHMS[type(plan.config)].splits
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
     if plan.threads < 1:
