@@ -83,6 +83,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if run_model_demo(args.model, args.threads, args.bench) else 1
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from autoconfig.bench import bench, check_peers
+
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    check_peers(peers)
+    if args.runs < 1:
+        raise AutoconfigError(f"--runs must be >= 1, got {args.runs}")
+    if not args.model.is_file():
+        raise AutoconfigError(f"cannot read model {args.model}: no such file")
+    return 0 if bench(args.model, args.threads, tuple(peers), args.runs) else 1
+
+
 def _cmd_lower(args: argparse.Namespace) -> int:
     from autoconfig.fileio import check_output, read_text, write_atomically
     from kernels.lower import compile_object, parse_mlir, to_llvm_ir
@@ -292,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_targets(sub)
     _add_demo(sub)
+    _add_bench(sub)
     _add_lower(sub)
     _add_probe(sub)
     _add_profile(sub)
@@ -326,6 +339,23 @@ def _add_targets(sub: argparse._SubParsersAction) -> None:
         metavar="T", help=f"with --run: only this target (repeatable; one of {', '.join(TARGET_NAMES)})",
     )  # fmt: skip
     targets.add_argument("--n", type=int, default=4097, help="with --run: array length (default 4097)")
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """`autoconfig bench`: a user's model built and run next to the peers."""
+    bench = sub.add_parser(
+        "bench", help="build an ONNX model for this machine and time it next to onnxruntime and OpenVINO",
+        description="Build MODEL for this machine (reusing the kernel cache), run it on random inputs of both "
+        "signs, and print the build time, its median latency next to each peer's (each in its own process, "
+        "same inputs and thread count; a peer not installed says so), and every output's max error against "
+        "onnxruntime's. Exit status 1 if our outputs disagree with onnxruntime's.",
+    )  # fmt: skip
+    bench.add_argument("model", type=Path, metavar="MODEL.onnx", help="the model (static shapes, float32)")
+    bench.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
+    bench.add_argument("--peers", default="onnxruntime,openvino", metavar="P[,P]",
+                       help="runtimes to run next to ours (default onnxruntime,openvino)")  # fmt: skip
+    bench.add_argument("--runs", type=int, default=20, metavar="N", help="runs per latency median (default 20)")
+    bench.set_defaults(run=_cmd_bench)
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:

@@ -4,6 +4,7 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import autoconfig
+from autoconfig.bench import bench
 from autoconfig.build import build_model
 from autoconfig.cli import main
 from autoconfig.demo import run_model_demo
@@ -363,6 +365,21 @@ def test_demo_builds_mobilenet_and_compares_with_onnxruntime(monkeypatch):
     assert lines[1].startswith("built mobilenet_v1: ") and " kernels for avx2 in " in lines[1]
     assert lines[2].startswith("latency at 1 thread(s), median of 2: autoconfig ") and "onnxruntime" in lines[2]
     assert lines[3].endswith("(ok)")
+
+
+@pytest.mark.slow
+def test_bench_runs_a_model_outside_the_zoo_next_to_the_peers(monkeypatch, tmp_path):
+    """`autoconfig bench` on a model of its own: our latency beside onnxruntime's and
+    OpenVINO's (or the line saying it is not installed), our outputs checked."""
+    require_runnable(get_target("avx2"))
+    monkeypatch.setattr("autoconfig.probe.host_profile", lambda: load_profile(PROFILES["avx2"]))
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    lines: list[str] = []
+    assert bench(path, threads=1, peers=("onnxruntime", "openvino"), repeat=2, say=lines.append)
+    assert lines[1].startswith("built cnn: ")
+    assert "onnxruntime " in lines[2] and re.search(r"openvino( \d+\.\d+ ms|: not installed)", lines[2])
+    assert any("autoconfig max |error|" in line and line.endswith("(ok)") for line in lines[3:])
 
 
 def test_a_pool_window_onnx_and_onnxruntime_size_differently_is_refused(tmp_path):

@@ -65,6 +65,14 @@ def test_invalid_mlir_is_one_line_exit_2(tmp_path):
     assert "invalid MLIR in " in done.stderr and "bad.mlir:" in done.stderr
 
 
+@pytest.mark.parametrize("args, says", [(["--peers", "onnxruntime,tvm"], "unknown peer 'tvm'; known: onnxruntime, "
+                                                                        "openvino"),
+                                        (["--runs", "0"], "--runs must be >= 1"), ([], "no such file")])
+def test_bench_refuses_bad_arguments_before_building(tmp_path, args, says):
+    done = autoconfig("bench", str(tmp_path / "absent.onnx"), *args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr
+
+
 def test_missing_input_file_is_one_line_exit_2(tmp_path):
     done = autoconfig("lower", str(tmp_path / "absent.mlir"), "--target", "avx2")
     assert done.returncode == 2 and "cannot read" in done.stderr
