@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Whole models: autoconfig (dp, greedy and no fusion) vs onnxruntime, side by side.
 
-For each zoo model (VGG-16, MobileNet-V1, EfficientNet-B0, YOLO-V4 at batch 1) and
+For each model (the zoo's VGG-16, MobileNet-V1, EfficientNet-B0, YOLO-V4 at batch 1 by
+default, or any ONNX files with static shapes) and
 each thread count, the script first builds the model with `autoconfig build` once per
 fusion strategy (the build time is measured here, outside any timing; with --cold the
 first build of each model starts from an empty kernel cache), computes
@@ -21,7 +22,7 @@ plan: then the ratio measures only the run-to-run noise). JSON and a plot of the
 latencies.
 
 Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
-       [--models mobilenet_v1 ...] [--cold] [--json F] [--plot F] [--no-pin]
+       [--models mobilenet_v1 model.onnx ...] [--cold] [--json F] [--plot F] [--no-pin]
 Needs: pip install -e '.[test,bench]' (onnxruntime, matplotlib).
 """
 
@@ -59,8 +60,7 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     """Load the peer's model, check one run against the reference outputs, and return
     the call to time with the process' peak RSS so far."""
     reference = np.load(task["reference"])
-    x = np.load(task["input"])
-    feeds = {task["input_name"]: x}
+    feeds = dict(np.load(task["inputs"]))
     if peer == "onnxruntime":
         session = onnxruntime_session(task["onnx"], threads)
         outputs = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
@@ -108,39 +108,40 @@ def versions(peer: str) -> dict:
 # ---------------------------------------------------------------- the main side
 
 
-def model_files(name: str, work: Path) -> dict:
-    """Zoo model `name` written to `work` with a fixed random input and onnxruntime's
-    outputs on it (the reference): the task fields every whole-model peer reads."""
-    import onnx
+def model_files(model: str, work: Path) -> dict:
+    """The model — a zoo name, written to `work`, or an ONNX file's path — with fixed
+    random inputs of both signs and onnxruntime's outputs on them (the reference): the
+    task fields every whole-model peer reads."""
     import onnxruntime as ort
 
     from autoconfig.graph import zoo
 
-    path = work / f"{name}.onnx"
-    zoo.write(name, path)
-    model = onnx.load(path)
-    input_name = model.graph.input[0].name
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    np.save(work / f"{name}-input.npy", x)
+    if model.endswith(".onnx"):
+        path, name = Path(model), Path(model).stem
+    else:
+        path, name = work / f"{model}.onnx", model
+        zoo.write(model, path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, {input_name: x})))
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal(i.shape, dtype=np.float32) for i in session.get_inputs()}
+    np.savez(work / f"{name}-inputs.npz", **feeds)
+    reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
     np.savez(work / f"{name}-reference.npz", **reference)
-    return {"model": name, "onnx": str(path), "input": str(work / f"{name}-input.npy"), "input_name": input_name,
+    return {"model": name, "onnx": str(path), "inputs": str(work / f"{name}-inputs.npz"),
             "reference": str(work / f"{name}-reference.npz")}  # fmt: skip
 
 
 def build_all(models: list[str], thread_counts: list[int], profile: str | None, work: Path,
               cold: bool) -> list[dict]:  # fmt: skip
-    """Per model: the ONNX file, input, reference outputs and one build per (fusion,
+    """Per model: the ONNX file, inputs, reference outputs and one build per (fusion,
     threads) with its time; `cold` empties the kernel cache before each model's first."""
     import autoconfig
     from kernels.cache import CACHE_ENV
 
     tasks = []
-    for name in models:
-        files = model_files(name, work)
-        path = Path(files["onnx"])
+    for model in models:
+        files = model_files(model, work)
+        path, name = Path(files["onnx"]), files["model"]
         if cold:
             os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="autoconfig-cold-cache-", dir=work)
         dirs: dict[str, dict[str, str]] = {peer: {} for peer in PEERS[:-1]}
@@ -236,7 +237,8 @@ def plot(by_threads: dict[int, list[dict]], path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_run_options(parser, "bench-models")
-    parser.add_argument("--models", nargs="+", default=None, help="zoo models (default: all four)")
+    parser.add_argument("--models", nargs="+", default=None,
+                        help="zoo model names or ONNX files (static shapes, float32; default: the four zoo models)")
     parser.add_argument("--cold", action="store_true", help="each model's first build from an empty kernel cache")
     args = parser.parse_args()
 
