@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.build import BuiltModel
+from autoconfig.builder import BuiltModel
 from autoconfig.errors import AutoconfigError, reraised
 from autoconfig.loader import ARCHIVE, DRIVER, FORMAT, LIBRARY, sha256_file
 from autoconfig.runtime import POOL_SOURCE, encode, widest

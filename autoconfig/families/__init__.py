@@ -1,8 +1,15 @@
 """Operator families: each declares, in one module, the ONNX operators it serves and
-everything the compiler's passes need about them; the code they generate lives beside
-it in `kernels/`. The operator table (`autoconfig.graph.ops`) and the builder read
-the families' declarations.
+how they are lowered; the code they generate lives beside it in `kernels/`, their
+analytic models in `autoconfig/models/`. The lowering pass (`autoconfig.build`)
+gathers each module's `LOWERINGS` into its registry, and the layout plan
+(`autoconfig.layouts`) asks each family how its kernels read a channel-blocked tensor.
 
 - `elementwise`: operators of one input emitted as epilogue ops (alone, or fused after
-  an anchor); their vector code and numpy meaning are `kernels.epilogue.KINDS`.
+  an anchor); their vector code and numpy meaning are `kernels.epilogue.KINDS`, and
+  the operator table (`autoconfig.graph.ops`) takes their rows from here.
+- `conv`: Conv, with its algorithms registered in `autoconfig.models.conv.ALGORITHMS`.
+- `matmul`: Gemm and MatMul.
+- `pool`: MaxPool, AveragePool, GlobalAveragePool, ReduceMean.
+- `softmax`: Softmax.
+- `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.
 """

@@ -1,0 +1,146 @@
+"""The matrix-product family's lowering: Gemm (alpha, beta, transposes, any bias) and
+MatMul of any ranks, its right operand a constant or computed (a batch of products),
+with the epilogue ops after it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, per_channel, permuted
+from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.lowering import matmul_call
+from autoconfig.models import matmul as matmul_model
+from autoconfig.runtime import Call, Ref
+from kernels import epilogue as ep
+from kernels import matmul as mm
+from kernels.emit import KernelModule
+
+
+@dataclass(frozen=True)
+class _Product:
+    """A Gemm or MatMul as `batch` products C[M,N] = A[M,K]·B[K,N] (NumPy's matmul rules:
+    a 1-D A is a row, a 1-D B a column, batch axes broadcast), with each product's
+    offset into A, B and C in elements."""
+
+    m: int
+    n: int
+    k: int
+    offsets: tuple[tuple[int, int, int], ...]
+
+
+def _product(node: Node, graph: Graph, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> _Product:
+    """The products of a MatMul (or a 2-D Gemm, shapes transposed already): a batch of A
+    over one matrix B is one product of all A's rows."""
+    a_shape = (1, *a_shape) if len(a_shape) == 1 else a_shape
+    b_shape = (*b_shape, 1) if len(b_shape) == 1 else b_shape
+    (m, k), (k2, n) = a_shape[-2:], b_shape[-2:]
+    if k != k2:
+        raise fail(node, f"inner sizes differ: {a_shape} times {b_shape}")
+    if len(b_shape) == 2:
+        return _Product(math.prod(a_shape[:-1]), n, k, ((0, 0, 0),))
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    a_index = np.broadcast_to(np.arange(math.prod(a_shape[:-2])).reshape(a_shape[:-2]), batch).reshape(-1)
+    b_index = np.broadcast_to(np.arange(math.prod(b_shape[:-2])).reshape(b_shape[:-2]), batch).reshape(-1)
+    return _Product(m, n, k, tuple((int(i) * m * k, int(j) * k * n, c * m * n)
+                                   for c, (i, j) in enumerate(zip(a_index, b_index))))  # fmt: skip
+
+
+def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
+    """Gemm (alpha, beta, transA, transB, any C broadcast to the output) and MatMul (any
+    ranks), B a constant or computed: one matrix kernel, called once per product."""
+    g, gemm = b.graph, node.op == "Gemm"
+    a_shape, b_shape = g.types[node.inputs[0]].shape, g.types[node.inputs[1]].shape
+    trans_a, trans_b = gemm and node.attrs.get("transA", 0), gemm and node.attrs.get("transB", 0)
+    alpha = float(node.attrs.get("alpha", 1.0)) if gemm else 1.0
+    a, calls, modules = b.read(node.inputs[0]), [], []
+    if trans_a:
+        a, calls, modules = permuted(b, a, a_shape, (1, 0))
+        a_shape = a_shape[::-1]
+    constant_b = g.is_constant(node.inputs[1])
+    if trans_b:
+        b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
+    product = _product(node, g, a_shape, b_shape)
+    # One row times a constant transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own
+    # layout (a transpose of a large fc layer's weights costs the build seconds); the output,
+    # a row, is the same memory as the column W·aᵀ, whose channels run along its rows.
+    as_column = trans_b and constant_b and product.m == 1
+    chain = match_epilogue(b, node.outputs[0], after, channel_axis=-1)
+    ops, operands = list(chain.ops), chain.refs(b)
+    first_ops, first_operands = _gemm_operands(b, node, product, alpha if not constant_b else 1.0)
+    ops, operands = first_ops + ops, first_operands + operands
+    shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
+    choice = b.choose(matmul_model.choose, shape, tuple(ops))
+    plan = choice.best.plan
+    if as_column:
+        plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
+    plan.config.validate(b.target)
+    w = _right_operand(b, node, trans_b and not as_column, alpha if constant_b else 1.0, calls, modules)
+    y = b.write(chain.end)
+    for a_at, b_at, c_at in product.offsets:
+        moved = [Ref(r.space, r.offset + c_at) if op.operand == "output" else r
+                 for op, r in zip([o for o in ops if o.operand], operands)]  # fmt: skip
+        left, right = Ref(a.space, a.offset + a_at), Ref(w.space, w.offset + b_at)
+        out = Ref(y.space, y.offset + c_at)
+        calls.append(matmul_call(plan, out, right, left, moved, b) if as_column else
+                     matmul_call(plan, out, left, right, moved, b))  # fmt: skip
+    return KernelGroup(node.name, ops_of([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
+                       choice.best.total_ns * len(product.offsets), choice.explain(),
+                       f"{plan.config.algorithm} {plan.config.tile}"
+                       f"{f' x{len(product.offsets)}' if len(product.offsets) > 1 else ''}, "
+                       f"{plan.threads} thread(s)")  # fmt: skip
+
+
+def _right_operand(b: Builder, node: Node, transpose: bool, alpha: float, calls: list[Call],
+                   modules: list[KernelModule]) -> Ref:  # fmt: skip
+    """Where the products read B: a constant (scaled by `alpha`, transposed in numpy), or
+    a computed tensor (transposed by a gather whose calls and modules are appended)."""
+    name = node.inputs[1]
+    if b.graph.is_constant(name):
+        weight = np.asarray(b.graph.constants[name], np.float32)
+        weight = weight * np.float32(alpha) if alpha != 1.0 else weight
+        return b.constant(np.swapaxes(weight, -1, -2) if transpose else weight)
+    w = b.read(name)
+    if not transpose:
+        return w
+    shape = b.graph.types[name].shape
+    w, more_calls, more_modules = permuted(b, w, shape, (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2))
+    calls += more_calls
+    modules += more_modules
+    return w
+
+
+def _gemm_operands(b: Builder, node: Node, product: _Product,
+                   alpha: float) -> tuple[list[ep.EpilogueOp], list[Ref]]:  # fmt: skip
+    """The epilogue ops a Gemm adds before its chain's: alpha as a scale (where B is
+    computed; a constant B is scaled instead), then beta·C — per column as a bias, else
+    broadcast to the output as a residual."""
+    ops, operands = [], []
+    m, n = product.m, product.n
+    if alpha != 1.0:
+        ops.append(ep.scale())
+        operands.append(b.constant(np.full(n, alpha, np.float32)))
+    c = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
+    if c is None:
+        return ops, operands
+    beta = float(node.attrs.get("beta", 1.0))
+    if b.graph.is_constant(c):
+        values = np.asarray(b.graph.constants[c], np.float32) * np.float32(beta)
+        column = per_channel(values, (m, n), -1)
+        if column is not None:
+            return ops + [ep.bias()], operands + [b.constant(np.broadcast_to(column, (n,)))]
+        b.graph.constants[f"{c} times {beta}"] = values
+        b.graph.types[f"{c} times {beta}"] = TensorType(values.shape, "float32")
+        c = f"{c} times {beta}"
+    elif beta != 1.0:
+        raise fail(node, "a computed C with beta other than 1 is not generated")
+    if tuple(b.graph.types[c].shape) != (m, n):
+        c = b.broadcast(c, (m, n))
+    return ops + [ep.residual()], operands + [b.read(c)]
+
+
+LOWERINGS = {"Gemm": Lowering(_gemm), "MatMul": Lowering(_gemm)}
+"""The matrix-product family's operators."""

@@ -1,0 +1,122 @@
+"""The data-movement family's lowering: Concat (producers write straight into their
+slices where they can), and Transpose, Slice, Split, Pad, nearest Resize and Upsample
+as views or gathers (`autoconfig.movement`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autoconfig import movement
+from autoconfig.builder import (
+    ELEMENTWISE_VECTORS, VIRTUAL, Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming,
+)  # fmt: skip
+from autoconfig.errors import REFUSALS
+from autoconfig.graph.ir import Node
+from autoconfig.layouts import concat_takes_blocks
+from autoconfig.runtime import Call, Part, Ref, split
+from kernels import conv as kc
+from kernels import elementwise as ew
+from kernels import movement as mv
+
+
+def _concat(b: Builder, node: Node) -> KernelGroup | None:
+    """Concat: its inputs placed as slices of its output where they can be, others copied
+    (in the output's layout: channel blocks when all inputs are held so). Along an axis
+    with more than one slice per input, they are placed one after another in a buffer
+    of their own and gathered from there into the output."""
+    shape = b.graph.types[node.outputs[0]].shape
+    axis = node.attrs.get("axis", 0) % len(shape)
+    interleaved = math.prod(shape[:axis]) != 1
+    layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see blocked_layouts)
+    if not interleaved and concat_takes_blocks(b, node) and all(b.layout(v) == "nchwc" for v in node.inputs):
+        layout = "nchwc"
+    out = Ref(VIRTUAL + b._buffer(math.prod(shape))) if interleaved else b.write(node.outputs[0], layout)
+    copies = _place_slices(b, node, out, layout)
+    calls, modules = [], []
+    for value, at, size in copies:
+        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
+        modules += b.modules(ew.generate, config)
+    if interleaved:
+        pieces, at = [], 0
+        for value in node.inputs:
+            part = b.graph.types[value]
+            pieces.append(at + np.arange(part.elements, dtype=np.int64).reshape(part.shape))
+            at += part.elements
+        source = np.concatenate(pieces, axis=axis)
+        _, gather, gather_modules = permuted(b, out, source.shape, tuple(range(len(shape))), into=b.write(node.outputs[0]),
+                                              source=source)  # fmt: skip
+        calls, modules = calls + gather, modules + gather_modules
+    if not calls:
+        return None
+    return streaming(b, node.name, ops_of([node]), "copy", calls, modules, 8 * math.prod(shape) * (1 + interleaved),
+                      f"{len(copies)} input(s) copied into place{', then gathered' if interleaved else ''}")
+
+
+def _place_slices(b: Builder, node: Node, out: Ref, layout: kc.Layout) -> list[tuple[str, int, int]]:
+    """Each input of a Concat placed as the next slice of `out`'s buffer, where its
+    producer can write it there; the others' (value, offset, size), to be copied."""
+    out_buffer = out.space - VIRTUAL
+    offset, copies = 0, []
+    for value in node.inputs:
+        size = b.graph.types[value].elements
+        if size == 0:
+            continue
+        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == layout
+                   and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
+                   and b.buffers[b.where[value][0]].input_index is None
+                   and b.buffers[b.where[value][0]].size == size
+                   and node.inputs.count(value) == 1)  # fmt: skip
+        if movable:
+            inner = b.where[value][0]
+            b.buffers[inner].inside = (out_buffer, offset)
+            outer = b.buffers[out_buffer]
+            outer.first = min(outer.first, b.buffers[inner].first)
+            outer.last = max(outer.last, b.buffers[inner].last)
+        else:
+            copies.append((value, offset, size))
+        offset += size
+    return copies
+
+
+def _movement(b: Builder, node: Node) -> KernelGroup | None:
+    """Transpose, Slice, Split, Pad, Resize, Upsample: each output a view of the input
+    at an offset where it is one contiguous stretch of it, else a gather kernel."""
+    data = node.inputs[0]
+    if b.graph.is_constant(data):
+        raise fail(node, "data movement of a constant is folded at import; this one was not")
+    try:
+        maps = movement.source_maps(node, b.graph)
+        fill = movement.fill_value(node, b.graph)
+        moves = [(out, movement.plan(source, b.graph.types[data].elements, fill, b.target))
+                 for out, source in zip(node.outputs, maps) if out and b.graph.types[out].elements]  # fmt: skip
+    except REFUSALS as err:
+        raise fail(node, str(err).removeprefix(f"node {node.name!r} ({node.op}): ")) from None
+    calls, modules, moved = [], [], 0
+    for out in node.outputs:
+        if out and not b.graph.types[out].elements:
+            b.write(out)
+    for out, move in moves:
+        if move.view_offset is not None:
+            b.alias(out, data, move.view_offset)
+            continue
+        config = move.config
+        x, tables = b.read(data), b.constant(move.tables.view(np.float32))
+        y = b.write(out)
+        threads = min(b.threads, config.rows)
+        calls.append(Call(config.symbol, tuple(Part((y, x, tables), r) for r in split(config.rows, threads))))
+        modules += b.modules(mv.generate, config)
+        moved += 8 * math.prod(config.shape)
+    if not calls:
+        return None
+    kinds = ", ".join(f"{'runs' if m.config.run else 'elements'} into {m.config.shape}" for _, m in moves if m.config)
+    return streaming(b, node.name, ops_of([node]), "gather", calls, modules, moved, kinds)
+
+
+LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node)),
+             **{op: Lowering(lambda b, node, after: _movement(b, node))
+                for op in ("Transpose", "Slice", "Split", "Pad", "Resize", "Upsample")}}
+"""The data-movement family's operators."""

@@ -1,0 +1,144 @@
+"""The pooling family's lowering: MaxPool and AveragePool in 1-D, 2-D and 3-D (3-D as
+two 2-D pools), GlobalAveragePool, and ReduceMean over any axes; global pools read
+channel-blocked tensors in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from autoconfig.builder import (
+    Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming, window_pads, window_strides,
+)  # fmt: skip
+from autoconfig.conv import pool_config, pool_shape
+from autoconfig.graph.ir import Graph, Node
+from autoconfig.lowering import pool_calls
+from autoconfig.models import conv as conv_model
+from kernels import pool as pl
+
+POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
+
+
+BLOCKED_POOLS = ("GlobalAveragePool", "ReduceMean")
+"""Poolings that read a channel-blocked input (a spatial ReduceMean is one; any other
+fails the build whatever its input's layout)."""
+
+
+def _pool(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
+    """A pooling: 1-D and 2-D as one 2-D pooling kernel; 3-D as two on views of the same
+    memory, over (height, width) of every depth slice, then over depth (a box window's
+    maximum, and its average with per-axis tap counts, are separable)."""
+    g = b.graph
+    if node.op == "ReduceMean":
+        axes, shape = _reduced_axes(node, g), g.types[node.inputs[0]].shape
+        if axes != (2, 3) or len(shape) != 4:
+            return _reduce_mean(b, node, axes)
+        node = Node(node.name, "GlobalAveragePool", node.inputs[:1], node.outputs, {})
+    input_shape = g.types[node.inputs[0]].shape
+    if len(input_shape) not in (3, 4, 5):
+        raise fail(node, f"only 1-D, 2-D and 3-D pooling is generated, not {len(input_shape) - 2}-D")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise fail(node, "the Indices output of MaxPool is not generated")
+    shapes = _pool_passes(node, g)
+    declared = g.types[node.outputs[0]].shape
+    if math.prod(shapes[-1].output_shape) != math.prod(declared):  # ReduceMean may drop the 1×1
+        raise fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
+                          f"window that starts in the padding: {tuple(shapes[-1].output_shape)}; not built")  # fmt: skip
+    configs = [pool_config(shape, b.target) for shape in shapes]
+    if node.op in BLOCKED_POOLS:  # in the layout its input is held in
+        configs = [replace(configs[0], layout=b.layout(node.inputs[0]))]
+    threads = min(b.threads, max(c.units() for c in configs))
+    x = b.read(node.inputs[0], configs[0].layout)
+    y = b.write(node.outputs[0])
+    middle = [b.scratch(math.prod(c.shape.output_shape)) for c in configs[:-1]]
+    calls = [call for c, source, dest in zip(configs, [x, *middle], [*middle, y])
+             for call in pool_calls(c, threads, source, dest, b)]  # fmt: skip
+    moved = sum(4 * (math.prod(c.shape.input_shape) + math.prod(c.shape.output_shape)) for c in configs)
+    loads = round(sum(c.loads_per_unit() * math.ceil(c.units() / threads) for c in configs)
+                  * conv_model.unaligned_load_cost(configs[0].lanes, b.machine))  # in aligned loads
+    modules = [m for c in configs for m in b.modules(pl.generate, c)]
+    return streaming(b, node.name, ops_of([node]), "pool", calls, modules, moved,
+                      f"{' then '.join(c.shape.describe() for c in configs)}"
+                      f"{'' if configs[0].layout == 'nchw' else ' ' + configs[0].layout}, "
+                      f"{configs[0].nv} vectors of {configs[0].lanes}, {threads} thread(s)", loads)
+
+
+def _pool_passes(node: Node, graph: Graph) -> list[pl.PoolShape]:
+    """The 2-D poolings a pooling node is computed as, in order: one for 1-D (rows of one
+    pixel) and 2-D, two for 3-D (height and width per depth slice, then depth over
+    columns of every output pixel)."""
+    shape = graph.types[node.inputs[0]].shape
+    window = _pool_window(node, graph)
+    kind, a = POOL_KINDS[node.op], node.attrs
+    options = {"ceil_mode": a.get("ceil_mode", 0), "count_include_pad": a.get("count_include_pad", 0)}
+    if window["kernel_shape"] is None:  # global: one plane per channel, whatever its rank
+        return [pool_shape((*shape[:2], 1, math.prod(shape[2:])) if len(shape) != 4 else shape, kind)]
+    if len(shape) == 3:
+        return [pool_shape((*shape[:2], 1, shape[2]), kind, **_lifted(window, 1), **options)]
+    if len(shape) == 4:
+        return [pool_shape(shape, kind, **window, **options)]
+    n, c, d, h, w = shape
+    plane = pool_shape((n, c * d, h, w), kind, **{k: v[1:] if k != "pads" else (*v[1:3], *v[4:6])
+                                                   for k, v in window.items()}, **options)  # fmt: skip
+    depth = {k: v[:1] if k != "pads" else (v[0], v[3]) for k, v in window.items()}
+    pixels = plane.out_height * plane.out_width
+    return [plane, pool_shape((n, c, d, pixels), kind, **_lifted(depth, 0), **options)]
+
+
+def _lifted(window: dict, axis: int) -> dict:
+    """A 1-D window as a 2-D one along rows (`axis` 0: a column of one pixel wide) or
+    along columns (`axis` 1: a row of one pixel high)."""
+    kernel, strides, dilations, (begin, end) = (window[k] for k in ("kernel_shape", "strides", "dilations", "pads"))
+
+    def two(v: tuple, unit: int) -> tuple:
+        return (v[0], unit) if axis == 0 else (unit, v[0])
+    pads = (begin, 0, end, 0) if axis == 0 else (0, begin, 0, end)
+    return {"kernel_shape": two(kernel, 1), "strides": two(strides, 1), "dilations": two(dilations, 1), "pads": pads}
+
+
+def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
+    """A pooling's kernel_shape, strides, pads (auto_pad resolved) and dilations, one
+    value per spatial axis (pads: begins, then ends)."""
+    if node.op == "GlobalAveragePool":
+        return {"kernel_shape": None}
+    a = node.attrs
+    kernel = tuple(a["kernel_shape"])
+    strides, dilations = tuple(a.get("strides", (1,) * len(kernel))), tuple(a.get("dilations", (1,) * len(kernel)))
+    pads = window_pads(node, graph, kernel, strides, dilations)
+    strides = window_strides(node, graph, strides, pads)
+    return {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
+
+
+def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
+    """The axes ReduceMean averages over (an attribute before opset 18, an input since)."""
+    rank = len(graph.types[node.inputs[0]].shape)
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        if not graph.is_constant(node.inputs[1]):
+            raise fail(node, "axes computed at run time are not generated")
+        axes = graph.constants[node.inputs[1]].reshape(-1).tolist()
+    if axes is None or len(axes) == 0:
+        return tuple(range(rank)) if not node.attrs.get("noop_with_empty_axes", 0) else ()
+    return tuple(sorted(int(a) % rank for a in axes))
+
+
+def _reduce_mean(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
+    """A mean over any axes: the reduced axes transposed last (a gather, unless they are
+    last already), then a global average pool over rows of their elements."""
+    shape = b.graph.types[node.inputs[0]].shape
+    kept = [a for a in range(len(shape)) if a not in axes]
+    rows, length = math.prod(shape[a] for a in kept), math.prod(shape[a] for a in axes)
+    x, y = b.read(node.inputs[0]), b.write(node.outputs[0])
+    source, calls, modules = permuted(b, x, shape, (*kept, *axes))
+    config = pool_config(pool_shape((1, rows, 1, length), "global_average"), b.target)
+    threads = min(b.threads, config.units())
+    calls += pool_calls(config, threads, source, y, b)
+    modules += b.modules(pl.generate, config)
+    return streaming(b, node.name, ops_of([node]), "pool", calls, modules, 4 * (2 * rows * length + rows),
+                      f"mean over axes {list(axes)}: {rows} rows of {length}, {threads} thread(s)")
+
+
+LOWERINGS = {op: Lowering(_pool, (lambda b, reader, value: True) if op in BLOCKED_POOLS else Lowering.reads_blocked)
+             for op in ("MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean")}  # fmt: skip
+"""The pooling family's operators; the global ones read any layout."""
