@@ -3,8 +3,15 @@ per operator taking the node's attributes and input arrays; the operator table
 (`autoconfig.graph.ops`) names them.
 
 They are the correctness reference for everything the project generates, and they
-fold constants at import. Convolution is written with sliding windows and einsum
-(one matrix product per group), so whole models run in seconds.
+fold constants at import. Where onnx's own reference implementation serves
+(`onnx_reference`: windowed pools, linear and cubic Resize), it is used; the rest are
+written here because they run on every constant folded at import and on the index
+maps of data movement (`autoconfig.movement`), where onnx's evaluator would build and
+check a model per call (milliseconds each), and convolution and matrix products
+because onnx's are too slow for whole models (here sliding windows and einsum, one
+matrix product per group, so whole models run in seconds). A new operator starts
+from `onnx_reference`. Activations' meanings are their kernels' own
+(`kernels.epilogue.KINDS`, through `autoconfig.families.elementwise`).
 """
 
 from __future__ import annotations
