@@ -56,19 +56,24 @@ def onnxruntime_run(path: str, feeds: dict[str, np.ndarray], threads: int,
     return outputs, median_ns(lambda: session.run(None, feeds), repeat), "all graph optimizations"
 
 
-def openvino_run(path: str, feeds: dict[str, np.ndarray], threads: int,
-                 repeat: int) -> tuple[list[np.ndarray], float, str]:  # fmt: skip
-    """OpenVINO's outputs, median latency (ns) and precision: CPU, float32 inference
-    asked for (its default on a CPU with bf16 units is bf16), the latency hint,
-    `threads` inference threads; the precision the compiled model reports."""
+def openvino_request(path: str, threads: int):
+    """OpenVINO as a peer is run: CPU, float32 inference asked for (its default on a CPU
+    with bf16 units is bf16), the latency hint, `threads` inference threads. Returns an
+    infer request, the compiled model and the precision it reports (e.g. f32)."""
     import openvino as ov
 
     compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
                                                      "INFERENCE_NUM_THREADS": threads})  # fmt: skip
-    request = compiled.create_infer_request()
+    precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    return compiled.create_infer_request(), compiled, precision
+
+
+def openvino_run(path: str, feeds: dict[str, np.ndarray], threads: int,
+                 repeat: int) -> tuple[list[np.ndarray], float, str]:  # fmt: skip
+    """OpenVINO's outputs, median latency (ns) and precision (`openvino_request`)."""
+    request, compiled, precision = openvino_request(path, threads)
     result = request.infer(feeds)
     outputs = [np.array(result[port]) for port in compiled.outputs]
-    precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # e.g. f32
     return outputs, median_ns(lambda: request.infer(feeds), repeat), f"{precision} inference"
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whole models: autoconfig (dp, greedy and no fusion) vs onnxruntime, side by side.
+"""Whole models: autoconfig (dp, greedy and no fusion) vs onnxruntime and OpenVINO, side by side.
 
 For each model (the zoo's VGG-16, MobileNet-V1, EfficientNet-B0, YOLO-V4 at batch 1 by
 default, or any ONNX files with static shapes) and
@@ -9,7 +9,9 @@ first build of each model starts from an empty kernel cache), computes
 onnxruntime's outputs on a fixed random input as the reference, then times every peer
 with the harness (scripts/harness.py): each peer in its own fresh process per round,
 its thread count through its own control (our build's thread budget; onnxruntime's
-intra-op threads, all graph optimizations on), pinned alike. Each peer's outputs are
+intra-op threads, all graph optimizations on; OpenVINO's inference threads, f32
+inference and the latency hint, run in the peers' environment of `make peers` and left
+out when it is missing), pinned alike. Each peer's outputs are
 checked against the reference before timing (max error <= 1e-4 of the range).
 
 Per model and thread count: latency (median ± half the IQR), each peer's peak RSS (the
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +70,16 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
 
         def call() -> object:
             return session.run(None, feeds)
+    elif peer == "openvino":
+        from autoconfig.bench import openvino_request
+
+        request, compiled, precision = openvino_request(task["onnx"], threads)
+        result = request.infer(feeds)
+        outputs = {port.get_any_name(): np.array(result[port]) for port in compiled.outputs}
+        accuracy = {"precision": precision}
+
+        def call() -> object:
+            return request.infer(feeds)
     else:
         import autoconfig
 
@@ -86,6 +99,16 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     return harness.Prepared(call, info if peer == "onnxruntime" else info | accuracy)
 
 
+def interpreter(peer: str) -> str:
+    """OpenVINO runs under the peers' Python (`make peers`); the others under this one."""
+    return os.environ[harness.PEERS_ENV] if peer == "openvino" else sys.executable
+
+
+def environment(peer: str, threads: int) -> dict:
+    """The project on the peers' path, for the shared error measure and OpenVINO's settings."""
+    return {"PYTHONPATH": str(harness.SCRIPTS.parent)} if peer == "openvino" else {}
+
+
 def peak_rss_mb() -> float:
     """This process' peak resident set (VmHWM: reset by exec, unlike getrusage's
     ru_maxrss, which keeps the parent's peak across exec and showed the builder's)."""
@@ -100,6 +123,10 @@ def versions(peer: str) -> dict:
         import onnxruntime
 
         return {"onnxruntime": onnxruntime.__version__}
+    if peer == "openvino":
+        import openvino
+
+        return {"openvino": openvino.__version__}
     import autoconfig
 
     return {"autoconfig": autoconfig.__version__}
@@ -144,7 +171,7 @@ def build_all(models: list[str], thread_counts: list[int], profile: str | None, 
         path, name = Path(files["onnx"]), files["model"]
         if cold:
             os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="autoconfig-cold-cache-", dir=work)
-        dirs: dict[str, dict[str, str]] = {peer: {} for peer in PEERS[:-1]}
+        dirs: dict[str, dict[str, str]] = {f"autoconfig-{fusion}": {} for fusion in FUSIONS}
         builds = {}
         for threads in thread_counts:
             for fusion in FUSIONS:
@@ -189,9 +216,15 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
     return rows
 
 
+SHORT = {"onnxruntime": "ORT", "openvino": "OV"}
+"""The other peers' names in the printed table."""
+
+
 def table(rows: list[dict]) -> list[str]:
     """The printed table: latencies, ratios, memory, builds."""
-    head = (f"{'model':<16}{'dp ms':>9}{'greedy':>9}{'none':>9}{'ORT ms':>9}{'ORT/dp':>8}{'greedy/dp':>10}"
+    others = [p for p in PEERS if p in SHORT]
+    head = (f"{'model':<16}{'dp ms':>9}{'greedy':>9}{'none':>9}"
+            + "".join(f"{SHORT[p] + ' ms':>9}{SHORT[p] + '/dp':>8}" for p in others) + f"{'greedy/dp':>10}"
             f"{'none/dp':>8}{'pred/dp':>8}{'rho':>6}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -203,7 +236,7 @@ def table(rows: list[dict]) -> list[str]:
 
         lines.append(
             f"{r['model']:<16}{dp:>9.2f}{ms['autoconfig-greedy']:>9.2f}{ms['autoconfig-none']:>9.2f}"
-            f"{ms['onnxruntime']:>9.2f}{ms['onnxruntime'] / dp:>8.2f}{same('greedy'):>10}{same('none'):>8}"
+            + "".join(f"{ms[p]:>9.2f}{ms[p] / dp:>8.2f}" for p in others) + f"{same('greedy'):>10}{same('none'):>8}"
             f"{r['predicted_ms'] / dp:>8.2f}{r['spearman']:>6.2f}"
             f"{r['rss_mb']['autoconfig-dp']:>8.0f}"
             f"{r['rss_mb']['onnxruntime']:>8.0f}{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
@@ -234,13 +267,26 @@ def plot(by_threads: dict[int, list[dict]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def openvino_installed(python: str | None) -> bool:
+    """Whether the peers' Python (`make peers`) exists and imports OpenVINO."""
+    found = harness.peers_python(python)
+    return found is not None and subprocess.run([found, "-c", "import openvino"], capture_output=True,
+                                                check=False).returncode == 0  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_run_options(parser, "bench-models")
     parser.add_argument("--models", nargs="+", default=None,
                         help="zoo model names or ONNX files (static shapes, float32; default: the four zoo models)")
     parser.add_argument("--cold", action="store_true", help="each model's first build from an empty kernel cache")
+    parser.add_argument("--peers-python", default=None,
+                        help=f"the peers' Python, for OpenVINO (default {harness.PEERS_PYTHON}, from `make peers`)")
     args = parser.parse_args()
+    if openvino_installed(args.peers_python):
+        PEERS.append("openvino")
+    else:
+        print("OpenVINO: not in the peers' environment (run `make peers`); its column is left out", file=sys.stderr)
 
     from autoconfig.graph import zoo
 
@@ -265,8 +311,8 @@ def main() -> int:
             print("\n".join(table(rows)), flush=True)
             report.tables.append({"threads": threads, "rows": rows})
             for r in rows:
-                report.summary.append(f"{threads}T {r['model']}: onnxruntime/dp "
-                                      f"{r['ms']['onnxruntime'] / r['ms']['autoconfig-dp']:.2f}")  # fmt: skip
+                report.summary.append(f"{threads}T {r['model']}: " + ", ".join(
+                    f"{p}/dp {r['ms'][p] / r['ms']['autoconfig-dp']:.2f}" for p in PEERS if p in SHORT))  # fmt: skip
     report.save(args.json)
     plot(by_threads, args.plot)
     print(f"\nwrote {args.json} and {args.plot}")

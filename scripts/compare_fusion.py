@@ -28,7 +28,8 @@ from autoconfig.fusion import plan
 from autoconfig.fusion.planning import is_legal
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
-from compare_tvm import PEERS_PYTHON, peers_python, tvm_fusion
+from compare_tvm import tvm_fusion
+from harness import PEERS_PYTHON, peers_python
 
 
 def main() -> int:

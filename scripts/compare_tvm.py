@@ -57,9 +57,8 @@ import harness
 from bench_matmul import describe
 
 ROOT = harness.SCRIPTS.parent
-PEERS_PYTHON = ROOT / ".peers" / "bin" / "python"
-PEERS_ENV = "COMPARE_TVM_PYTHON"
-"""Where the workers of TVM's peers find the peers' Python (set by main)."""
+PEERS_ENV = harness.PEERS_ENV
+PEERS_PYTHON = harness.PEERS_PYTHON
 
 MATMULS = ["256", "512", "1024", "vgg16 fc7", "mobilenet pw13 7²", "effnet expand 14²", "yolov4 csp 52²",
            "yolov4 head 52²"]  # fmt: skip
@@ -187,13 +186,6 @@ def tvm_fusion(onnx_path: Path, log: Path) -> dict:
     return run_tvm({"job": "fusion", "onnx": str(onnx_path)}, log)
 
 
-def peers_python(path: str | None) -> str | None:
-    """The peers' Python (set for the workers too), or None when `make peers` was not run."""
-    python = Path(path) if path else PEERS_PYTHON
-    if not python.exists():
-        return None
-    os.environ[PEERS_ENV] = str(python)
-    return str(python)
 
 
 # ---------------------------------------------------------------- part 1: fusion
@@ -473,7 +465,7 @@ def main() -> int:
     parser.add_argument("--onnx", nargs="+", default=[], help="more ONNX files for the fusion table")
     parser.add_argument("--peers", default=None, help=f"the peers' Python (default {PEERS_PYTHON})")
     args = parser.parse_args()
-    if peers_python(args.peers) is None:
+    if harness.peers_python(args.peers) is None:
         sys.exit(f"no peers' environment at {args.peers or PEERS_PYTHON}: run `make peers` first")
     if args.quick:
         args.trials, args.model_trials = QUICK["trials"], QUICK["model_trials"]

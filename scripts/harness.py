@@ -250,6 +250,21 @@ def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: i
     }  # fmt: skip
 
 
+PEERS_PYTHON = SCRIPTS.parent / ".peers" / "bin" / "python"
+PEERS_ENV = "AUTOCONFIG_PEERS_PYTHON"
+"""Where the workers of the peers kept apart from the project (`make peers`) find the
+peers' Python (set by `peers_python`)."""
+
+
+def peers_python(path: str | None = None) -> str | None:
+    """The peers' Python (set for the workers too), or None when `make peers` was not run."""
+    python = Path(path) if path else PEERS_PYTHON
+    if not python.exists():
+        return None
+    os.environ[PEERS_ENV] = str(python)
+    return str(python)
+
+
 def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps: int, pin: bool) -> dict:
     """Time `tasks` for one peer in a fresh interpreter; its JSON answer."""
     env = dict(os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)), **HELPER_THREADS)
