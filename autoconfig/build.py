@@ -22,20 +22,8 @@ from __future__ import annotations
 from graphlib import TopologicalSorter
 
 from autoconfig.builder import (
-    ELEMENTWISE_GROUP,
-    ELEMENTWISE_VECTORS,
-    VIRTUAL,
-    Builder,
-    BuiltModel,
-    KernelGroup,
-    Lowering,
-    aligned,
-    elementwise_kernel,
-    fail,
-    match_epilogue,
-    ops_of,
-    plane_axis,
-    streaming,
+    ELEMENTWISE_GROUP, ELEMENTWISE_VECTORS, VIRTUAL, Builder, BuiltModel, KernelGroup, Lowering, aligned,
+    elementwise_kernel, fail, match_epilogue, ops_of, plane_axis, reads_any_layout, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
 from autoconfig.families import conv, matmul, movement, pool, softmax
@@ -53,7 +41,7 @@ from kernels.target import Target
 
 FAMILIES: dict[str, Lowering] = {**conv.LOWERINGS, **matmul.LOWERINGS, **pool.LOWERINGS, **softmax.LOWERINGS,
                                  **movement.LOWERINGS,
-                                 ELEMENTWISE_GROUP: Lowering(None, lambda b, reader, value: True)}  # fmt: skip
+                                 ELEMENTWISE_GROUP: Lowering(None, reads_any_layout)}  # fmt: skip
 """The lowering registry: each family's operators, and the group of elementwise ops
 alone (lowered by `_elementwise`, reading any layout)."""
 

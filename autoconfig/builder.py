@@ -569,6 +569,16 @@ def per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.
     return None
 
 
+def reads_no_blocks(b: Builder, reader: Node, value: str) -> bool:
+    """A family whose kernels read NCHW only: a blocked tensor is transformed back first."""
+    return False
+
+
+def reads_any_layout(b: Builder, reader: Node, value: str) -> bool:
+    """A family whose kernels read NCHW, NCHW[c] and NHWC alike (elementwise, global pools)."""
+    return True
+
+
 @dataclass(frozen=True)
 class Lowering:
     """One operator's kernel as its family declares it: `lower(b, node, after)` makes the
@@ -579,5 +589,5 @@ class Lowering:
     what cost (`reading_ns(b, reader, value, layout)`; None: at one cost)."""
 
     lower: Callable[[Builder, Node, list[Node]], KernelGroup | None] | None
-    reads_blocked: Callable[[Builder, Node, str], bool] = lambda b, reader, value: False
+    reads_blocked: Callable[[Builder, Node, str], bool] = reads_no_blocks
     reading_ns: Callable[[Builder, Node, str, str], float] | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from autoconfig.builder import ELEMENTWISE_GROUP, Builder
+from autoconfig.builder import ELEMENTWISE_GROUP, Builder, Lowering
 from autoconfig.graph.ir import Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.models import conv as conv_model
@@ -42,8 +42,14 @@ def blocked_layouts(b: Builder, value: str) -> tuple[kc.Layout, ...]:
     return layouts
 
 
+def _family(b: Builder, reader: Node) -> Lowering | None:
+    """The family of the kernel `reader` is lowered into (its group's anchor, or the
+    elementwise group; None for views and data movement)."""
+    return b.families.get(b.anchor_of.get(reader.name, ""))
+
+
 def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:
-    family = b.families.get(b.anchor_of.get(reader.name, ""))
+    family = _family(b, reader)
     return family is not None and family.reads_blocked(b, reader, value)
 
 
@@ -81,7 +87,7 @@ def reading_ns(b: Builder, value: str, layout: kc.Layout) -> float:
     layout at one cost, or never sees a blocked one)."""
     total = 0.0
     for reader in b.consumers.get(value, []):
-        family = b.families.get(b.anchor_of.get(reader.name, ""))
+        family = _family(b, reader)
         if family is not None and family.reading_ns is not None:
             total += family.reading_ns(b, reader, value, layout)
     return total

@@ -399,12 +399,15 @@ KINDS: dict[str, Kind] = {
                          lambda op, y, r: np.clip(op.alpha * y + op.beta, 0, 1), 3, shown=("alpha", "beta")),
     "hard_swish": Kind(lambda op, y, r: arith.mulf(y, _hard_sigmoid(y, 1 / 6, 0.5)),
                        lambda op, y, r: y * np.clip(y / 6 + 0.5, 0, 1), 5),
-    # erf: exp (17), two polynomials (16), the argument's size, square, t, erfc, two
-    # compares and three selects or negations (10)
+    # erf: its pieces (41: exp 17, the two polynomials 15, the argument's size, square,
+    # t (an FMA and a divide), erfc, the series' product, two compares), then 1 − erfc,
+    # two selects and a negation (4); gelu: the same pieces on y/√2 (42), 1 ± the series,
+    # 2 − erfc, two selects (5), the half, the product (3); gelu_tanh: tanh (23), the
+    # cube, the FMA and scale of its argument (4), 1 +, the half, the product (3)
     "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 45),
     "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 50),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),
-                      lambda op, y, r: y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))) / 2, 31),
+                      lambda op, y, r: y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))) / 2, 30),
 }  # fmt: skip
 """Every epilogue op kind: what `EpilogueOp`, `apply`, `reference`, `vector_ops` and
 `describe` read."""

@@ -179,11 +179,6 @@ def when_else(condition: ir.Value, then: Callable[[], None], otherwise: Callable
             scf.yield_([])
 
 
-def greater(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
-    """i1 ``x > y`` on indices."""
-    return _compare("sgt", _as_index(x), _as_index(y))
-
-
 def equal(x: ir.Value | int, y: ir.Value | int) -> ir.Value:
     """i1 ``x == y`` on indices."""
     return _compare("eq", _as_index(x), _as_index(y))

@@ -9,7 +9,8 @@ import math
 from dataclasses import replace
 
 from autoconfig.builder import (
-    Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming, window_pads, window_strides,
+    Builder, KernelGroup, Lowering, fail, ops_of, permuted, reads_any_layout, streaming, window_pads,
+    window_strides,
 )  # fmt: skip
 from autoconfig.conv import pool_config, pool_shape
 from autoconfig.graph.ir import Graph, Node
@@ -139,6 +140,6 @@ def _reduce_mean(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
                       f"mean over axes {list(axes)}: {rows} rows of {length}, {threads} thread(s)")
 
 
-LOWERINGS = {op: Lowering(_pool, (lambda b, reader, value: True) if op in BLOCKED_POOLS else Lowering.reads_blocked)
-             for op in ("MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean")}  # fmt: skip
+LOWERINGS = {"MaxPool": Lowering(_pool), "AveragePool": Lowering(_pool),
+             **{op: Lowering(_pool, reads_any_layout) for op in BLOCKED_POOLS}}  # fmt: skip
 """The pooling family's operators; the global ones read any layout."""
