@@ -41,6 +41,7 @@ import numpy as np
 from autoconfig.builder import BuiltModel
 from autoconfig.errors import AutoconfigError, reraised
 from autoconfig.loader import ARCHIVE, DRIVER, FORMAT, LIBRARY, sha256_file
+from autoconfig.probe.host import this_host
 from autoconfig.runtime import POOL_SOURCE, encode, widest
 from kernels.abi import c_header, c_tasks
 from kernels.cache import KernelCache, compile_modules, default_cache
@@ -98,7 +99,7 @@ def write_artifact(model: BuiltModel, out: Path, cache: KernelCache | None = Non
 
 def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
     target = model.target
-    execution = target.execution()
+    execution = target.execution(this_host())
     if execution.mode == "unavailable" and not target.cross_cc:
         raise AutoconfigError(f"cannot link {target.name} code here: {execution.reason}")
     modules = [m for k in model.kernels for m in k.modules]

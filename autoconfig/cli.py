@@ -46,7 +46,8 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_targets(args: argparse.Namespace) -> int:
-    from kernels.target import all_targets, get_target, host_target
+    from autoconfig.probe.host import named_target, this_host
+    from kernels.target import all_targets, host_target
 
     if args.check:
         from autoconfig.demo import run_targets_check
@@ -54,13 +55,13 @@ def _cmd_targets(args: argparse.Namespace) -> int:
         if args.n < 0:
             raise AutoconfigError(f"--n must be >= 0, got {args.n}")
         names = args.target or [t.name for t in all_targets()]
-        return 0 if run_targets_check([get_target(n, args.vlen if n == "rvv" else None) for n in names], args.n) else 1
+        return 0 if run_targets_check([named_target(n, args.vlen if n == "rvv" else None) for n in names], args.n) else 1
 
     rows = [("target", "triple", "cpu / features", "f32 lanes", "vregs", "runs here")]
     for t in all_targets(args.vlen):
         lanes = f"{t.f32_lanes} (scalable)" if t.scalable else str(t.f32_lanes)
         cpu = t.cpu + (f" {t.features}" if t.features else "")
-        execution = t.execution()
+        execution = t.execution(this_host())
         runs = execution.mode if execution.mode != "unavailable" else f"no: {execution.reason}"
         if execution.mode == "emulated":
             runs = f"emulated ({execution.reason})"
@@ -69,7 +70,7 @@ def _cmd_targets(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     try:
-        print(f"host = {host_target().name}")
+        print(f"host = {host_target(this_host()).name}")
     except KernelError as err:
         print(f"host = none ({err})")
     return 0
@@ -98,9 +99,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_lower(args: argparse.Namespace) -> int:
     from autoconfig.fileio import check_output, read_text, write_atomically
     from kernels.lower import compile_object, parse_mlir, to_llvm_ir
-    from kernels.target import get_target
+    from autoconfig.probe.host import named_target
 
-    target = get_target(args.target, args.vlen)
+    target = named_target(args.target, args.vlen)
     if args.output is not None:
         check_output(args.output)
     text = read_text(args.input, "MLIR file")
@@ -233,10 +234,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     import time
 
     from autoconfig.compiler import compile_model
-    from kernels.target import get_target
+    from autoconfig.probe.host import named_target
 
     start = time.perf_counter()
-    target = get_target(args.target, args.vlen) if args.vlen is not None else args.target
+    target = named_target(args.target, args.vlen) if args.vlen is not None else args.target
     manifest = compile_model(args.model, args.out, profile=args.profile, target=target, fusion=args.fusion,
                      threads=args.threads, progress=not args.no_progress)  # fmt: skip
     objects = manifest["kernel_objects"]
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_targets(sub: argparse._SubParsersAction) -> None:
     """`autoconfig targets`: the targets and how this host runs each."""
-    from kernels.target import TARGET_NAMES
+    from autoconfig.probe.host import TARGET_NAMES
 
     targets = sub.add_parser(
         "targets",
@@ -377,7 +378,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 def _add_lower(sub: argparse._SubParsersAction) -> None:
     """`autoconfig lower`: an MLIR file compiled for a target."""
-    from kernels.target import TARGET_NAMES
+    from autoconfig.probe.host import TARGET_NAMES
 
     lower = sub.add_parser(
         "lower",
@@ -503,7 +504,7 @@ def _add_fuse(sub: argparse._SubParsersAction) -> None:
 
 def _add_build(sub: argparse._SubParsersAction) -> None:
     """`autoconfig build`: a model compiled into a directory."""
-    from kernels.target import TARGET_NAMES
+    from autoconfig.probe.host import TARGET_NAMES
 
     build = sub.add_parser(
         "build", help="compile an ONNX model into a library of fused kernels",

@@ -29,6 +29,7 @@ from kernels import pool as pl
 from kernels.conv import ConvShape, input_layout_of, layout_of
 from kernels.emit import KernelModule, generate
 from kernels.nchwc import Reblock
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from kernels.lower import start_backends
 from kernels.target import Target
@@ -78,7 +79,7 @@ class CompiledConv:
         refs = [residual_space[i] if kind == "output" else buffers.constant(channel_operands[i])
                 for i, _, kind in operands]  # fmt: skip
         calls = boundary.before + conv_calls(plan, x, y, weight, refs, buffers) + boundary.after
-        self.library = build_library(generate(self.config, target) + boundary.modules(target))
+        self.library = build_library(generate(self.config, target) + boundary.modules(target), this_host())
         self._program = Program(self.library, calls, buffers.arrays, call_spaces)
         # a 1x1 product reads the image in place as its B
         pointwise = self.config.algorithm == "gemm1x1"
@@ -223,7 +224,7 @@ class CompiledPool:
 
     def __init__(self, config: pl.PoolConfig, target: Target, threads: int):
         self.config, self.shape, self.target = config, config.shape, target
-        self.library = build_library(pl.generate(config, target))
+        self.library = build_library(pl.generate(config, target), this_host())
         buffers = LayerBuffers(2)
         calls = pool_calls(config, threads, Ref(0), Ref(1), buffers)
         self._program = Program(self.library, calls, buffers.arrays, 2)

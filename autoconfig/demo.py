@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoconfig.probe.host import this_host
 from kernels import fma
 from kernels.library import build_library
 from kernels.target import Target
@@ -44,13 +45,13 @@ def run_targets_check(targets: list[Target], n: int, say: Callable[[str], None] 
     all_ok = True
     for target in targets:
         label = f"{target.name:<7} {target.vector_bits:>4}-bit"
-        execution = target.execution()
+        execution = target.execution(this_host())
         if execution.mode == "unavailable":
             say(f"{label}  skipped: {execution.reason}")
             continue
         start = time.perf_counter()
         config = fma.FmaConfig.widest(target)
-        library = build_library(fma.generate(config, target))
+        library = build_library(fma.generate(config, target), this_host())
         built = time.perf_counter() - start
         out = np.empty(n, np.float32)
         library.kernel(config.symbol)(out, a, b, c, n)

@@ -124,11 +124,12 @@ class LoadedModel:
 
     def _run_emulated(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
                       repeat: int) -> tuple[dict[str, np.ndarray], float, list[float]]:  # fmt: skip
+        from autoconfig.probe.host import this_host
         from kernels.target import get_target
 
         name = self.manifest["target"]
         target = get_target(name, self.manifest["vector_bits"] if name == "rvv" else None)
-        execution = target.execution()
+        execution = target.execution(this_host())
         if execution.mode == "unavailable":
             raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")
         with tempfile.TemporaryDirectory(prefix="autoconfig-run-") as tmp:

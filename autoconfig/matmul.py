@@ -20,6 +20,7 @@ from autoconfig.lowering import LayerBuffers, matmul_call
 from autoconfig.runtime import AlignedStaging, Program, Ref, aligned_empty
 from kernels import epilogue as ep
 from kernels import matmul as mm
+from autoconfig.probe.host import this_host
 from kernels.library import KernelLibrary, build_library
 from kernels.lower import start_backends
 from kernels.target import Target
@@ -140,5 +141,5 @@ def compile_matmul(
         plan = MatmulPlan(replace(config, epilogue=tuple(epilogue) or config.epilogue), threads or 1, split_by)
     plan.config.validate(tgt)
     prediction = choice.best if choice else predict(plan, prof)
-    library = build_library(mm.generate(plan.config, tgt))
+    library = build_library(mm.generate(plan.config, tgt), this_host())
     return CompiledMatmul(plan, tgt, prediction, choice, library)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from autoconfig.checks import target_for
 from autoconfig.profile import HardwareProfile, load_profile
+from autoconfig.probe.host import named_target
 from kernels.target import Target, get_target
 
 
@@ -33,13 +34,13 @@ def resolve_target(target: Target | str | None, profile: HardwareProfile) -> Tar
     """A target object from an object, a name, or None (the profile's)."""
     if isinstance(target, Target):
         return target
-    return target_for_profile(profile) if target is None else get_target(target)
+    return target_for_profile(profile) if target is None else named_target(target)
 
 
 def resolve(profile: HardwareProfile | str | Path | None, target: Target | str | None) -> tuple[HardwareProfile, Target]:
     """The profile and the target of an API call: a target's name is checked before any
     profile is loaded or this machine probed (a probe takes seconds), and the target must
     generate code for the profile's ISA."""
-    named = get_target(target) if isinstance(target, str) else target
+    named = named_target(target) if isinstance(target, str) else target
     prof = resolve_profile(profile)
     return prof, target_for(resolve_target(named, prof), prof)

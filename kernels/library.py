@@ -31,7 +31,7 @@ from kernels.abi import KernelSignature, Role, c_driver, c_header, c_tasks
 from kernels.emit import KernelModule
 from kernels.cache import KernelCache, compile_modules, default_cache
 from kernels.lower import ObjectFile
-from kernels.target import Target
+from kernels.target import HostCpu, Target
 
 
 @dataclass
@@ -59,10 +59,10 @@ class KernelLibrary:
         raise KernelError(f"no kernel {symbol!r} in this library (it has {known})")
 
 
-def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path | None = None,
+def build_library(modules: KernelModule | Sequence[KernelModule], host: HostCpu, out_dir: Path | None = None,
                   cache: KernelCache | None = None) -> KernelLibrary:  # fmt: skip
     """Lower, compile and link kernel modules (one target) into one library that runs
-    on this host, natively or emulated.
+    on `host`, natively or emulated.
 
     Modules are compiled in parallel (LLVM in child processes, two per core,
     `kernels.lower.backend_count`); a module whose compiled object is in `cache`
@@ -75,7 +75,7 @@ def build_library(modules: KernelModule | Sequence[KernelModule], out_dir: Path 
     target = modules[0].target
     if any(m.target != target for m in modules):
         raise KernelError("the kernel modules of one library must share one target")
-    execution = target.execution()
+    execution = target.execution(host)
     if execution.mode == "unavailable":
         raise KernelError(f"cannot run {target.name} code here: {execution.reason}")
     workdir = None

@@ -1,24 +1,19 @@
-"""The code-generation targets: avx2, avx512, neon, rvv (VLEN a parameter) and host.
+"""The code-generation targets: avx2, avx512, neon, rvv (VLEN a parameter).
 
 A target says how to ask LLVM for code (triple, CPU, features, ABI), what the vector
 unit looks like to the generators (register width and count, scalable or not), and
-how this machine can run the result: natively when the host CPU has the required
-features, under qemu-user when a cross compiler and emulator are installed.
+how a given host (`HostCpu`, detected by the probe) can run the result: natively when
+its CPU has the required features, under qemu-user when a cross compiler and
+emulator are installed.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import platform
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from kernels.errors import KernelError
-from kernels.files import write_atomically
 
 DEFAULT_RVV_VLEN = 256
 """VLEN assumed for RVV when none is given: the width of common RVV 1.0 cores."""
@@ -35,6 +30,15 @@ class Execution:
 
     mode: ExecutionMode
     reason: str
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The machine code runs on, as far as running a target's code goes: its ISA (Linux
+    machine name) and CPU flags (py-cpuinfo's names). The probe detects it."""
+
+    arch: str
+    flags: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,8 @@ class Target:
         """LLVM's vscale on this target: VLEN/64 for RVV, 1 for fixed-length ISAs."""
         return self.vector_bits // 64 if self.scalable else 1
 
-    def execution(self) -> Execution:
-        """Whether this host runs the target's code natively, emulated, or not at all."""
-        host = _host_cpu()
+    def execution(self, host: HostCpu) -> Execution:
+        """Whether `host` runs the target's code natively, emulated, or not at all."""
         if host.arch == self.arch:
             missing = sorted(self.host_flags - host.flags)
             if not missing:
@@ -146,80 +149,31 @@ def _rvv(vlen: int) -> Target:
     )
 
 
-TARGET_NAMES = ("avx2", "avx512", "neon", "rvv", "host")
+ISA_NAMES = ("avx2", "avx512", "neon", "rvv")
 
 
 def get_target(name: str, vlen: int | None = None) -> Target:
     """The target called `name`; `vlen` sets RVV's VLEN (only valid for rvv)."""
     if vlen is not None and name != "rvv":
         raise KernelError(f"--vlen applies only to the rvv target, not {name!r}")
-    if name == "host":
-        return host_target()
     factories = {"avx2": _avx2, "avx512": _avx512, "neon": _neon}
     if name == "rvv":
         return _rvv(DEFAULT_RVV_VLEN if vlen is None else vlen)
     if name not in factories:
         raise KernelError(
-            f"unknown target {name!r}; known targets: {', '.join(TARGET_NAMES)}"
+            f"unknown target {name!r}; known targets: {', '.join(ISA_NAMES)}"
         )
     return factories[name]()
 
 
 def all_targets(vlen: int | None = None) -> list[Target]:
-    """The four ISA targets (host excluded: it is one of them)."""
-    return [get_target(n, vlen if n == "rvv" else None) for n in TARGET_NAMES if n != "host"]
+    """The four ISA targets."""
+    return [get_target(n, vlen if n == "rvv" else None) for n in ISA_NAMES]
 
 
-def host_target() -> Target:
-    """The widest target this CPU runs natively (avx512 where it has AVX-512, else avx2, ...)."""
+def host_target(host: HostCpu) -> Target:
+    """The widest target `host` runs natively (avx512 where it has AVX-512, else avx2, ...)."""
     for candidate in (_avx512(), _avx2(), _neon(), _rvv(DEFAULT_RVV_VLEN)):
-        if candidate.execution().mode == "native":
+        if candidate.execution(host).mode == "native":
             return candidate
-    host = _host_cpu()
-    raise KernelError(
-        f"this {host.arch} CPU supports none of the targets {', '.join(TARGET_NAMES[:-1])}"
-    )
-
-
-@dataclass(frozen=True)
-class _HostCpu:
-    arch: str
-    flags: frozenset[str]
-
-
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-"""Linux's identifier of the running boot: a machine's CPU does not change within one."""
-
-
-@functools.cache
-def host_cpu_info() -> dict:
-    """py-cpuinfo's description of this machine: target checks and the profile's static
-    part share it. py-cpuinfo takes ~1.2 s (it spawns helper processes), a quarter of a
-    warm model build, so on Linux the answer is kept in the user cache for the boot."""
-    import cpuinfo  # py-cpuinfo; imported lazily because it spawns helper processes
-
-    boot = BOOT_ID.read_text().strip() if BOOT_ID.is_file() else None
-    kept = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autoconfig" / "host-cpu.json"
-    if boot is not None:
-        try:
-            saved = json.loads(kept.read_text())
-            if saved.get("boot_id") == boot:
-                return saved["info"]
-        except (OSError, ValueError, KeyError, AttributeError):
-            pass
-    info = cpuinfo.get_cpu_info()
-    if boot is not None:
-        try:
-            write_atomically(kept, json.dumps({"boot_id": boot, "info": info}), make_parents=True)
-        except OSError:  # a read-only home only costs the next process the 1.2 s again
-            pass
-    return info
-
-
-@functools.cache
-def _host_cpu() -> _HostCpu:
-    """The host's ISA and feature flags."""
-    info = host_cpu_info()
-    arch = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-    return _HostCpu(arch=arch, flags=frozenset(info.get("flags", [])))
+    raise KernelError(f"this {host.arch} CPU supports none of the targets {', '.join(ISA_NAMES)}")

@@ -53,6 +53,7 @@ from autoconfig.machine import Machine
 from autoconfig.runtime import aligned_array
 from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, best_of, block_sizes, blockings, choose, k_unroll, predict
 from kernels import matmul as mm
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from kernels.target import get_target
 
@@ -120,7 +121,7 @@ class Operands:
 
 def build_checked(shape: mm.MatmulShape, config: mm.MatmulConfig, target, x: Operands) -> Callable[[], None]:
     """The kernel as a no-argument call, after checking its result against numpy."""
-    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
     args = [x.c, x.a, x.b] + ([x.work[: config.workspace()]] if config.workspace() else [])
     tiles = (0, config.row_tiles(), 0, config.col_tiles())
     x.c.fill(np.nan)

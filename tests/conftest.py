@@ -9,6 +9,7 @@ import tempfile
 
 import pytest
 
+from autoconfig.probe.host import this_host
 from kernels.cache import CACHE_ENV
 from kernels.target import Target, get_target
 
@@ -45,6 +46,6 @@ def target_for(case_id: str) -> Target:
 
 def require_runnable(target: Target) -> None:
     """Skip the calling test when this host can run `target` neither natively nor emulated."""
-    execution = target.execution()
+    execution = target.execution(this_host())
     if execution.mode == "unavailable":
         pytest.skip(f"{target.name}: {execution.reason}")

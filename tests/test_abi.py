@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
+from autoconfig.probe.host import named_target, this_host
 from kernels import fma
 from kernels.abi import KernelSignature, Param, Role, c_header
 from kernels.library import build_library
-from kernels.target import get_target
 
 C_PROGRAM = r"""
 #include <stdio.h>
@@ -36,8 +36,8 @@ def test_header_declares_the_kernel():
 
 
 def test_c_program_calls_the_generated_kernel(tmp_path):
-    host = get_target("host")
-    library = build_library(fma.generate(fma.FmaConfig(8), host), tmp_path / "lib")
+    host = named_target("host")
+    library = build_library(fma.generate(fma.FmaConfig(8), host), this_host(), tmp_path / "lib")
     exe = tmp_path / "prog"
     (tmp_path / "prog.c").write_text(C_PROGRAM)
     subprocess.run(

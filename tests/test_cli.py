@@ -12,7 +12,7 @@ import pytest
 
 from autoconfig import __version__
 from autoconfig.cli import main
-from kernels.target import get_target
+from autoconfig.probe.host import named_target
 
 GOOD_MLIR = """
 func.func @scale(%m: memref<16xf32>) {
@@ -103,7 +103,7 @@ def test_lower_prints_assembly(tmp_path, capsys):
 
 
 def test_targets_run_checks_the_host_target():
-    host = get_target("host")
+    host = named_target("host")
     done = autoconfig("targets", "--run", "--target", host.name, "--n", "100")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(host.name) and done.stdout.rstrip().endswith(")")

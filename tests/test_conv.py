@@ -21,6 +21,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models import conv as conv_model
 from autoconfig.models.conv import ConvPlan, choose
+from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
 from kernels import matmul as mm
@@ -289,7 +290,7 @@ def test_layout_transform_both_ways(case_id):
     for to_blocked, layout, source, expected in ((True, "nchwc", x, blocked), (False, "nchwc", blocked, x),
                                                  (True, "nhwc", x, nhwc), (False, "nhwc", nhwc, x)):  # fmt: skip
         config = Reblock(2, 2 * lanes, 21, lanes, to_blocked, layout)
-        kernel = build_library(generate(config, target)).kernel(config.symbol)
+        kernel = build_library(generate(config, target), this_host()).kernel(config.symbol)
         y = np.full(x.size, np.nan, np.float32)
         kernel(y, np.ascontiguousarray(source).ravel(), 0, 1)
         kernel(y, np.ascontiguousarray(source).ravel(), 1, config.units())
@@ -328,14 +329,14 @@ def test_global_pool_and_elementwise_read_nhwc(case_id):
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).ravel()
     pool = pl.PoolConfig(pool_shape(x.shape, "global_average"), 8, layout="nhwc")
     y = np.full(48, np.nan, np.float32)
-    build_library(pl.generate(pool, target)).kernel(pool.symbol)(y, nhwc, 0, pool.units())
+    build_library(pl.generate(pool, target), this_host()).kernel(pool.symbol)(y, nhwc, 0, pool.units())
     np.testing.assert_allclose(y, x.mean(axis=(2, 3)).ravel(), rtol=1e-5, atol=1e-6)
 
     chain = (ep.scale(), ep.residual(), ep.relu())
     scale, residual = rng.standard_normal(24, dtype=np.float32), rng.standard_normal(x.shape, dtype=np.float32)
     config = ew.ElementwiseConfig(2 * 35, 24, 24, 8, 2, chain, layout="nhwc")
     out = np.full(x.size, np.nan, np.float32)
-    kernel = build_library([ew.generate(config, target)]).kernel(config.symbol)
+    kernel = build_library([ew.generate(config, target)], this_host()).kernel(config.symbol)
     kernel(out, nhwc, scale, np.ascontiguousarray(residual.transpose(0, 2, 3, 1)).ravel(), 0, config.planes)
     expected = ep.reference(chain, x, [scale, residual, None], channel_axis=1).transpose(0, 2, 3, 1)
     np.testing.assert_allclose(out, expected.ravel(), rtol=1e-5, atol=1e-6)
@@ -542,7 +543,7 @@ def test_the_model_prices_channel_blocked_layouts():
     blocked = [p for p in alone.per_algorithm if "nchwc" in (input_layout_of(p.config), layout_of(p.config))]
     assert blocked and all(p.term("reblock out") > 0 for p in blocked if layout_of(p.config) == "nchwc")
     assert layout_of(alone.best.config) == input_layout_of(alone.best.config) == "nchw"  # transforms cost more
-    if target.execution().mode != "unavailable":  # compiling a layer links it for this host
+    if target.execution(this_host()).mode != "unavailable":  # compiling a layer links it for this host
         x, w, b = layer_data(depthwise)
         assert layout_of(compile_layer(depthwise, w, b, profile=AVX512, threads=1).config) == "nchw"
     machine = Machine.of(profile)

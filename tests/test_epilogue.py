@@ -14,6 +14,7 @@ from autoconfig.errors import AutoconfigError
 from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels import matmul as mm
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from tests.conftest import require_runnable, target_for
 
@@ -66,7 +67,7 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
     target = target_for(case_id)
     require_runnable(target)
     configs = algorithm_configs(target.f32_lanes, CHAINS[chain])
-    library = build_library([mm.generate(c, target) for c in configs])  # one library for all four
+    library = build_library([mm.generate(c, target) for c in configs], this_host())  # one library for all four
     for config in configs:
         run_and_compare(config, library.kernel(config.symbol))
 
@@ -80,7 +81,7 @@ def test_each_activation_over_a_wide_range(op):
     require_runnable(target)
     n = 2401
     config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
     x = np.linspace(-60, 60, n, dtype=np.float32).reshape(1, n)
     out = np.empty((1, n), np.float32)
     kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
@@ -98,7 +99,7 @@ def test_erf_keeps_its_relative_precision_near_zero_and_in_the_tails(kind):
     n = x.shape[1]
     op = ep.EpilogueOp(kind)
     config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
     out = np.empty((1, n), np.float32)
     kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
     expected = ep.reference((op,), x, [None])
@@ -112,7 +113,7 @@ def test_exp_is_accurate_over_the_f32_range():
     require_runnable(target)
     n = 4001
     config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(ep.sigmoid(),))
-    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
     x = np.linspace(-100, 100, n, dtype=np.float32).reshape(1, n)
     out = np.empty((1, n), np.float32)
     kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())

@@ -11,6 +11,7 @@ import pytest
 from kernels.errors import KernelError
 from kernels import fma
 from kernels.lower import compile_object, to_llvm_ir
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from tests.conftest import CASE_IDS_ALL, require_runnable, target_for
 
@@ -27,7 +28,7 @@ def reference(a, b, c):
 def library(request):
     target = target_for(request.param)
     require_runnable(target)
-    return build_library(fma.generate(fma.FmaConfig.widest(target), target))
+    return build_library(fma.generate(fma.FmaConfig.widest(target), target), this_host())
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_rvv_uses_vector_instructions(assembly, case_id):
 def test_rvv_binary_needs_the_vector_extension():
     target = target_for("rvv256")
     require_runnable(target)
-    library = build_library(fma.generate(fma.FmaConfig.widest(target), target))
+    library = build_library(fma.generate(fma.FmaConfig.widest(target), target), this_host())
     kernel = library.kernel(library.signatures[0].symbol)
     a = np.ones(40, np.float32)
     out = np.zeros(40, np.float32)
@@ -103,7 +104,7 @@ def test_rvv_binary_needs_the_vector_extension():
 def test_narrower_vectors_on_the_host(lanes):
     target = target_for("avx2")
     require_runnable(target)
-    kernel = build_library(fma.generate(fma.FmaConfig(lanes), target)).kernel(f"ac_fma_f32_l{lanes}")
+    kernel = build_library(fma.generate(fma.FmaConfig(lanes), target), this_host()).kernel(f"ac_fma_f32_l{lanes}")
     for n in (0, 3, 4, 9):
         out, expected = run(kernel, n)
         np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)

@@ -10,6 +10,7 @@ from kernels.errors import KernelError
 from kernels import fma
 from kernels import matmul as mm
 from kernels.cache import KernelCache
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from kernels.lower import compile_units
 from tests.conftest import require_runnable, target_for
@@ -28,7 +29,7 @@ def modules(target):
 def test_one_library_holds_two_matmuls_and_an_fma(tmp_path, case_id):
     target = target_for(case_id)
     require_runnable(target)
-    library = build_library(modules(target), cache=KernelCache(tmp_path / "cache"))
+    library = build_library(modules(target), this_host(), cache=KernelCache(tmp_path / "cache"))
     assert len({s.symbol for s in library.signatures}) == 3
     rng = np.random.default_rng(0)
     for config in MATMULS:
@@ -50,11 +51,11 @@ def test_second_build_compiles_nothing(tmp_path):
     target = target_for("avx2")
     require_runnable(target)
     cache = KernelCache(tmp_path / "cache")
-    first = build_library(modules(target), cache=cache)
+    first = build_library(modules(target), this_host(), cache=cache)
     assert (first.compiled, first.cached) == (3, 0)
     # a build prints no assembly listing (a second code generation) and caches objects only
     assert all(o.assembly is None for o in first.objects) and not list((tmp_path / "cache").glob("*.s"))
-    second = build_library(modules(target), cache=cache)  # generated anew: same text, same keys
+    second = build_library(modules(target), this_host(), cache=cache)  # generated anew: same text, same keys
     assert (second.compiled, second.cached) == (0, 3)
     # the packed matmul's outlined functions compiled apart: more objects than modules, all cached
     assert len(second.objects) == len(first.objects) > 3
@@ -92,4 +93,4 @@ def test_symbols_are_unique_per_config():
 
 def test_mixed_targets_rejected():
     with pytest.raises(KernelError, match="share one target"):
-        build_library([mm.generate(MATMULS[0], target_for("avx2")), fma.generate(fma.FmaConfig(4), target_for("neon"))])
+        build_library([mm.generate(MATMULS[0], target_for("avx2")), fma.generate(fma.FmaConfig(4), target_for("neon"))], this_host())

@@ -21,6 +21,7 @@ from autoconfig.models.matmul import UNROLL, candidates, choose, floor_ns, full_
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
 from kernels.errors import KernelError
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from kernels.lower import compile_object, compile_units, to_llvm_ir
 from tests.conftest import require_runnable, target_for
@@ -42,7 +43,7 @@ def at(config: mm.MatmulConfig, dims) -> mm.MatmulConfig:
 
 
 def build(config, target):
-    return build_library(mm.generate(config, target)).kernel(config.symbol)
+    return build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
 
 
 def check(kernel_call, config, seed=0):

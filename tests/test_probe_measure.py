@@ -18,6 +18,7 @@ from autoconfig.runtime import aligned_array
 from autoconfig.probe.curve import find_plateaus
 from autoconfig.profile import load_profile
 from kernels import microbench as mb
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from tests.conftest import CASE_IDS_ALL, require_runnable, target_for
 
@@ -34,7 +35,7 @@ def test_fma_chain_kernel_computes_the_chains(case_id):
     target = target_for(case_id)
     require_runnable(target)
     config = mb.FmaChainConfig(lanes=target.f32_lanes, chains=3, unroll=2)
-    kernel = build_library(mb.generate_fma_chain(config, target)).kernel(config.symbol)
+    kernel = build_library(mb.generate_fma_chain(config, target), this_host()).kernel(config.symbol)
     out = np.zeros(1, np.float32)
     kernel(out, np.array([0.5, 1.0], np.float32), 5)
     expected = fma_chain_reference(3, 2, target.f32_lanes, 5, 0.5, 1.0)
@@ -46,7 +47,7 @@ def test_stream_kernel_sums_whole_blocks(case_id):
     target = target_for(case_id)
     require_runnable(target)
     config = mb.StreamConfig(lanes=target.f32_lanes, accumulators=3)
-    kernel = build_library(mb.generate_stream(config, target)).kernel(config.symbol)
+    kernel = build_library(mb.generate_stream(config, target), this_host()).kernel(config.symbol)
     data = np.arange(1000, dtype=np.float32) % 7
     out = np.zeros(1, np.float32)
     kernel(out, data, 1000, 2)
@@ -59,7 +60,7 @@ def test_broadcast_stream_fmas_every_element_into_all_lanes(case_id):
     target = target_for(case_id)
     require_runnable(target)
     config = mb.StreamConfig(lanes=target.f32_lanes, accumulators=3, broadcast=True)
-    kernel = build_library(mb.generate_stream(config, target)).kernel(config.symbol)
+    kernel = build_library(mb.generate_stream(config, target), this_host()).kernel(config.symbol)
     data = (np.arange(1000, dtype=np.float32) % 7) + 2  # data[0] = 2 scales every product
     out = np.zeros(1, np.float32)
     kernel(out, data, 1000, 2)

@@ -17,6 +17,7 @@ from autoconfig.lowering import part_blocks
 from autoconfig.models.matmul import MatmulPlan
 from autoconfig.runtime import ALIGN_MIN_BYTES, STAGING_MIN_PASSES, AlignedStaging, Call, Part, Program, Ref, aligned_array, split
 from kernels import matmul as mm
+from autoconfig.probe.host import this_host
 from kernels.library import Kernel, build_library
 from kernels.target import get_target
 from tests.test_matmul import HOST_PROFILE, reference
@@ -44,8 +45,8 @@ def split_program(kernel: Kernel, sizes: Sequence[Sequence[int]],
 def avx2():
     """The AVX2 target of HOST_PROFILE; the pool serves native code only."""
     target = get_target("avx2")
-    if target.execution().mode != "native":
-        pytest.skip(f"avx2 does not run natively here ({target.execution().mode})")
+    if target.execution(this_host()).mode != "native":
+        pytest.skip(f"avx2 does not run natively here ({target.execution(this_host()).mode})")
     return target
 
 
@@ -58,7 +59,7 @@ def operands(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
     # accumulating C += A·B: a part run twice or not at all changes the result
     config = mm.MatmulConfig(mm.MatmulShape(41, 24, 13), "packed", 8, mr=2, nv=1, kc=8, accumulate=True)
-    kernel = build_library(mm.generate(config, avx2)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, avx2), this_host()).kernel(config.symbol)
     ranges = [(b, e, 0, config.col_tiles()) for b, e in split(config.row_tiles(), parts)]
     assert len(ranges) == parts
     work = [[np.empty(config.workspace(), np.float32)] for _ in ranges]
@@ -72,7 +73,7 @@ def test_each_part_runs_once_with_its_own_arguments(avx2, parts):
 def two_part_matmul(target, m: int, n: int, k: int) -> Program:
     """C = A·B (tiled, unpacked) split into two row blocks."""
     config = mm.MatmulConfig(mm.MatmulShape(m, n, k), "tiled", 8, mr=4, nv=2)
-    kernel = build_library(mm.generate(config, target)).kernel(config.symbol)
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
     return split_program(kernel, part_blocks(MatmulPlan(config, threads=2)))
 
 

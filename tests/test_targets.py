@@ -3,7 +3,8 @@
 import pytest
 
 from kernels.errors import KernelError
-from kernels.target import TARGET_NAMES, all_targets, get_target, host_target
+from autoconfig.probe.host import named_target, this_host
+from kernels.target import ISA_NAMES, HostCpu, all_targets, get_target, host_target
 
 
 def test_table_matches_design():
@@ -42,10 +43,20 @@ def test_vlen_only_for_rvv():
 
 
 def test_host_is_a_natively_running_target():
-    host = host_target()
-    assert host.name in TARGET_NAMES
-    assert host.execution().mode == "native"
-    assert get_target("host") == host
+    host = host_target(this_host())
+    assert host.name in ISA_NAMES
+    assert host.execution(this_host()).mode == "native"
+    assert named_target("host") == host
     # An x86 host that runs avx512 code runs avx2 code too.
     if host.name == "avx512":
-        assert get_target("avx2").execution().mode == "native"
+        assert get_target("avx2").execution(this_host()).mode == "native"
+
+
+def test_a_target_runs_where_the_host_has_its_flags():
+    """Whether code runs is a function of the host described, not of this machine."""
+    avx512, neon = get_target("avx512"), get_target("neon")
+    assert avx512.execution(HostCpu("x86_64", frozenset({"avx2", "fma"}))).mode == "unavailable"
+    assert "avx512f" in avx512.execution(HostCpu("x86_64", frozenset({"avx2", "fma"}))).reason
+    assert avx512.execution(HostCpu("x86_64", avx512.host_flags)).mode == "native"
+    assert neon.execution(HostCpu("aarch64", frozenset({"asimd"}))).mode == "native"
+    assert neon.execution(HostCpu("x86_64", frozenset())).mode in ("emulated", "unavailable")

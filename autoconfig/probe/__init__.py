@@ -35,7 +35,8 @@ from autoconfig.profile import (
     VectorUnit,
 )
 from autoconfig.profile import Figure as F
-from kernels.target import Target, host_cpu_info, host_target
+from autoconfig.probe.host import host_cpu_info, this_host
+from kernels.target import Target, host_target
 
 SMALLEST_WORKING_SET = 4 << 10
 """4 KiB: one page, well inside every L1."""
@@ -106,7 +107,7 @@ def read_host_static() -> StaticInfo:
 def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
     """Measure this machine; `quick` trades resolution for a run of a few seconds."""
     static = read_host_static()
-    target = host_target()
+    target = host_target(this_host())
     if static.vector_bits is None:
         raise AutoconfigError(f"{static.isa}: the vector length is not known statically")
     if target.arch != static.isa:

@@ -22,6 +22,7 @@ import numpy as np
 
 from autoconfig.runtime import aligned_array
 from kernels import microbench
+from autoconfig.probe.host import this_host
 from kernels.library import build_library
 from kernels.target import Target
 
@@ -119,7 +120,7 @@ def measure_fma(
 
     def rate(chains: int, threads: int = 1) -> float:  # vector FMAs per ns
         config = microbench.FmaChainConfig(lanes, chains, unroll=4)
-        library = build_library(microbench.generate_fma_chain(config, target))
+        library = build_library(microbench.generate_fma_chain(config, target), this_host())
         kernel = library.kernel(config.symbol)
         outs = [np.zeros(1, np.float32) for _ in range(threads)]
         iters = _calibrated(lambda i: kernel(outs[0], xy, i), settings.call_seconds, 256)
@@ -181,7 +182,7 @@ class BandwidthBench:
         self.settings = settings
         accumulators = 8 if target.vector_registers <= 16 else 16
         self.config = microbench.StreamConfig(lanes or target.f32_lanes, accumulators, broadcast)
-        library = build_library(microbench.generate_stream(self.config, target))
+        library = build_library(microbench.generate_stream(self.config, target), this_host())
         self.kernel = library.kernel(self.config.symbol)
 
     @property
