@@ -51,7 +51,8 @@ from autoconfig.profile import profile_from_dict, profile_to_dict
 from autoconfig.resolve import resolve_profile, target_for_profile
 from autoconfig.machine import Machine
 from autoconfig.runtime import aligned_array
-from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, best_of, block_sizes, blockings, choose, k_unroll, predict
+from autoconfig.models.cost import best_of
+from autoconfig.models.matmul import BROADCAST_ROWS, MatmulPlan, block_sizes, blockings, choose, k_unroll, predict, preference
 from kernels import matmul as mm
 from autoconfig.probe.host import this_host
 from kernels.library import build_library
@@ -258,7 +259,7 @@ def score(measured: Measurements, profile, target, list_all: bool) -> None:
         pick = choose(shape, profile, target, threads=1).best.config
         mark = ""
         if pick not in times:
-            pick, mark, stand_ins = best_of(list(predictions.values())).config, "*", stand_ins + 1
+            pick, mark, stand_ins = best_of(list(predictions.values()), preference).config, "*", stand_ins + 1
         best = min(times, key=times.get)
         regret = times[pick] / times[best] - 1
         rho = spearman([predicted[c] for c in configs], [times[c] for c in configs])

@@ -16,7 +16,8 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import C_PASSES_TERM, RESOLUTION, Term
-from autoconfig.models.matmul import STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, best_of, block_sizes, blockings
+from autoconfig.models.cost import best_of
+from autoconfig.models.matmul import STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, block_sizes, blockings, preference
 from autoconfig.models.matmul import UNROLL, candidates, choose, floor_ns, full_edges, k_unroll, predict
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
@@ -380,16 +381,17 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
     chosen = choose(shape, profile, target, 2)
     for best in chosen.per_algorithm:
         same = [p for p in every if p.config.algorithm == best.config.algorithm]
-        assert best.plan == best_of(same).plan
+        assert best.plan == best_of(same, preference).plan
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
 
 
 def tied(predictions: list) -> list:
     """The plans the model's documentation calls tied with the fastest: within RESOLUTION
-    of it, or within PROGRAM_STEP_NS, once the call every plan pays is left out (written
-    out here from that rule, not taken from the model's code)."""
-    call = min(p.term("call") for p in predictions)
-    fastest = min(p.total_ns for p in predictions) - call
+    of it, or within PROGRAM_STEP_NS, once the fastest's call is left out (written out
+    here from that rule, not taken from the model's code)."""
+    first = min(predictions, key=lambda p: p.total_ns)
+    call = first.term("call")
+    fastest = first.total_ns - call
     return [p for p in predictions
             if p.total_ns - call <= max(fastest * (1 + RESOLUTION), fastest + PROGRAM_STEP_NS)]  # fmt: skip
 

@@ -53,8 +53,8 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, RESOLUTION, STALL_TERM, Prediction, Term, busiest_share, epilogue_term, fma_floor_ns,
-    microkernel_ns, output_passes, promising_predictions, total_ns, vector_widths,
+    OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, epilogue_term, fma_floor_ns,
+    microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.models.matmul import MAX_MR, MAX_NV, Choice, MatmulPlan, choose as choose_matmul
 from autoconfig.models.matmul import predict as predict_matmul
@@ -790,7 +790,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                    if (input_layout_of(p.config), layout_of(p.config)) == ("nchw", "nchw")]  # fmt: skip
         floor = min(fma_floor_ns(multiply_adds, width, t, machine)
                     for width in vector_widths(machine, target) for t in {1, budget})  # fmt: skip
-        if not in_nchw or floor <= min(in_nchw) * (1 + RESOLUTION):
+        if not in_nchw or floor <= tie_bound(min(in_nchw)):
             return False
         unscored.append(f"{algorithm:<8} nchw: not scored, at least {floor / 1e3:.1f} µs (its multiply-adds at the "
                         f"fastest FMA rate), more than the best NCHW plan's {min(in_nchw) / 1e3:.1f}")  # fmt: skip
@@ -860,11 +860,9 @@ def reads_blocked(shape: ConvShape, machine: Machine, target: Target) -> bool:
 
 
 def _best(predictions: list[Prediction]) -> Prediction:
-    """The fastest; within RESOLUTION of it, the one with more lanes per load (fewer
-    instructions), then fewer threads."""
-    fastest = min(p.total_ns for p in predictions)
-    near = [p for p in predictions if p.total_ns <= fastest * (1 + RESOLUTION)]
-    return min(near, key=lambda p: (p.plan.threads, -p.config.lanes * _tile_area(p.config), p.total_ns))
+    """`cost.best_of` with the convolution model's preference among ties: fewer threads,
+    then more lanes times register tile (fewer instructions per multiply-add)."""
+    return best_of(predictions, lambda p: (p.plan.threads, -p.config.lanes * _tile_area(p.config)))
 
 
 def _channels_in_lanes(config: ConvConfig) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from autoconfig.machine import F32, Machine
+from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from kernels import epilogue as ep
 from kernels.target import Target
 
@@ -23,10 +23,8 @@ two are equal."""
 
 
 RESOLUTION = 0.02
-"""Predictions closer than 2% are ties (the model is not finer than that); `best_of` says
-how a tie is broken: in the end by the tile issuing fewer instructions per flop, whose
-advantage the FMA-bound terms hide, then by a split by rows: each thread's rows of A and
-C are its own contiguous block, where a split by columns has every thread read all of A."""
+"""Predictions closer than 2% are ties (the model is not finer than that): `best_of`
+breaks them by the model's own preference."""
 
 
 LATENCY_OVERLAP = 4.0
@@ -171,12 +169,11 @@ def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float],
                           score: Callable[[Plan], Prediction]) -> list[Prediction]:  # fmt: skip
     """`score` of the plans that can be the best of their `kind` (what a model keeps the
     best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
-    plan whose floor exceeds its kind's best so far (within the tie-break's RESOLUTION)
-    is not scored, so the choice is the same as scoring them all."""
+    plan whose floor cannot tie with its kind's best so far (`tie_bound`) is not scored, so the choice is the same as scoring them all."""
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
     for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
-        if low > fastest.get(kind(plan), math.inf) * (1 + RESOLUTION):
+        if low > tie_bound(fastest.get(kind(plan), math.inf)):
             continue
         predictions.append(score(plan))
         fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
@@ -188,3 +185,27 @@ def fma_floor_ns(multiply_adds: float, lanes: int, threads: int, machine: Machin
     issue rate: every plan's 'fma' term counts at least those, and its total is at
     least its compute terms."""
     return multiply_adds / lanes / machine.at(lanes, threads).fma_per_ns() / threads
+
+
+def tie_bound(fastest_ns: float) -> float:
+    """The slowest time that ties with `fastest_ns`: within RESOLUTION of it, or within
+    one PROGRAM_STEP_NS, what the least kernel costs to run (the terms count work, not a
+    kernel's fixed instructions)."""
+    return max(fastest_ns * (1 + RESOLUTION), fastest_ns + PROGRAM_STEP_NS)
+
+
+def ties(predictions: Sequence[Prediction]) -> list[Prediction]:
+    """The predictions tied with the fastest, in the time they can differ in: the
+    fastest's call (its 'call' term, paid by every plan) is left out, else it hid every
+    difference on small shapes. So the ties depend on the fastest plan alone, and a
+    bound taken with the call in (`tie_bound`) is never tighter."""
+    fastest = min(predictions, key=lambda p: p.total_ns)
+    call = sum(t.ns for t in fastest.terms if t.name == "call")
+    bound = tie_bound(fastest.total_ns - call) + call
+    return [p for p in predictions if p.total_ns <= bound]
+
+
+def best_of(predictions: Sequence[Prediction], preference: Callable[[Prediction], tuple]) -> Prediction:
+    """The one tie-break rule of every model: among the predictions tied with the fastest
+    (`ties`), the first by the model's `preference`, then the fastest."""
+    return min(ties(predictions), key=lambda p: (*preference(p), p.total_ns))

@@ -42,9 +42,9 @@ from typing import Literal
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
-from autoconfig.machine import F32, PROGRAM_STEP_NS, THREAD_DISPATCH_NS, Machine
+from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, RESOLUTION, STALL_TERM, Prediction, Term, busiest_share,
+    OUTPUT_TRANSFERS, OVERLAP, STALL_TERM, Prediction, Term, best_of, busiest_share,
     compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
     total_ns, vector_widths,
 )  # fmt: skip
@@ -741,9 +741,9 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     per_algorithm = tuple(
-        best_of(mine) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
+        best_of(mine, preference) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
     )
-    return Choice(best_of(per_algorithm), per_algorithm, profile, target)
+    return Choice(best_of(per_algorithm, preference), per_algorithm, profile, target)
 
 
 def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
@@ -803,27 +803,16 @@ def memory_bound(prediction: Prediction) -> bool:
     return memory > kernel
 
 
-def ties(predictions: Sequence[Prediction]) -> list[Prediction]:
-    """The predictions `best_of` counts as tied with the fastest: within RESOLUTION of
-    it, or within PROGRAM_STEP_NS, in the time they differ in (see `best_of`)."""
-    common_call = min((t.ns for p in predictions for t in p.terms if t.name == "call"), default=0.0)
-    fastest = min(p.total_ns for p in predictions) - common_call
-    return [p for p in predictions
-            if p.total_ns - common_call <= max(fastest * (1 + RESOLUTION), fastest + PROGRAM_STEP_NS)]  # fmt: skip
-
-
-def best_of(predictions: Sequence[Prediction]) -> Prediction:
-    """The fastest prediction; within RESOLUTION of it, the fewest micro-kernels, then
+def preference(p: Prediction) -> tuple:
+    """How the matmul model breaks a tie (`cost.best_of`): the fewest micro-kernels, then
     (where memory bounds the time) the fewest rows streamed at once, then the fewest
     instructions per flop, then a split by rows.
 
-    RESOLUTION is taken of the time the plans can differ in: the call every plan pays
-    (the least 'call' term) is left out, else it hid every difference on small shapes.
-    Differences under one PROGRAM_STEP_NS, what the least kernel costs to run, are ties
-    too: the terms count work, not a kernel's fixed instructions.
-
     Micro-kernels: an edge tile's costs build time, and ties without one mostly ran
     faster too. Rows streamed: each row a kernel reads at once is a stream the hardware
-    prefetchers follow within its page, and concurrent ones ramp up side by side."""
-    return min(ties(predictions), key=lambda p: (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
-                                    instructions_per_flop(p.config), p.plan.split != "rows", p.total_ns))  # fmt: skip
+    prefetchers follow within its page, and concurrent ones ramp up side by side.
+    Instructions per flop: the FMA-bound terms hide that advantage. A split by rows:
+    each thread's rows of A and C are its own contiguous block, where a split by columns
+    has every thread read all of A."""
+    return (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
+            instructions_per_flop(p.config), p.plan.split != "rows")  # fmt: skip
