@@ -6,7 +6,7 @@ CROSS_PACKAGES := gcc-aarch64-linux-gnu gcc-riscv64-linux-gnu libc6-dev-arm64-cr
                   libc6-dev-riscv64-cross qemu-user
 CROSS_TOOLS := aarch64-linux-gnu-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-riscv64
 
-.PHONY: demo test cross-tools peers compare-tvm clean
+.PHONY: demo test cross-tools peers exporters compare-tvm clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,11 +41,16 @@ test: $(BIN)/.installed cross-tools
 PEERS := .peers
 PEERS_PACKAGES := apache-tvm==0.27.0 apache-tvm-ffi==0.1.14.post0 xgboost-cpu psutil cloudpickle onnx numpy openvino==2026.4.1
 
-$(PEERS)/.installed: Makefile
-	$(PYTHON) -m venv $(PEERS)
-	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
-	$(PEERS)/bin/python -m pip install --quiet $(PEERS_PACKAGES)
+# An environment apart from the project's: $(call side_env,DIR,PACKAGES).
+define side_env
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet $(2)
 	touch $@
+endef
+
+$(PEERS)/.installed: Makefile
+	$(call side_env,$(PEERS),$(PEERS_PACKAGES))
 
 peers: $(PEERS)/.installed
 
@@ -55,5 +60,16 @@ TVM_ARGS ?=
 compare-tvm: $(BIN)/.installed $(PEERS)/.installed
 	$(BIN)/python scripts/compare_tvm.py $(TVM_ARGS)
 
+# The exporters' environment for scripts/export_models.py: torch 2.13 (its CPU wheel:
+# the version pinned, an unpinned torch pulls the CUDA packages), torchvision 0.28 and
+# onnxscript (the dynamo exporter), apart from the project.
+EXPORTERS := .exporters
+EXPORTERS_PACKAGES := torch==2.13.0 torchvision==0.28.0 onnx onnxscript
+
+$(EXPORTERS)/.installed: Makefile
+	$(call side_env,$(EXPORTERS),$(EXPORTERS_PACKAGES))
+
+exporters: $(EXPORTERS)/.installed
+
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info
+	rm -rf $(VENV) $(PEERS) $(EXPORTERS) build *.egg-info

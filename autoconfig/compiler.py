@@ -2,10 +2,13 @@
 graph, run in order by `compile_model` (the Python API's `autoconfig.compile_model`
 and `autoconfig build` both call it). Each pass, what it reads and what it writes:
 
-1. import (`graph.onnx_import`): the ONNX file, through onnx's checker and shape
-   inference, to the graph IR with static shapes; unsupported input refused by node.
-2. simplify (`graph.simplify`, run by the import): constants folded through each
-   operator's reference, no-ops dropped, linear and cubic Resize as matrix products.
+1. fold (`graph.fold`, run by the import): every node computable before the model runs
+   (constants, shape arithmetic) computed by onnx's reference implementation, with
+   onnx's shape inference in between, until nothing more folds.
+2. import (`graph.onnx_import`): what is left to the graph IR with static shapes;
+   unsupported input refused in one line naming the nodes.
+   Then simplify (`graph.simplify`): no-ops dropped, BatchNormalization into its Conv,
+   linear and cubic Resize as matrix products.
 3. fusion plan (`fusion`): the graph's nodes grouped into kernels (dp: the cheapest
    legal plan under the cost model; greedy: TVM's rules; none), each group one the
    code generator can emit (`fusion.classify.emittable_groups`).

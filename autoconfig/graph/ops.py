@@ -118,7 +118,6 @@ OPERATORS: dict[str, OpInfo] = {
     "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV, parameters=(1,)),
     "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV, parameters=(1, 2, 3, 4)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
-    "Constant": OpInfo(_1, _EW, ref.constant),  # folded away at import, never planned
     "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),
     "Flatten": OpInfo(_R, _INJ, ref.flatten, kernel=_V),
     "Squeeze": OpInfo(_R, _INJ, ref.squeeze, kernel=_V, parameters=(1,)),

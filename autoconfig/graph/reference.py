@@ -325,9 +325,5 @@ def upsample(a: dict, x, scales=None):
                    "nearest_mode": "floor"}, x, None, a.get("scales") if scales is None else scales)
 
 
-def constant(a: dict):
-    return np.asarray(a["value"])
-
-
 def identity(a: dict, x):
     return x

@@ -1,8 +1,6 @@
-"""Graph simplifications applied at import.
+"""Graph simplifications applied at import, after the fold pass (`graph.fold`).
 
-- `Constant` and `Identity` nodes disappear (their values become constants/aliases);
-- constant folding: a node whose inputs are all constant is evaluated by the
-  reference interpreter and replaced by its results (e.g. shape arithmetic);
+- `Identity` nodes disappear (their outputs become aliases);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
   W' = W·γ/√(σ²+ε) per output channel, b' = (b − μ)·γ/√(σ²+ε) + β;
 - a linear or cubic Resize with constant scales, sizes and roi becomes one matrix
@@ -14,25 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoconfig.graph.interpret import evaluate
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.reference import resize_axis, resize_shape
 
 
 def simplify(graph: Graph) -> Graph:
-    """Fold constants and BatchNormalization; drop Identity; keep topological order."""
+    """Fold BatchNormalization; drop Identity; keep topological order."""
     nodes: list[Node] = []
     alias: dict[str, str] = {}
     for node in graph.nodes:
         node.inputs = [alias.get(i, i) for i in node.inputs]
         if node.op == "Identity" and node.outputs[0] not in graph.outputs:
             alias[node.outputs[0]] = node.inputs[0]
-            continue
-        if all(i == "" or graph.is_constant(i) for i in node.inputs):
-            values = evaluate(node, [graph.constants[i] if i else None for i in node.inputs])
-            for name, value in zip(node.outputs, values):
-                graph.constants[name] = np.asarray(value)
-                graph.types[name] = TensorType(tuple(np.shape(value)), np.asarray(value).dtype.name)
             continue
         nodes.append(node)
     graph.nodes = [lowered for node in nodes for lowered in _lowered(graph, node)]
