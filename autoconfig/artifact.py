@@ -99,9 +99,9 @@ def write_artifact(model: BuiltModel, out: Path, cache: KernelCache | None = Non
 
 def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
     target = model.target
-    execution = target.execution(this_host())
-    if execution.mode == "unavailable" and not target.cross_cc:
-        raise AutoconfigError(f"cannot link {target.name} code here: {execution.reason}")
+    native = target.arch == this_host().arch  # a shared library, run here only where the CPU has the ISA
+    if not native and not target.cross_cc:
+        raise AutoconfigError(f"cannot link {target.name} code here: {target.execution(this_host()).reason}")
     modules = [m for k in model.kernels for m in k.modules]
     objects_dir = work / "objects"
     objects_dir.mkdir()
@@ -118,7 +118,6 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
     shutil.copyfile(POOL_SOURCE, sources / "pool.c")
     c_files = [str(sources / name) for name in ("model.c", "tasks.c", "pool.c")]
     object_paths = [str(o.path) for o in objects]
-    native = execution.mode == "native"
     if native:
         run_tool(["cc", "-shared", "-fPIC", "-O2", "-pthread", f"-I{sources}", "-o", str(work / LIBRARY),
                   *c_files, *object_paths], "linking the model")  # fmt: skip

@@ -19,6 +19,7 @@ import numpy as np
 
 from autoconfig.accuracy import spearman
 from autoconfig.errors import AutoconfigError, reraised
+from kernels.target import Execution, Target, get_target
 
 FORMAT = 1
 LIBRARY, ARCHIVE, DRIVER = "libautoconfig_model.so", "libautoconfig_model.a", "model_driver"
@@ -46,6 +47,23 @@ def _open_library(path: Path) -> ctypes.CDLL:
         return ctypes.CDLL(str(link))
 
 
+def _execution(manifest: dict) -> tuple[Target, Execution]:
+    """The target a model was built for, and how this machine runs it."""
+    from autoconfig.probe.host import this_host
+
+    name = manifest["target"]
+    target = get_target(name, manifest["vector_bits"] if name == "rvv" else None)
+    return target, target.execution(this_host())
+
+
+def _check_runs_here(manifest: dict, directory: Path) -> None:
+    """A model built as a shared library runs only where the CPU has its ISA: refused
+    here, not crashed on its first call with an illegal instruction."""
+    target, execution = _execution(manifest)
+    if execution.mode != "native":
+        raise AutoconfigError(f"{directory}: built for {target.name}, which this machine cannot run: {execution.reason}")
+
+
 class LoadedModel:
     """A built model, checked against its manifest: call it with numpy arrays by input
     name; it returns the outputs by name."""
@@ -71,6 +89,7 @@ class LoadedModel:
         self.outputs = [(o["name"], tuple(o["shape"])) for o in self.manifest["outputs"]]
         self._model = None
         if self.manifest["native"]:
+            _check_runs_here(self.manifest, self.directory)
             lib = _open_library(self.directory / LIBRARY)
             lib.ac_model_load.restype = ctypes.c_void_p
             lib.ac_model_load.argtypes = [ctypes.c_char_p]
@@ -124,12 +143,7 @@ class LoadedModel:
 
     def _run_emulated(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
                       repeat: int) -> tuple[dict[str, np.ndarray], float, list[float]]:  # fmt: skip
-        from autoconfig.probe.host import this_host
-        from kernels.target import get_target
-
-        name = self.manifest["target"]
-        target = get_target(name, self.manifest["vector_bits"] if name == "rvv" else None)
-        execution = target.execution(this_host())
+        target, execution = _execution(self.manifest)
         if execution.mode == "unavailable":
             raise AutoconfigError(f"cannot run {target.name} code here: {execution.reason}")
         with tempfile.TemporaryDirectory(prefix="autoconfig-run-") as tmp:

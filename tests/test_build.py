@@ -24,6 +24,7 @@ from autoconfig.fusion import plan
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
 from autoconfig.machine import Machine
+from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels.cache import default_cache
 from kernels.target import get_target
@@ -262,6 +263,40 @@ def test_every_group_the_planner_proposes_is_one_generated_kernel_or_none(name, 
     assert all(k.modules for k in built.kernels)
 
 
+ODD_CHANNELS = (*range(1, 71), 440, 1000)
+"""Channel counts 1..70 and the zoo's odd ones (RegNet-Y's 440, SqueezeNet's 1000)."""
+
+
+def channel_counts_net(channels=ODD_CHANNELS) -> onnx.ModelProto:
+    """Per channel count c, a convolution to c channels from a channel-blocked tensor,
+    and ReLU, read by a global average pool (SqueezeNet's and RegNet's classifier): the
+    planner may hold the tensor NCHW[c] or NHWC, whose pool must take any c."""
+    b = zoo.Builder("channel_counts", 7)
+    x = b.act(b.conv("input", 8, 16, 3), "relu")
+    pooled = []
+    for c in channels:
+        y = b.act(b.conv(x, 16, c, 1, bias=True), "relu")
+        pooled.append(b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1))
+    return b.model("input", [1, 8, 13, 13], [(b.op("Concat", pooled, axis=1), [1, sum(channels)])])
+
+
+@pytest.mark.slow
+def test_a_reader_takes_any_channel_count_in_the_layout_planned(tmp_path):
+    """The layout plan never picks a layout a reader cannot take: every channel count
+    builds for AVX-512 (whose 16 lanes 440 and 1000 do not fill; a host without it
+    links the model and refuses to load it) and runs on AVX2 against onnxruntime."""
+    model = channel_counts_net()
+    path = tmp_path / "channels.onnx"
+    onnx.save(model, path)
+    autoconfig.compile_model(path, tmp_path / "avx512", profile=HWPROFILES / "amd-epyc-zen4-avx512.yaml",
+                             target=get_target("avx512"))  # a profile with 8-lane figures: NHWC offered
+    if get_target("avx512").execution(this_host()).mode != "native":  # linked, but refused before it runs
+        with pytest.raises(AutoconfigError, match="built for avx512, which this machine cannot run"):
+            autoconfig.load(tmp_path / "avx512")
+    require_runnable(get_target("avx2"))
+    build_and_compare(model, "avx2", tmp_path / "avx2")
+
+
 def test_unsupported_operator_is_one_line_and_leaves_no_directory(tmp_path, capsys):
     b = zoo.Builder("pool_indices", 0)
     y = b.conv("input", 3, 8, 3)
@@ -302,7 +337,8 @@ def test_run_checks_inputs_and_files(tmp_path, capsys):
 def test_running_a_built_model_never_imports_the_compiler(tmp_path):
     """A fresh process that loads and runs a model has no MLIR bindings, no LLVM and
     no generator in it (they alone would add tens of MB to every deployed process):
-    of `kernels`, only its exception type, which the project's error seam names."""
+    of `kernels`, only its exception type (which the project's error seam names), the
+    target table and the file helper it imports (whether this CPU runs the build)."""
     require_runnable(get_target("avx2"))
     out = tmp_path / "mlp"
     build_and_compare(mlp(), "avx2", out)
@@ -310,7 +346,7 @@ def test_running_a_built_model_never_imports_the_compiler(tmp_path):
              f"model = autoconfig.load({str(out)!r})\n"
              "model({'input': np.ones((5, 37), np.float32)})\n"
              "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-             "('mlir', 'torch_mlir', 'llvmlite', 'kernels', 'onnx') and m not in ('kernels', 'kernels.errors'))))")  # fmt: skip
+             "('mlir', 'torch_mlir', 'llvmlite', 'kernels', 'onnx') and m not in ('kernels', 'kernels.errors', 'kernels.target', 'kernels.files'))))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == []
 

@@ -124,3 +124,28 @@ def test_cost_model_needs_bandwidth_figures():
 
     with pytest.raises(AutoconfigError, match="has no bandwidth figures"):
         FusionCost.of(dataclasses.replace(PROFILE, bandwidth=None))
+
+
+def dense_block(layers: int) -> Graph:
+    """DenseNet's block: each layer BatchNorm → ReLU → 1x1 → BatchNorm → ReLU → 3x3 over
+    the concatenation of every earlier layer's output."""
+    from autoconfig.graph import zoo
+    from autoconfig.graph.onnx_import import import_model
+
+    b = zoo.Builder("dense_block", 3)
+    features, width = [b.conv("input", 3, 8, 3)], 8
+    for _ in range(layers):
+        x = b.op("Concat", features, axis=1) if len(features) > 1 else features[0]
+        y = b.conv(b.act(b.bn(x, width), "relu"), width, 16, 1)
+        features.append(b.conv(b.act(b.bn(y, 16), "relu"), 16, 4, 3))
+        width += 4
+    return import_model(b.model("input", [1, 3, 8, 8], [(b.op("Concat", features, axis=1), [1, width, 8, 8])]))
+
+
+def test_dp_plans_a_concat_of_many_convolutions():
+    """The last Concat reads 25 groups, each holding a convolution: the DP weighs only
+    the merges that can be legal (at most one anchor), not every subset of them."""
+    graph = dense_block(24)
+    dp, greedy = plan_dp(graph, COST), plan_greedy(graph, COST)
+    assert is_legal(graph, dp.groups) is None
+    assert dp.cost_ns <= greedy.cost_ns * (1 + 1e-9)

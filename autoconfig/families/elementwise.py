@@ -1,7 +1,7 @@
 """The elementwise family's operators of one input (activations and Clip), each
 declared once, as the epilogue op it becomes: the operator table takes their rows from
-`UNARY`, the builder their epilogue ops (`epilogue_op`), and the interpreter and
-constant folding their numpy meaning, which is the kernel's own
+`UNARY`, the builder their epilogue ops (`epilogue_op`), and the interpreter their
+numpy meaning, which is the kernel's own
 (`kernels.epilogue.KINDS`: the op's vector code and numpy reference side by side).
 Adding an activation is one row here and one kind there.
 

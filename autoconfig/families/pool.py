@@ -47,8 +47,10 @@ def _pool(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
         raise fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
                           f"window that starts in the padding: {tuple(shapes[-1].output_shape)}; not built")  # fmt: skip
     configs = [pool_config(shape, b.target) for shape in shapes]
-    if node.op in BLOCKED_POOLS:  # in the layout its input is held in
-        configs = [replace(configs[0], layout=b.layout(node.inputs[0]))]
+    if node.op in BLOCKED_POOLS:  # in the layout its input is held in, at a width dividing its channels
+        layout = b.layout(node.inputs[0])  # (NHWC's channels may fill no block of the widest vectors)
+        lanes = configs[0].lanes if layout == "nchw" else math.gcd(configs[0].lanes, shapes[0].channels)
+        configs = [replace(pool_config(shapes[0], b.target, lanes), layout=layout)]
     threads = min(b.threads, max(c.units() for c in configs))
     x = b.read(node.inputs[0], configs[0].layout)
     y = b.write(node.outputs[0])

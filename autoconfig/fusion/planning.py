@@ -258,7 +258,7 @@ class _State:
     groups: dict[int, _Group]  # open groups by id
     group_of: dict[int, int]  # live node -> open group id
     written: frozenset[int]  # live nodes whose output already crosses groups
-    history: tuple[tuple[int, int, tuple[int, ...]], ...]  # (node, group, merged groups)
+    history: tuple | None  # (earlier history, (node, group, merged groups)): shared, not copied
     next_id: int
 
 
@@ -266,7 +266,7 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
     """The minimum-cost legal plan (see the module docstring)."""
     start = time.perf_counter()
     a = Analysis(graph, cost)
-    states = [_State(0.0, {}, {}, frozenset(), (), 0)]
+    states = [_State(0.0, {}, {}, frozenset(), None, 0)]
     for v in range(len(a.nodes)):
         candidates: dict[tuple, _State] = {}
         for state in states:
@@ -281,18 +281,25 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
     return Plan(groups, total, traffic, time.perf_counter() - start, "dp")
 
 
+def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
+    """The sets of v's producer groups v may join: any of those without an anchor, with
+    at most one anchored group (none if v is an anchor). Enumerating only these keeps a
+    Concat of many convolutions' outputs (DenseNet's) linear, not exponential."""
+    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]})
+    free = [g for g in producer_groups if not state.groups[g].anchors]
+    anchored = [] if a.anchor[v] else [(g,) for g in producer_groups if state.groups[g].anchors]
+    plain = [c for size in range(len(free) + 1) for c in itertools.combinations(free, size)]
+    merges = [tuple(sorted(c + one)) for c in plain for one in [(), *anchored]]
+    return sorted(merges, key=lambda m: (len(m), m))  # smaller first: among equal costs, the first kept
+
+
 def _extend(a: Analysis, state: _State, v: int):
     """Every legal way to place node v: a new group, or merged with producer groups."""
-    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]})
-    options = [()] + [c for size in range(1, len(producer_groups) + 1)
-                      for c in itertools.combinations(producer_groups, size)]  # fmt: skip
     processed = (1 << (v + 1)) - 1
-    for merge in options:
+    for merge in _merges(a, state, v):
         merged = [state.groups[g] for g in merge]
         members = (1 << v) | _or(g.members for g in merged)
         anchors = a.anchor[v] + sum(g.anchors for g in merged)
-        if anchors > 1:
-            continue
         if any(g.reach & h.members for g in merged for h in merged if g is not h):
             continue  # one reaches the other (an edge or a path): never merged afterwards
         inside = [(u, t) for u, t in a.in_edges[v] if members >> u & 1]
@@ -323,7 +330,7 @@ def _extend(a: Analysis, state: _State, v: int):
         group_of = {node: (gid if g in merge else g) for node, g in state.group_of.items()}
         group_of[v] = gid
         new = _State(state.cost + extra, groups, group_of, frozenset(written),
-                     state.history + ((v, gid, merge),), state.next_id + (not merge))  # fmt: skip
+                     (state.history, (v, gid, merge)), state.next_id + (not merge))  # fmt: skip
         _retire(a, new, v)
         yield new
 
@@ -374,8 +381,13 @@ def _signature(state: _State) -> tuple:
     return live, groups, reaching
 
 
-def _groups_from_history(history: tuple) -> list[list[int]]:
+def _groups_from_history(history: tuple | None) -> list[list[int]]:
     """The final groups: union every merge into the group the merging node took."""
+    steps = []
+    while history is not None:
+        history, step = history
+        steps.append(step)
+    steps.reverse()
     parent: dict[int, int] = {}
 
     def find(x: int) -> int:
@@ -383,11 +395,11 @@ def _groups_from_history(history: tuple) -> list[list[int]]:
             x = parent[x]
         return x
 
-    for _, gid, merged in history:
+    for _, gid, merged in steps:
         for g in merged:
             if find(g) != find(gid):
                 parent[find(g)] = find(gid)
     groups: dict[int, list[int]] = {}
-    for node, gid, _ in history:
+    for node, gid, _ in steps:
         groups.setdefault(find(gid), []).append(node)
     return [sorted(m) for m in groups.values()]

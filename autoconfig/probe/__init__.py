@@ -17,11 +17,11 @@ import functools
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.probe import bench
 from autoconfig.probe.curve import find_plateaus
 from autoconfig.probe.static import StaticInfo, read_static
 from autoconfig.profile import (
@@ -37,6 +37,9 @@ from autoconfig.profile import (
 from autoconfig.profile import Figure as F
 from autoconfig.probe.host import host_cpu_info, this_host
 from kernels.target import Target, host_target
+
+if TYPE_CHECKING:
+    from autoconfig.probe import bench
 
 SMALLEST_WORKING_SET = 4 << 10
 """4 KiB: one page, well inside every L1."""
@@ -106,6 +109,8 @@ def read_host_static() -> StaticInfo:
 
 def probe(quick: bool = False, progress: bool = True) -> HardwareProfile:
     """Measure this machine; `quick` trades resolution for a run of a few seconds."""
+    from autoconfig.probe import bench  # the code generator, loaded only to measure
+
     static = read_host_static()
     target = host_target(this_host())
     if static.vector_bits is None:
