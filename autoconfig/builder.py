@@ -487,6 +487,9 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
         elif len(users) == 1 and users[0].op in elementwise.UNARY:
             used = [users[0]]
             ops.append(elementwise.epilogue_op(users[0], b.graph))
+        elif len(users) == 1 and users[0].op == "Mul" and users[0].inputs == [current, current]:
+            used = [users[0]]
+            ops.append(ep.EpilogueOp("square"))
         elif len(users) == 1 and users[0].op in ("Add", "Sub", "Mul", "Div"):
             used = [users[0]]
             op, operand = _binary(b, users[0], current, out_shape, channel_axis)

@@ -350,6 +350,12 @@ def _gelu_tanh(value: ir.Value) -> ir.Value:
     return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.addf(_const(value, 1.0), _tanh(inner)))
 
 
+def _np_sqrt(y: np.ndarray) -> np.ndarray:
+    """√y, NaN below zero as the vector code gives it, without numpy's warning."""
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(y)
+
+
 def _np_erf(y: np.ndarray) -> np.ndarray:
     return np.vectorize(scalar_erf, otypes=[np.float64])(y)
 
@@ -383,6 +389,7 @@ KINDS: dict[str, Kind] = {
     "reverse_difference": Kind(lambda op, y, r: arith.subf(r, y), lambda op, y, r: r - y, 1, "output"),
     "reverse_quotient": Kind(lambda op, y, r: arith.divf(r, y), lambda op, y, r: r / y, 1, "output"),
     "relu": Kind(lambda op, y, r: maximum(_const(y, 0.0), y), lambda op, y, r: np.maximum(y, 0), 1),
+    "square": Kind(lambda op, y, r: arith.mulf(y, y), lambda op, y, r: y * y, 1),
     "clip": Kind(lambda op, y, r: _clamp(y, op.low, op.high), lambda op, y, r: np.clip(y, op.low, op.high), 2,
                  shown=("low", "high")),
     "leaky_relu": Kind(lambda op, y, r: _leaky_relu(op, y), lambda op, y, r: np.where(y >= 0, y, op.alpha * y), 3,
@@ -404,6 +411,9 @@ KINDS: dict[str, Kind] = {
     # two selects and a negation (4); gelu: the same pieces on y/√2 (42), 1 ± the series,
     # 2 − erfc, two selects (5), the half, the product (3); gelu_tanh: tanh (23), the
     # cube, the FMA and scale of its argument (4), 1 +, the half, the product (3)
+    # sqrt: one vector square root (LLVM's intrinsic: vsqrtps, fsqrt, vfsqrt), whose
+    # throughput is about an eighth of an add's
+    "sqrt": Kind(lambda op, y, r: math.sqrt(y), lambda op, y, r: _np_sqrt(y), 8),
     "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 45),
     "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 50),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),

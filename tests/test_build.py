@@ -263,6 +263,39 @@ def test_every_group_the_planner_proposes_is_one_generated_kernel_or_none(name, 
     assert all(k.modules for k in built.kernels)
 
 
+def normalized_net(spatial: tuple[int, ...], seed: int = 8) -> onnx.ModelProto:
+    """A convolution (1-D or 2-D: strided, padded unevenly, dilated, grouped), then
+    InstanceNormalization and ReLU, and InstanceNormalization of the input itself."""
+    rng = np.random.default_rng(seed)
+    rank = len(spatial)
+    conv = {"kernel_shape": [3] * rank, "strides": [2] * rank, "dilations": [2] * rank, "group": 2,
+            "pads": [1] * rank + [2] * rank}  # fmt: skip
+    out = [(d + 3 - 2 * 2 - 1) // 2 + 1 for d in spatial]
+    inits = {"w": rng.standard_normal((8, 3, *[3] * rank)), "bias": rng.standard_normal(8),
+             "s1": rng.standard_normal(8), "b1": rng.standard_normal(8), "s0": rng.standard_normal(6),
+             "b0": rng.standard_normal(6)}  # fmt: skip
+    nodes = [onnx.helper.make_node("Conv", ["input", "w", "bias"], ["c"], **conv),
+             onnx.helper.make_node("InstanceNormalization", ["c", "s1", "b1"], ["n"], epsilon=1e-3),
+             onnx.helper.make_node("Relu", ["n"], ["y"]),
+             onnx.helper.make_node("InstanceNormalization", ["input", "s0", "b0"], ["z"])]  # fmt: skip
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        nodes, f"normalized_{rank}d", [value("input", onnx.TensorProto.FLOAT, [1, 6, *spatial])],
+        [value("y", onnx.TensorProto.FLOAT, [1, 8, *out]), value("z", onnx.TensorProto.FLOAT, [1, 6, *spatial])],
+        [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime reads
+    return model
+
+
+@pytest.mark.parametrize("spatial", [(23,), (11, 9)], ids=["1d", "2d"])
+def test_instance_normalization_and_1d_convolution_match_onnxruntime(tmp_path, spatial):
+    """InstanceNormalization as its definition's ops, after a convolution and on a graph
+    input; a 1-D convolution as a 2-D one over one row."""
+    require_runnable(get_target("avx2"))
+    build_and_compare(normalized_net(spatial), "avx2", tmp_path / "built")
+
+
 ODD_CHANNELS = (*range(1, 71), 440, 1000)
 """Channel counts 1..70 and the zoo's odd ones (RegNet-Y's 440, SqueezeNet's 1000)."""
 

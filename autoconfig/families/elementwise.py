@@ -61,6 +61,7 @@ UNARY: dict[str, Unary] = {
     "HardSwish": Unary(lambda a: ep.hard_swish()),
     "Clip": Unary(_clip, parameters=(1, 2)),
     "Erf": Unary(lambda a: ep.EpilogueOp("erf")),
+    "Sqrt": Unary(lambda a: ep.EpilogueOp("sqrt")),
     "Gelu": Unary(_gelu),
 }
 """Every elementwise operator of one input the compiler accepts."""

@@ -41,6 +41,7 @@ where several long skip connections are live at once).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -198,7 +199,7 @@ def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
         return best.total_ns - best.term("call")  # the launch is charged per group
     if node.op == "Conv":
         weight = graph.types[node.inputs[1]].shape
-        flops = 2 * out.elements * weight[1] * weight[2] * weight[3]
+        flops = 2 * out.elements * math.prod(weight[1:])  # any spatial rank
         return flops / (m.fma.peak_gflops)
     reads = sum(graph.types[i].elements for i in node.inputs if i and not graph.is_constant(i))
     return max(reads, out.elements) / m.elementwise_per_ns()

@@ -5,13 +5,18 @@
   W' = W·γ/√(σ²+ε) per output channel, b' = (b − μ)·γ/√(σ²+ε) + β;
 - a linear or cubic Resize with constant scales, sizes and roi becomes one matrix
   product per resized axis (`_resize_as_products`): interpolation is separable, and
-  each axis' weights are a constant out × in matrix.
+  each axis' weights are a constant out × in matrix;
+- a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`);
+- InstanceNormalization becomes its definition (`_instance_norm_as_ops`): per image
+  and channel, the mean and variance over the spatial axes (ReduceMean), then
+  elementwise ops, which the fusion planner groups like any others.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.reference import resize_axis, resize_shape
 
@@ -75,7 +80,55 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
     interpolating = node.op == "Resize" and node.attrs.get("mode", "nearest") != "nearest"
     if interpolating and all(i == "" or graph.is_constant(i) for i in node.inputs[1:]):
         return _resize_as_products(graph, node)
+    if node.op == "InstanceNormalization":
+        return _instance_norm_as_ops(graph, node)
+    if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
+        return _conv1d_as_2d(graph, node)
     return [node]
+
+
+def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
+    """A 1-D convolution (N, C, W) as a 2-D one on (N, C, 1, W): a window of one row,
+    the attributes' single values along the width; views of the same memory around it."""
+    x, weight = node.inputs[:2]
+    (n, c, width), out_shape = graph.types[x].shape, graph.types[node.outputs[0]].shape
+    a = node.attrs
+    attrs = {"group": a.get("group", 1), "kernel_shape": [1, graph.constants[weight].shape[2]],
+             "strides": [1, *a.get("strides", [1])], "dilations": [1, *a.get("dilations", [1])]}  # fmt: skip
+    if a.get("auto_pad", "NOTSET") != "NOTSET":
+        attrs["auto_pad"] = a["auto_pad"]
+    else:
+        begin, end = a.get("pads", [0, 0])
+        attrs["pads"] = [0, begin, 0, end]
+    made = _Made(graph, node.name)
+    rows = made.op("Reshape", [x, made.constant("shape", np.array([n, c, 1, width], np.int64))], (n, c, 1, width))
+    kernel = made.constant("weight", graph.constants[weight][:, :, None, :])
+    y = made.op("Conv", [rows, kernel, *node.inputs[2:]], (*out_shape[:2], 1, out_shape[2]), **attrs)
+    made.nodes.append(Node(node.name, "Reshape", [y, made.constant("shape", np.array(out_shape, np.int64))],
+                           node.outputs, {}))  # fmt: skip
+    return made.nodes
+
+
+def _instance_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
+    """(x − mean) / √(variance + ε) · scale + bias, the statistics per image and channel
+    over the spatial axes; scale and bias constants of one value per channel."""
+    x, scale, bias = node.inputs
+    shape = graph.types[x].shape
+    if not (graph.is_constant(scale) and graph.is_constant(bias)):
+        raise AutoconfigError(f"node {node.name!r} (InstanceNormalization): computed scale and bias are not generated")
+    axes = tuple(range(2, len(shape)))
+    stats, per_channel = (*shape[:2], *(1,) * len(axes)), (shape[1], *(1,) * len(axes))
+    made = _Made(graph, node.name)
+    mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1)
+    centred = made.op("Sub", [x, mean], shape)
+    variance = made.op("ReduceMean", [made.op("Mul", [centred, centred], shape)], stats, axes=list(axes), keepdims=1)
+    epsilon = made.constant("epsilon", np.array(node.attrs.get("epsilon", 1e-5), np.float32))
+    deviation = made.op("Sqrt", [made.op("Add", [variance, epsilon], stats)], stats)
+    normed = made.op("Div", [centred, deviation], shape)
+    scaled = made.op("Mul", [normed, made.constant("scale", graph.constants[scale].reshape(per_channel))], shape)
+    made.nodes.append(Node(node.name, "Add", [scaled, made.constant("bias", graph.constants[bias].reshape(per_channel))],
+                           node.outputs, {}))  # fmt: skip
+    return made.nodes
 
 
 def _resize_as_products(graph: Graph, node: Node) -> list[Node]:
@@ -123,9 +176,9 @@ class _Made:
         self.graph.types[name] = TensorType(tuple(array.shape), array.dtype.name)
         return name
 
-    def op(self, op: str, inputs: list[str], shape: tuple[int, ...]) -> str:
+    def op(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs) -> str:
         out = self.value(op.lower(), shape)
-        self.nodes.append(Node(out, op, inputs, [out], {}))
+        self.nodes.append(Node(out, op, inputs, [out], attrs))
         return out
 
     def along_axis(self, x: str, shape: list[int], axis: int, weights: np.ndarray, fill: np.ndarray | None) -> str:
