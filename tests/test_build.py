@@ -296,6 +296,36 @@ def test_instance_normalization_and_1d_convolution_match_onnxruntime(tmp_path, s
     build_and_compare(normalized_net(spatial), "avx2", tmp_path / "built")
 
 
+TRANSPOSED = [((5, 6), 4, 6, 1, {"strides": [2, 2]}),
+              ((5, 6), 4, 6, 2, {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 0]}),
+              ((7,), 3, 5, 1, {"strides": [2], "pads": [1, 1]}),
+              ((4, 4), 8, 8, 8, {"strides": [2, 2], "kernel_shape": [4, 4], "pads": [1, 1, 1, 1]}),
+              ((5, 5), 2, 3, 1, {"dilations": [2, 2], "pads": [3, 3, 3, 3]}),
+              ((5, 5), 2, 3, 1, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+              ((5, 5), 2, 3, 1, {"strides": [2, 2], "output_shape": [10, 11]})]  # fmt: skip
+"""ConvTranspose cases: (spatial size, in, out channels, groups, attributes): strides
+per axis, uneven pads and output padding, 1-D, depthwise, dilation with pads beyond the
+filter's reach (a crop), SAME padding, an output shape."""
+
+
+@pytest.mark.parametrize("case", TRANSPOSED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[4].items()) or "plain")
+def test_transposed_convolutions_match_onnxruntime(tmp_path, case):
+    spatial, channels, out_channels, group, attrs = case
+    rng = np.random.default_rng(9)
+    kernel = attrs.get("kernel_shape", [3] * len(spatial))
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((channels, out_channels // group, *kernel), np.float32), "w"),
+             onnx.numpy_helper.from_array(rng.standard_normal(out_channels, np.float32), "b")]  # fmt: skip
+    nodes = [onnx.helper.make_node("ConvTranspose", ["input", "w", "b"], ["y"], group=group, **attrs),
+             onnx.helper.make_node("Relu", ["y"], ["out"])]  # fmt: skip
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(nodes, "transposed", [value("input", onnx.TensorProto.FLOAT, [1, channels, *spatial])],
+                                   [value("out", onnx.TensorProto.FLOAT, None)], inits)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    require_runnable(get_target("avx2"))
+    build_and_compare(onnx.shape_inference.infer_shapes(model), "avx2", tmp_path / "built")
+
+
 ODD_CHANNELS = (*range(1, 71), 440, 1000)
 """Channel counts 1..70 and the zoo's odd ones (RegNet-Y's 440, SqueezeNet's 1000)."""
 

@@ -126,6 +126,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Transpose": OpInfo(_S, _INJ, ref.transpose, kernel=_MV),
     "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV, (1, 2, 3)),
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
+    "ConvTranspose": OpInfo(_MM, _OUT, ref.conv_transpose, window_reads, _EA, (1, 2)),  # as a Conv
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.instance_normalization, kernel=_A, parameters=(1, 2)),  # as its ops
 }
 """Every operator the importer accepts, with all it needs (a test checks each row)."""

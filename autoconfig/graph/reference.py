@@ -5,7 +5,7 @@ per operator taking the node's attributes and input arrays; the operator table
 They are the correctness reference for everything the project generates (constants
 are folded at import by onnx's own reference, `graph.fold`). Where onnx's own
 reference implementation serves (`onnx_reference`: windowed pools, linear and cubic
-Resize, InstanceNormalization), it is used; the rest are written here because they
+Resize, InstanceNormalization, ConvTranspose), it is used; the rest are written here because they
 run on the index maps of data movement (`autoconfig.movement`), where onnx's
 evaluator would build and check a model per call (milliseconds each), and
 convolution and matrix products because onnx's are too slow for whole models (here sliding windows and einsum, one
@@ -74,6 +74,11 @@ def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> li
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model).run(None, given)
+
+
+def conv_transpose(a: dict, x, w, b=None):
+    """onnx's: the build computes it as a convolution (`graph.simplify`)."""
+    return onnx_reference("ConvTranspose", a, x, w, b)[0]
 
 
 def instance_normalization(a: dict, x, scale, bias):

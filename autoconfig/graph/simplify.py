@@ -7,6 +7,9 @@
   product per resized axis (`_resize_as_products`): interpolation is separable, and
   each axis' weights are a constant out × in matrix;
 - a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`);
+- ConvTranspose becomes the convolution it is the transpose of (`_transposed_conv`):
+  zeros inserted between the input's pixels, then a stride-1 convolution by the
+  flipped filters (s² the multiply-adds of the scatter form at stride s);
 - InstanceNormalization becomes its definition (`_instance_norm_as_ops`): per image
   and channel, the mean and variance over the spatial axes (ReduceMean), then
   elementwise ops, which the fusion planner groups like any others.
@@ -84,7 +87,71 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _instance_norm_as_ops(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)
+    if node.op == "ConvTranspose":
+        return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     return [node]
+
+
+def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
+    """ConvTranspose as a convolution: the input with s−1 zeros after each pixel along
+    each axis, cropped or padded to d·(k−1) less the transposed convolution's pads,
+    convolved at stride 1 and dilation d by each group's filters flipped, their input
+    and output channels swapped."""
+    x, weight = node.inputs[:2]
+    if not graph.is_constant(weight):
+        raise AutoconfigError(f"node {node.name!r} (ConvTranspose): computed weights are not generated")
+    shape, out_shape, w = graph.types[x].shape, graph.types[node.outputs[0]].shape, graph.constants[weight]
+    rank, a, group = len(shape) - 2, node.attrs, node.attrs.get("group", 1)
+    if rank not in (1, 2):
+        raise AutoconfigError(f"node {node.name!r} (ConvTranspose): only 1-D and 2-D ones are generated, not {rank}-D")
+    strides, dilations, kernel = a.get("strides", [1] * rank), a.get("dilations", [1] * rank), w.shape[2:]
+    made = _Made(graph, node.name)
+    z, inserted = _with_zeros_between(made, x, shape, strides)
+    reach = [d * (k - 1) for d, k in zip(dilations, kernel)]
+    lo = [r - b for r, b in zip(reach, _transposed_begins(a, shape[2:], out_shape[2:], kernel, strides, dilations))]
+    hi = [o - n - low + r for o, n, low, r in zip(out_shape[2:], inserted, lo, reach)]
+    if min(lo + hi) < 0:  # pads wider than the filter's reach crop the input
+        starts, ends = [max(0, -v) for v in lo], [n - max(0, -v) for n, v in zip(inserted, hi)]
+        axes = list(range(2, rank + 2))
+        z = made.op("Slice", [z, *(made.constant(what, np.array(v, np.int64)) for what, v in
+                                   (("starts", starts), ("ends", ends), ("axes", axes)))],
+                    (*shape[:2], *(e - b for b, e in zip(starts, ends))))  # fmt: skip
+    groups_first = w.reshape(group, w.shape[0] // group, w.shape[1], *kernel).swapaxes(1, 2)
+    flipped = np.flip(groups_first, axis=tuple(range(3, 3 + rank))).reshape(group * w.shape[1], -1, *kernel)
+    filters = made.constant("filters", np.ascontiguousarray(flipped, np.float32))
+    made.nodes.append(Node(node.name, "Conv", [z, filters, *node.inputs[2:]], node.outputs,
+                           {"kernel_shape": list(kernel), "dilations": list(dilations), "group": group,
+                            "pads": [max(0, v) for v in lo] + [max(0, v) for v in hi]}))  # fmt: skip
+    return made.nodes
+
+
+def _transposed_begins(a: dict, sizes, out_sizes, kernel, strides, dilations) -> list[int]:
+    """A ConvTranspose's padding before each axis: its pads, or (auto_pad SAME_* or an
+    output_shape) the spec's split of the total padding its output size implies."""
+    auto = a.get("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [0] * len(sizes)
+    if auto == "NOTSET" and "output_shape" not in a:
+        return list(a.get("pads", [0] * 2 * len(sizes))[: len(sizes)])
+    extra = a.get("output_padding", [0] * len(sizes))
+    totals = [s * (n - 1) + e + (k - 1) * d + 1 - o
+              for s, n, e, k, d, o in zip(strides, sizes, extra, kernel, dilations, out_sizes)]  # fmt: skip
+    return [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals]
+
+
+def _with_zeros_between(made: _Made, x: str, shape: tuple[int, ...], strides) -> tuple[str, list[int]]:
+    """`x` with s−1 zeros after each pixel along each spatial axis (a Pad of a view with
+    a unit axis after each spatial one), and its new spatial sizes."""
+    sizes = [n * s for n, s in zip(shape[2:], strides)]
+    if all(s == 1 for s in strides):
+        return x, sizes
+    spread = [*shape[:2], *(v for n in shape[2:] for v in (n, 1))]
+    view = made.op("Reshape", [x, made.constant("shape", np.array(spread, np.int64))], tuple(spread))
+    pads = [0] * len(spread) + [0, 0, *(v for s in strides for v in (0, s - 1))]
+    padded = made.op("Pad", [view, made.constant("pads", np.array(pads, np.int64))],
+                     (*shape[:2], *(v for n, s in zip(shape[2:], strides) for v in (n, s))))  # fmt: skip
+    full = (*shape[:2], *sizes)
+    return made.op("Reshape", [padded, made.constant("shape", np.array(full, np.int64))], full), sizes
 
 
 def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
@@ -165,13 +232,22 @@ class _Made:
     def __init__(self, graph: Graph, stem: str):
         self.graph, self.stem, self.nodes = graph, stem, []
 
+    def fresh(self, what: str) -> str:
+        """A value name not yet in the graph (nodes made in place of another's made nodes
+        share the stem)."""
+        name = f"{self.stem}.{what}"
+        suffix = 0
+        while f"{name}{suffix}" in self.graph.types:
+            suffix += 1
+        return f"{name}{suffix}"
+
     def value(self, what: str, shape: tuple[int, ...]) -> str:
-        name = f"{self.stem}.{what}{len(self.nodes)}"
+        name = self.fresh(what)
         self.graph.types[name] = TensorType(tuple(int(d) for d in shape), "float32")
         return name
 
     def constant(self, what: str, array: np.ndarray) -> str:
-        name = f"{self.stem}.{what}{len(self.nodes)}_{len(self.graph.constants)}"
+        name = self.fresh(what)
         self.graph.constants[name] = array
         self.graph.types[name] = TensorType(tuple(array.shape), array.dtype.name)
         return name
