@@ -33,13 +33,14 @@ test: $(BIN)/.installed cross-tools
 	$(BIN)/python -m pytest -q
 
 # The peers' environment for scripts/compare_tvm.py, compare_fusion.py's TVM column and
-# bench_models.py's OpenVINO column:
-# TVM 0.27 (Relax, MetaSchedule) and OpenVINO 2026.4 apart from
+# bench_models.py's OpenVINO and IREE columns:
+# TVM 0.27 (Relax, MetaSchedule), OpenVINO 2026.4 and IREE 3.13 apart from
 # the project, which never depends on them.
 # apache-tvm-ffi 0.1.15 segfaults when tuning starts; xgboost-cpu is MetaSchedule's
 # cost model without the GPU library the plain xgboost wheel pulls.
 PEERS := .peers
-PEERS_PACKAGES := apache-tvm==0.27.0 apache-tvm-ffi==0.1.14.post0 xgboost-cpu psutil cloudpickle onnx numpy openvino==2026.4.1
+PEERS_PACKAGES := apache-tvm==0.27.0 apache-tvm-ffi==0.1.14.post0 xgboost-cpu psutil cloudpickle onnx numpy openvino==2026.4.1 \
+                  iree-base-compiler==3.13.0 iree-base-runtime==3.13.0
 
 # An environment apart from the project's: $(call side_env,DIR,PACKAGES).
 define side_env

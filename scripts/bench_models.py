@@ -10,9 +10,12 @@ onnxruntime's outputs on a fixed random input as the reference, then times every
 with the harness (scripts/harness.py): each peer in its own fresh process per round,
 its thread count through its own control (our build's thread budget; onnxruntime's
 intra-op threads, all graph optimizations on; OpenVINO's inference threads, f32
-inference and the latency hint, run in the peers' environment of `make peers` and left
-out when it is missing), pinned alike. Each peer's outputs are
-checked against the reference before timing (max error <= 1e-4 of the range).
+inference and the latency hint; IREE's task pool, llvm-cpu for this CPU, the fastest of
+a few flag presets measured in the same run (`iree_peer.py`, compile times reported);
+OpenVINO and IREE run in the peers' environment of `make peers` and are left out when
+it is missing), pinned alike. Each peer's outputs are checked against the reference
+before timing (max error <= 1e-4 of the range); a peer that fails on a model (or
+answers wrong) is a cell with its one-line reason, not the end of the run.
 
 Per model and thread count: latency (median ± half the IQR), each peer's peak RSS (the
 process' maximum resident set after its first run, one model per process: Python,
@@ -70,6 +73,10 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
 
         def call() -> object:
             return session.run(None, feeds)
+    elif peer == "iree":
+        import iree_peer
+
+        call, outputs, accuracy = iree_peer.prepared(task["onnx"], Path(task["inputs"]).parent, feeds, threads)
     elif peer == "openvino":
         from autoconfig.bench import openvino_request
 
@@ -99,14 +106,17 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     return harness.Prepared(call, info if peer == "onnxruntime" else info | accuracy)
 
 
+APART = ("openvino", "iree")
+"""Peers run under the peers' Python (`make peers`), apart from the project's."""
+
+
 def interpreter(peer: str) -> str:
-    """OpenVINO runs under the peers' Python (`make peers`); the others under this one."""
-    return os.environ[harness.PEERS_ENV] if peer == "openvino" else sys.executable
+    return os.environ[harness.PEERS_ENV] if peer in APART else sys.executable
 
 
 def environment(peer: str, threads: int) -> dict:
     """The project on the peers' path, for the shared error measure and OpenVINO's settings."""
-    return {"PYTHONPATH": str(harness.SCRIPTS.parent)} if peer == "openvino" else {}
+    return {"PYTHONPATH": str(harness.SCRIPTS.parent)} if peer in APART else {}
 
 
 def peak_rss_mb() -> float:
@@ -127,6 +137,10 @@ def versions(peer: str) -> dict:
         import openvino
 
         return {"openvino": openvino.__version__}
+    if peer == "iree":
+        from importlib import metadata
+
+        return {"iree": metadata.version("iree-base-runtime")}
     import autoconfig
 
     return {"autoconfig": autoconfig.__version__}
@@ -198,32 +212,45 @@ def program_digest(manifest: dict) -> str:
 
 
 def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> list[dict]:
-    """One row per model: each peer's latency (ms), spread, peak RSS; builds; ratios."""
+    """One row per model: each peer's latency (ms), spread, peak RSS (None where the peer
+    failed, with its reason); builds; ratios."""
     rows = []
     for i, task in enumerate(tasks):
-        ms = {p: timed[p][i]["timing"]["median"] * 1e3 for p in PEERS}
+        ran = [p for p in PEERS if "timing" in timed[p][i]]
+        ms = {p: timed[p][i]["timing"]["median"] * 1e3 if p in ran else None for p in PEERS}
         dp = task["builds"][f"dp/{threads}"]
         rows.append({
-            "model": task["model"], "ms": ms,
-            "spread": {p: timed[p][i]["timing"]["q3"] / timed[p][i]["timing"]["median"] - 1 for p in PEERS},
-            "rss_mb": {p: timed[p][i]["info"]["peak_rss_mb"] for p in PEERS},
+            "model": task["model"], "ms": ms, "failed": {p: timed[p][i]["failed"] for p in PEERS if p not in ran},
+            "spread": {p: timed[p][i]["timing"]["q3"] / timed[p][i]["timing"]["median"] - 1 for p in ran},
+            "rss_mb": {p: timed[p][i]["info"]["peak_rss_mb"] for p in ran},
+            "peer_info": {p: timed[p][i]["info"] for p in ran if p in APART},
             "kernels": {f: task["builds"][f"{f}/{threads}"]["kernels"] for f in FUSIONS},
             "build_s": {f: task["builds"][f"{f}/{threads}"]["seconds"] for f in FUSIONS},
             "same_as_dp": {f: task["builds"][f"{f}/{threads}"]["program"] == dp["program"] for f in FUSIONS[1:]},
             "predicted_ms": dp["predicted_ms"],
-            "spearman": timed["autoconfig-dp"][i]["info"]["spearman"],
+            "spearman": timed["autoconfig-dp"][i].get("info", {}).get("spearman", float("nan")),
         })  # fmt: skip
     return rows
 
 
-SHORT = {"onnxruntime": "ORT", "openvino": "OV"}
+SHORT = {"onnxruntime": "ORT", "openvino": "OV", "iree": "IREE"}
 """The other peers' names in the printed table."""
 
 
+def _cell(value: float | None, width: int, digits: int = 2, mark: str = "") -> str:
+    return f"{format(value, f'.{digits}f') + mark:>{width}}" if value is not None else f"{'fail':>{width}}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b is not None else None
+
+
 def table(rows: list[dict]) -> list[str]:
-    """The printed table: latencies, ratios, memory, builds."""
+    """The printed table: latencies, ratios, memory, builds; then each failed peer's
+    reason, IREE's preset per model, and the geometric means of the ratios."""
     others = [p for p in PEERS if p in SHORT]
-    head = (f"{'model':<16}{'dp ms':>9}{'greedy':>9}{'none':>9}"
+    width = max([16, *(len(r["model"]) + 1 for r in rows)])
+    head = (f"{'model':<{width}}{'dp ms':>9}{'greedy':>9}{'none':>9}"
             + "".join(f"{SHORT[p] + ' ms':>9}{SHORT[p] + '/dp':>8}" for p in others) + f"{'greedy/dp':>10}"
             f"{'none/dp':>8}{'pred/dp':>8}{'rho':>6}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
     lines = [head, "-" * len(head)]
@@ -232,16 +259,23 @@ def table(rows: list[dict]) -> list[str]:
         dp = ms["autoconfig-dp"]
 
         def same(fusion: str) -> str:  # '=' marks a program byte-identical to dp's: its ratio is noise
-            return f"{ms[f'autoconfig-{fusion}'] / dp:.2f}{'=' if r['same_as_dp'][fusion] else ' '}"
+            return _cell(_ratio(ms[f"autoconfig-{fusion}"], dp), 0, mark="=" if r["same_as_dp"][fusion] else " ")
 
         lines.append(
-            f"{r['model']:<16}{dp:>9.2f}{ms['autoconfig-greedy']:>9.2f}{ms['autoconfig-none']:>9.2f}"
-            + "".join(f"{ms[p]:>9.2f}{ms[p] / dp:>8.2f}" for p in others) + f"{same('greedy'):>10}{same('none'):>8}"
-            f"{r['predicted_ms'] / dp:>8.2f}{r['spearman']:>6.2f}"
-            f"{r['rss_mb']['autoconfig-dp']:>8.0f}"
-            f"{r['rss_mb']['onnxruntime']:>8.0f}{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
+            f"{r['model']:<{width}}{_cell(dp, 9)}{_cell(ms['autoconfig-greedy'], 9)}{_cell(ms['autoconfig-none'], 9)}"
+            + "".join(f"{_cell(ms[p], 9)}{_cell(_ratio(ms[p], dp), 8)}" for p in others)
+            + f"{same('greedy'):>10}{same('none'):>8}{_cell(_ratio(r['predicted_ms'], dp), 8)}{r['spearman']:>6.2f}"
+            f"{_cell(r['rss_mb'].get('autoconfig-dp'), 8, 0)}{_cell(r['rss_mb'].get('onnxruntime'), 8, 0)}"
+            f"{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
         )  # fmt: skip
+    lines += [f"  {r['model']} {p}: {why}" for r in rows for p, why in r["failed"].items()]
+    lines += [f"  {r['model']} IREE: preset {i['preset']} (ms per preset {i['trial_ms']}, compile s {i['compile_s']})"
+              for r in rows if (i := r["peer_info"].get("iree"))]  # fmt: skip
+    for p in others:
+        ratios = [x for r in rows if (x := _ratio(r["ms"][p], r["ms"]["autoconfig-dp"])) is not None]
+        lines.append(f"  geomean {SHORT[p]}/dp: {harness.geomean(ratios):.2f} over {len(ratios)} model(s), "
+                     f"lowest {min(ratios, default=float('nan')):.2f}")  # fmt: skip
     return lines
 
 
@@ -257,7 +291,7 @@ def plot(by_threads: dict[int, list[dict]], path: str) -> None:
         x = np.arange(len(rows))
         width = 0.8 / len(PEERS)
         for i, p in enumerate(PEERS):
-            ax.bar(x + i * width, [r["ms"][p] for r in rows], width, label=p)
+            ax.bar(x + i * width, [r["ms"][p] or 0 for r in rows], width, label=p)  # a failed peer: no bar
         ax.set_yscale("log")  # VGG-16 takes ~20x MobileNet-V1's time
         ax.set_xticks(x + width * (len(PEERS) - 1) / 2, [r["model"] for r in rows])
         ax.set_ylabel("latency (ms)")
@@ -267,10 +301,10 @@ def plot(by_threads: dict[int, list[dict]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def openvino_installed(python: str | None) -> bool:
-    """Whether the peers' Python (`make peers`) exists and imports OpenVINO."""
+def installed_apart(python: str | None, module: str) -> bool:
+    """Whether the peers' Python (`make peers`) exists and imports `module`."""
     found = harness.peers_python(python)
-    return found is not None and subprocess.run([found, "-c", "import openvino"], capture_output=True,
+    return found is not None and subprocess.run([found, "-c", f"import {module}"], capture_output=True,
                                                 check=False).returncode == 0  # fmt: skip
 
 
@@ -283,10 +317,11 @@ def main() -> int:
     parser.add_argument("--peers-python", default=None,
                         help=f"the peers' Python, for OpenVINO (default {harness.PEERS_PYTHON}, from `make peers`)")
     args = parser.parse_args()
-    if openvino_installed(args.peers_python):
-        PEERS.append("openvino")
-    else:
-        print("OpenVINO: not in the peers' environment (run `make peers`); its column is left out", file=sys.stderr)
+    for peer, module in (("openvino", "openvino"), ("iree", "iree.runtime")):
+        if installed_apart(args.peers_python, module):
+            PEERS.append(peer)
+        else:
+            print(f"{peer}: not in the peers' environment (run `make peers`); its column is left out", file=sys.stderr)
 
     from autoconfig.graph import zoo
 
@@ -299,11 +334,12 @@ def main() -> int:
             timed = {p: [] for p in PEERS}
             for task in tasks:  # a process per model too: a peak RSS is one model's
                 one = harness.measure("bench_models", PEERS, [task], threads, rounds=args.rounds, reps=args.reps,
-                                      pin=not args.no_pin)  # fmt: skip
+                                      pin=not args.no_pin, tolerate=True)  # fmt: skip
                 for p in PEERS:
                     timed[p] += one[p]
             rows = by_threads[threads] = results(tasks, timed, threads)
-            print("\n" + report.heading(threads, {p: timed[p][0]["versions"] for p in PEERS}))
+            print("\n" + report.heading(threads, {p: next((t["versions"] for t in timed[p] if "versions" in t), {})
+                                                    for p in PEERS}))  # fmt: skip
             print(f"latency: median of {args.rounds} processes x {args.reps} samples per peer; RSS: peak resident "
                   "MB of the peer's process; build s: this run's builds (the first of a model "
                   f"{'from an empty kernel cache' if args.cold else 'with the kernel cache as found'}); "
@@ -312,7 +348,8 @@ def main() -> int:
             report.tables.append({"threads": threads, "rows": rows})
             for r in rows:
                 report.summary.append(f"{threads}T {r['model']}: " + ", ".join(
-                    f"{p}/dp {r['ms'][p] / r['ms']['autoconfig-dp']:.2f}" for p in PEERS if p in SHORT))  # fmt: skip
+                    f"{p}/dp {x:.2f}" if (x := _ratio(r["ms"][p], r["ms"]["autoconfig-dp"])) is not None
+                    else f"{p} failed" for p in PEERS if p in SHORT))  # fmt: skip
     report.save(args.json)
     plot(by_threads, args.plot)
     print(f"\nwrote {args.json} and {args.plot}")

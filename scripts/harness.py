@@ -225,26 +225,41 @@ def start(args, benchmark: str):
     return profile, path, report
 
 
+class PeerFailed(Exception):
+    """A peer's worker failed; the message is its one-line reason."""
+
+
 def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: int, *,
-            rounds: int, reps: int, pin: bool, progress: bool = True) -> dict[str, list[dict]]:  # fmt: skip
+            rounds: int, reps: int, pin: bool, progress: bool = True,
+            tolerate: bool = False) -> dict[str, list[dict]]:  # fmt: skip
     """Per peer, per task: {'timing', 'info', 'versions'}; each peer timed in `rounds`
-    fresh processes of its own (peers alternating), the samples of all rounds pooled."""
+    fresh processes of its own (peers alternating), the samples of all rounds pooled.
+    A peer whose worker fails ends the run, or with `tolerate` is {'failed': reason}
+    for every task (and not run again)."""
     samples: dict[str, list[list[float]]] = {p: [[] for _ in tasks] for p in peers}
     infos: dict[str, list[dict]] = {p: [{} for _ in tasks] for p in peers}
     versions: dict[str, dict] = {}
+    failed: dict[str, str] = {}
     for number in range(rounds):
         order = list(peers[number % len(peers):]) + list(peers[: number % len(peers)])
-        for peer in order:
+        for peer in (p for p in order if p not in failed):
             if progress:
                 print(f"  round {number + 1}/{rounds}: {peer}, {threads} thread(s), {len(tasks)} tasks",
                       file=sys.stderr, flush=True)  # fmt: skip
-            out = run_worker(module, peer, tasks, threads, reps, pin)
+            try:
+                out = run_worker(module, peer, tasks, threads, reps, pin)
+            except PeerFailed as err:
+                if not tolerate:
+                    sys.exit(str(err))
+                failed[peer] = str(err)
+                continue
             versions[peer] = out["versions"]
             for i, row in enumerate(out["rows"]):
                 samples[peer][i] += row["samples"]
                 infos[peer][i] = infos[peer][i] or row["info"]
     return {
-        peer: [{"timing": asdict(summarize(samples[peer][i])), "info": infos[peer][i], "versions": versions[peer]}
+        peer: [{"failed": failed[peer]} if peer in failed else
+               {"timing": asdict(summarize(samples[peer][i])), "info": infos[peer][i], "versions": versions[peer]}
                for i in range(len(tasks))]
         for peer in peers
     }  # fmt: skip
@@ -277,7 +292,7 @@ def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps
                           capture_output=True, text=True, env=env, check=False)  # fmt: skip
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"{peer} worker failed (exit {done.returncode}): {last}")
+        raise PeerFailed(f"{peer} worker failed (exit {done.returncode}): {last}")
     return json.loads(done.stdout)
 
 

@@ -77,7 +77,7 @@ def model_table(table: dict) -> list[str]:
     lines = ["| model | " + " | ".join(f"{p} ms" for p in peers) + " | predicted ms | kernel rank corr. |",
              "|---" * (len(peers) + 3) + "|"]  # fmt: skip
     for row in table["rows"]:
-        cells = [f"{row['ms'][p]:.2f}" if p in row["ms"] else "—" for p in peers]
+        cells = [f"{row['ms'][p]:.2f}" if row["ms"].get(p) is not None else "—" for p in peers]  # — : failed or absent
         predicted, spearman = row.get("predicted_ms"), row.get("spearman")
         lines.append(f"| {row['model']} | " + " | ".join(cells)
                      + f" | {predicted:.2f} | {spearman:.2f} |" if predicted and spearman is not None
@@ -97,7 +97,7 @@ def plot(table: dict, title: str, out: Path) -> None:
     width = 0.8 / len(peers)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for i, peer in enumerate(peers):
-        ratios = [row["ms"].get(peer, float("nan")) / row["ms"]["onnxruntime"] for row in rows]
+        ratios = [(row["ms"].get(peer) or float("nan")) / (row["ms"]["onnxruntime"] or float("nan")) for row in rows]
         ax.bar([x + i * width for x in range(len(rows))], ratios, width, label=peer)
     ax.set_xticks([x + width * (len(peers) - 1) / 2 for x in range(len(rows))], [row["model"] for row in rows])
     ax.axhline(1.0, color="gray", linewidth=0.8)
@@ -149,7 +149,8 @@ def headline(chosen: dict[tuple[str, str], Run]) -> list[str]:
             if not lines:
                 lines = ["| host (`lscpu`, profile) | threads | " + " | ".join(r["model"] for r in table["rows"])
                          + " | date, commit |", "|---" * (len(table["rows"]) + 3) + "|"]  # fmt: skip
-            ratios = [f"{r['ms']['onnxruntime'] / r['ms']['autoconfig-dp']:.2f}x" for r in table["rows"]]
+            ratios = [f"{r['ms']['onnxruntime'] / r['ms']['autoconfig-dp']:.2f}x" if r["ms"]["onnxruntime"] else "—"
+                      for r in table["rows"]]  # fmt: skip
             lines.append(f"| {data['host']['model_name']}, {profile} | {table['threads']} | " + " | ".join(ratios)
                          + f" | {run.date}, {data['host']['commit']} |")  # fmt: skip
     return lines
