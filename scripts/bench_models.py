@@ -12,7 +12,8 @@ its thread count through its own control (our build's thread budget; onnxruntime
 intra-op threads, all graph optimizations on; OpenVINO's inference threads, f32
 inference and the latency hint; IREE's task pool, llvm-cpu for this CPU, the fastest of
 a few flag presets measured in the same run (`iree_peer.py`, compile times reported);
-OpenVINO and IREE run in the peers' environment of `make peers` and are left out when
+TVM's Relax build of the model, untuned (`tvm_peer.py`; MetaSchedule tuning takes hours
+per model: `compare_tvm.py` tunes); OpenVINO, IREE and TVM run in the peers' environment of `make peers` and are left out when
 it is missing), pinned alike. Each peer's outputs are checked against the reference
 before timing (max error <= 1e-4 of the range); a peer that fails on a model (or
 answers wrong) is a cell with its one-line reason, not the end of the run.
@@ -73,6 +74,10 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
 
         def call() -> object:
             return session.run(None, feeds)
+    elif peer == "tvm":
+        import tvm_peer
+
+        call, outputs, accuracy = tvm_peer.prepared(task["onnx"], Path(task["inputs"]).parent, feeds, threads)
     elif peer == "iree":
         import iree_peer
 
@@ -106,7 +111,7 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
     return harness.Prepared(call, info if peer == "onnxruntime" else info | accuracy)
 
 
-APART = ("openvino", "iree")
+APART = ("openvino", "iree", "tvm")
 """Peers run under the peers' Python (`make peers`), apart from the project's."""
 
 
@@ -115,8 +120,10 @@ def interpreter(peer: str) -> str:
 
 
 def environment(peer: str, threads: int) -> dict:
-    """The project on the peers' path, for the shared error measure and OpenVINO's settings."""
-    return {"PYTHONPATH": str(harness.SCRIPTS.parent)} if peer in APART else {}
+    """The project on the peers' path, for the shared error measure and OpenVINO's
+    settings; TVM's thread pool size."""
+    return ({"PYTHONPATH": str(harness.SCRIPTS.parent)} if peer in APART else {}) | (
+        {"TVM_NUM_THREADS": str(threads)} if peer == "tvm" else {})
 
 
 def peak_rss_mb() -> float:
@@ -141,6 +148,10 @@ def versions(peer: str) -> dict:
         from importlib import metadata
 
         return {"iree": metadata.version("iree-base-runtime")}
+    if peer == "tvm":
+        import tvm
+
+        return {"tvm": tvm.__version__}
     import autoconfig
 
     return {"autoconfig": autoconfig.__version__}
@@ -233,7 +244,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
     return rows
 
 
-SHORT = {"onnxruntime": "ORT", "openvino": "OV", "iree": "IREE"}
+SHORT = {"onnxruntime": "ORT", "openvino": "OV", "iree": "IREE", "tvm": "TVM"}
 """The other peers' names in the printed table."""
 
 
@@ -317,7 +328,7 @@ def main() -> int:
     parser.add_argument("--peers-python", default=None,
                         help=f"the peers' Python, for OpenVINO (default {harness.PEERS_PYTHON}, from `make peers`)")
     args = parser.parse_args()
-    for peer, module in (("openvino", "openvino"), ("iree", "iree.runtime")):
+    for peer, module in (("openvino", "openvino"), ("iree", "iree.runtime"), ("tvm", "tvm")):
         if installed_apart(args.peers_python, module):
             PEERS.append(peer)
         else:

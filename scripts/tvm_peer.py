@@ -18,6 +18,7 @@ A job comes as JSON on stdin and the answer goes as JSON to stdout:
 - ``{"job": "model", "onnx": PATH, "trials": N, "threads": P, "out": LIB}``: the whole
   model imported by Relax's ONNX frontend and compiled to LIB, untuned when N is 0,
   else tuned as ``static_shape_tuning_pipeline`` does with at most N trials per task.
+- `prepared`: bench_models.py's TVM column, the untuned model run in its worker.
 
 Tuning costs: MetaSchedule's builder is the TVMScript parser, which calls
 ``inspect.stack()`` for every ``@T.prim_func`` it builds; that walks every frame and,
@@ -33,6 +34,7 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 COST_MODEL = "xgb"
 """MetaSchedule's default cost model (XGBoost, from the xgboost-cpu wheel: the plain
@@ -198,6 +200,29 @@ def model(onnx_path: str, trials: int, threads: int, out: str) -> dict:
     seconds = time.perf_counter() - start
     executable.export_library(out)
     return {"build_s": seconds, "tasks": tasks}
+
+
+def prepared(onnx_path: str, work: Path, feeds: dict, threads: int):
+    """(call, outputs by name, info) of the whole model as Relax compiles it untuned
+    (`model` with no trials; compiled once per run and thread count, kept in `work`),
+    run by Relax's virtual machine (bench_models.py's TVM column)."""
+    import numpy as np
+    import onnx
+    import tvm
+    from tvm import relax
+
+    library = work / f"{Path(onnx_path).stem}.tvm{threads}.so"
+    record = library.with_suffix(".json")
+    if not library.exists():
+        record.write_text(json.dumps(model(onnx_path, 0, threads, str(library))))
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), device)
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    args = [tvm.runtime.tensor(feeds[i.name], device) for i in graph.input if i.name in feeds]
+    result = vm["main"](*args)
+    results = list(result) if isinstance(result, (list, tuple, tvm.ir.Array)) else [result]
+    outputs = {o.name: np.asarray(r.numpy()) for o, r in zip(graph.output, results)}
+    return (lambda: vm["main"](*args)), outputs, {"build_s": round(json.loads(record.read_text())["build_s"], 1)}
 
 
 def main() -> int:
