@@ -291,8 +291,9 @@ def run_worker(module: str, peer: str, tasks: Sequence[dict], threads: int, reps
     done = subprocess.run([python, str(Path(__file__).resolve()), "--worker"], input=json.dumps(job),
                           capture_output=True, text=True, env=env, check=False)  # fmt: skip
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PeerFailed(f"{peer} worker failed (exit {done.returncode}): {last}")
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        why = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1])  # a compiler's last words are often advice
+        raise PeerFailed(f"{peer} worker failed (exit {done.returncode}): {why.strip()[:300]}")
     return json.loads(done.stdout)
 
 
