@@ -282,6 +282,7 @@ def table(rows: list[dict]) -> list[str]:
         )  # fmt: skip
     lines += [f"  {r['model']} {p}: {why}" for r in rows for p, why in r["failed"].items()]
     lines += [f"  {r['model']} IREE: preset {i['preset']} (ms per preset {i['trial_ms']}, compile s {i['compile_s']})"
+              + (f"; not compiled: {i['failed_presets']}" if i.get("failed_presets") else "")
               for r in rows if (i := r["peer_info"].get("iree"))]  # fmt: skip
     for p in others:
         ratios = [x for r in rows if (x := _ratio(r["ms"][p], r["ms"]["autoconfig-dp"])) is not None]
