@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
-from onnx.reference import ReferenceEvaluator
 
 from autoconfig.errors import AutoconfigError
+from autoconfig.graph.reference import onnx_node_outputs
 
 SHAPE_READERS = frozenset({"Shape", "Size"})
 """Operators that read only their input's shape, not its values."""
@@ -87,7 +87,7 @@ def _evaluate(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: di
             dtype, shape = shapes[name]
             feeds[name] = np.broadcast_to(np.zeros((), dtype), shape)
     try:
-        outputs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+        outputs = onnx_node_outputs(node, feeds, opset)
     except Exception as err:  # onnx's reference raises whatever its numpy code meets
         raise AutoconfigError(f"{source}: node {node.name!r} ({node.op_type}): cannot fold its constant "
                               f"inputs: {' '.join(str(err).split())[:200]}") from None  # fmt: skip

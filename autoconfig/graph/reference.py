@@ -59,21 +59,23 @@ def _pads(a: dict, spatial, kernel, strides, dilations) -> list[int]:
     return [out[0][0], out[1][0], out[0][1], out[1][1]]
 
 
-def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> list[np.ndarray]:
-    """`op` on `inputs` by onnx's own reference implementation (`ReferenceEvaluator`):
-    for operators whose every variant (N-D windows, dilations, auto_pad, ceil mode) is
-    not worth writing again; a few milliseconds a call, so for folding and tests only."""
-    from onnx import TensorProto, helper
+def onnx_node_outputs(node, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
+    """An ONNX node's outputs by onnx's own reference implementation (`ReferenceEvaluator`)
+    at `opset`, its inputs by name in `feeds`: a few milliseconds a call."""
     from onnx.reference import ReferenceEvaluator
 
+    return ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+
+
+def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> list[np.ndarray]:
+    """`op` with attributes `a` on `inputs` (None where omitted) by onnx's reference:
+    for operators whose every variant (N-D windows, dilations, auto_pad, ceil mode) is
+    not worth writing again; for the interpreter and tests only."""
+    from onnx import helper
+
     names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    node = helper.make_node(op, names, ["y"], **a)
-    given = {n: x for n, x in zip(names, inputs) if n}
-    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype),
-                                                                         None) for n, x in given.items()],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, given)
+    feeds = {n: x for n, x in zip(names, inputs) if n}
+    return onnx_node_outputs(helper.make_node(op, names, ["y"], **a), feeds, opset)
 
 
 def conv_transpose(a: dict, x, w, b=None):
