@@ -28,7 +28,8 @@ plan: then the ratio measures only the run-to-run noise). JSON and a plot of the
 latencies.
 
 Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
-       [--models mobilenet_v1 model.onnx ...] [--cold] [--json F] [--plot F] [--no-pin]
+       [--models mobilenet_v1 model.onnx ...] [--fusions dp greedy none]
+       [--peers onnxruntime openvino iree tvm] [--cold] [--json F] [--plot F] [--no-pin]
 Needs: pip install -e '.[test,bench]' (onnxruntime, matplotlib).
 """
 
@@ -47,8 +48,12 @@ import numpy as np
 import harness
 from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, spearman
 
-FUSIONS = ("dp", "greedy", "none")
-PEERS = [f"autoconfig-{f}" for f in FUSIONS] + ["onnxruntime"]
+FUSIONS = ["dp", "greedy", "none"]
+"""Our builds timed, dp first (every ratio is over dp's latency); --fusions narrows them."""
+OTHERS = ("onnxruntime", "openvino", "iree", "tvm")
+"""The other peers; --peers narrows them (those of the peers' environment need it)."""
+PEERS: list[str] = []
+"""The columns of this run: our builds', then the other peers' (set in main)."""
 KERNEL_RUNS = 10
 """Runs whose per-kernel times' medians are held against the predictions."""
 
@@ -261,9 +266,11 @@ def table(rows: list[dict]) -> list[str]:
     reason, IREE's preset per model, and the geometric means of the ratios."""
     others = [p for p in PEERS if p in SHORT]
     width = max([16, *(len(r["model"]) + 1 for r in rows)])
-    head = (f"{'model':<{width}}{'dp ms':>9}{'greedy':>9}{'none':>9}"
-            + "".join(f"{SHORT[p] + ' ms':>9}{SHORT[p] + '/dp':>8}" for p in others) + f"{'greedy/dp':>10}"
-            f"{'none/dp':>8}{'pred/dp':>8}{'rho':>6}{'RSS dp':>8}{'RSS ORT':>8}{'kernels d/g/n':>15}{'build s d/g/n':>16}")  # fmt: skip
+    short = "/".join(f[0] for f in FUSIONS)
+    head = (f"{'model':<{width}}{'dp ms':>9}" + "".join(f"{f:>9}" for f in FUSIONS[1:])
+            + "".join(f"{SHORT[p] + ' ms':>9}{SHORT[p] + '/dp':>8}" for p in others)
+            + "".join(f"{f + '/dp':>10}" for f in FUSIONS[1:]) + f"{'pred/dp':>8}{'rho':>6}{'RSS dp':>8}"
+            f"{'RSS ORT':>8}{'kernels ' + short:>15}{'build s ' + short:>16}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         ms = r["ms"]
@@ -273,9 +280,10 @@ def table(rows: list[dict]) -> list[str]:
             return _cell(_ratio(ms[f"autoconfig-{fusion}"], dp), 0, mark="=" if r["same_as_dp"][fusion] else " ")
 
         lines.append(
-            f"{r['model']:<{width}}{_cell(dp, 9)}{_cell(ms['autoconfig-greedy'], 9)}{_cell(ms['autoconfig-none'], 9)}"
+            f"{r['model']:<{width}}{_cell(dp, 9)}" + "".join(_cell(ms[f"autoconfig-{f}"], 9) for f in FUSIONS[1:])
             + "".join(f"{_cell(ms[p], 9)}{_cell(_ratio(ms[p], dp), 8)}" for p in others)
-            + f"{same('greedy'):>10}{same('none'):>8}{_cell(_ratio(r['predicted_ms'], dp), 8)}{r['spearman']:>6.2f}"
+            + "".join(f"{same(f):>10}" for f in FUSIONS[1:])
+            + f"{_cell(_ratio(r['predicted_ms'], dp), 8)}{r['spearman']:>6.2f}"
             f"{_cell(r['rss_mb'].get('autoconfig-dp'), 8, 0)}{_cell(r['rss_mb'].get('onnxruntime'), 8, 0)}"
             f"{'/'.join(str(r['kernels'][f]) for f in FUSIONS):>15}"
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
@@ -328,8 +336,15 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="each model's first build from an empty kernel cache")
     parser.add_argument("--peers-python", default=None,
                         help=f"the peers' Python, for OpenVINO (default {harness.PEERS_PYTHON}, from `make peers`)")
+    parser.add_argument("--fusions", nargs="+", default=list(FUSIONS), choices=FUSIONS,
+                        help="our builds to time (dp always: the ratios are over it)")
+    parser.add_argument("--peers", nargs="+", default=OTHERS, choices=OTHERS, help="the other peers to time")
     args = parser.parse_args()
+    FUSIONS[:] = ["dp", *(f for f in args.fusions if f != "dp")]
+    PEERS[:] = [f"autoconfig-{f}" for f in FUSIONS] + (["onnxruntime"] if "onnxruntime" in args.peers else [])
     for peer, module in (("openvino", "openvino"), ("iree", "iree.runtime"), ("tvm", "tvm")):
+        if peer not in args.peers:
+            continue
         if installed_apart(args.peers_python, module):
             PEERS.append(peer)
         else:
