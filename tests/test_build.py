@@ -506,3 +506,30 @@ def test_a_wide_pooling_window_is_priced_by_its_loads():
     assert "load-bound" in wide_pool.explain
     assert wide_pool.predicted_ns > loads / Machine.of(profile).vector_loads_per_ns()
     assert wide_pool.predicted_ns > 10 * small_pool.predicted_ns
+
+
+def atrous_net() -> onnx.ModelProto:
+    """DeepLab's atrous pyramid on a small map: 3x3 windows dilated past the input, so
+    some taps read only padding (dilation 12 rows on 9 rows: only the middle row is
+    live; 4 columns on 11: all are; 9 and 12 at stride 2: only the middle tap), one
+    grouped."""
+    b = zoo.Builder("atrous_net", 9)
+    rng = np.random.default_rng(9)
+
+    def atrous(dilations: list[int], stride: int = 1, group: int = 1) -> str:
+        w = b.const("w", rng.standard_normal((8, 8 // group, 3, 3), dtype=np.float32))
+        return b.op("Conv", ["input", w], kernel_shape=[3, 3], dilations=dilations, pads=dilations * 2,
+                    strides=[stride, stride], group=group)  # fmt: skip
+
+    branches = [atrous([12, 4]), atrous([9, 12], stride=2, group=4), atrous([1, 1])]
+    pooled = [b.op("GlobalAveragePool", [y]) for y in branches]
+    return b.model("input", [1, 8, 9, 11], [(b.op("Concat", pooled, axis=1), [1, 24, 1, 1])])
+
+
+def test_taps_that_read_only_padding_are_dropped(tmp_path):
+    graph = import_model(atrous_net())
+    windows = [graph.types[n.inputs[1]].shape[2:] for n in graph.nodes if n.op == "Conv"]
+    pads = [n.attrs["pads"] for n in graph.nodes if n.op == "Conv"]
+    assert windows == [(1, 3), (1, 1), (3, 3)] and pads[:2] == [[0, 4, 0, 4], [0, 0, 0, 0]]
+    require_runnable(get_target("avx2"))
+    build_and_compare(atrous_net(), "avx2", tmp_path / "net")

@@ -10,6 +10,9 @@
 - ConvTranspose becomes the convolution it is the transpose of (`_transposed_conv`):
   zeros inserted between the input's pixels, then a stride-1 convolution by the
   flipped filters (s² the multiply-adds of the scatter form at stride s);
+- a convolution's taps that read only padding at every output position (a dilated
+  window wider than its input, as in DeepLab's atrous pyramid) are dropped, with the
+  pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds;
 - InstanceNormalization becomes its definition (`_instance_norm_as_ops`): per image
   and channel, the mean and variance over the spatial axes (ReduceMean), then
   elementwise ops, which the fusion planner groups like any others.
@@ -89,7 +92,36 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _conv1d_as_2d(graph, node)
     if node.op == "ConvTranspose":
         return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
+    if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 4 and graph.is_constant(node.inputs[1]):
+        _live_taps(graph, node)
     return [node]
+
+
+def _live_taps(graph: Graph, node: Node) -> None:
+    """Crop `node`'s window, along each spatial axis, to the taps some output position
+    reads inside the input (explicit pads only); a pad the crop would make negative
+    leaves that axis whole."""
+    a, weight = node.attrs, graph.constants[node.inputs[1]]
+    if a.get("auto_pad", "NOTSET") != "NOTSET" or not np.isfinite(weight).all():  # 0·inf is no zero
+        return
+    sizes, outs = graph.types[node.inputs[0]].shape[2:], graph.types[node.outputs[0]].shape[2:]
+    pads, dilations, strides = list(a.get("pads", [0] * 4)), a.get("dilations", [1, 1]), a.get("strides", [1, 1])
+    crop = [slice(None)] * 4
+    for axis in range(2):
+        k, d, s, size = weight.shape[2 + axis], dilations[axis], strides[axis], sizes[axis]
+        live = [i for i in range(k) if any(0 <= y * s - pads[axis] + i * d < size for y in range(outs[axis]))]
+        if not live or (live[0], live[-1]) == (0, k - 1):
+            continue
+        begin, end = pads[axis] - live[0] * d, pads[axis + 2] - (k - 1 - live[-1]) * d
+        if begin >= 0 and end >= 0:
+            pads[axis], pads[axis + 2], crop[2 + axis] = begin, end, slice(live[0], live[-1] + 1)
+    if crop == [slice(None)] * 4:
+        return
+    kept = np.ascontiguousarray(weight[tuple(crop)])
+    name = f"{node.name}.live_taps"
+    graph.constants[name], graph.types[name] = kept, TensorType(kept.shape, "float32")
+    node.inputs = [node.inputs[0], name, *node.inputs[2:]]
+    node.attrs = {**a, "pads": pads, "kernel_shape": list(kept.shape[2:])}
 
 
 def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
