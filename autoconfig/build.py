@@ -182,7 +182,10 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
                       ELEMENTWISE_GROUP if kinds == {Kernel.ELEMENTWISE} else "")  # fmt: skip
         b.anchor_of |= {n.name: anchor for n in nodes}
         compute = [n for n in nodes if info(n).kernel is not Kernel.VIEW]
-        b.after_anchor |= {n.name: [m for m in compute if m is not n] for n in compute if n.op == anchor}
+        for i, n in enumerate(compute):
+            if n.op == anchor:
+                b.before_anchor[n.name], b.after_anchor[n.name] = compute[:i], compute[i + 1:]
+                b.prologue_of |= {m.name: n for m in compute[:i]}
     kernels = []
     for members in _group_order(graph, plan.groups):
         group = _lower_named(b, [graph.nodes[v] for v in members])

@@ -134,6 +134,8 @@ class Builder:
         self.layouts: dict[str, kc.Layout] = {}  # values held channel-blocked (the others: NCHW)
         self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
         self.after_anchor: dict[str, list[Node]] = {}  # an anchor -> the ops of its group after it (build_model)
+        self.before_anchor: dict[str, list[Node]] = {}  # an anchor -> its prologue: the ops of its group before it
+        self.prologue_of: dict[str, Node] = {}  # an op of an anchor's prologue -> the anchor
         self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
         self.transforming = False  # lowering a transform: its buffers are not the kernel's (finish_step)
         self.touched: set[int] = set()  # buffers the kernel being lowered uses

@@ -102,12 +102,15 @@ def _planes_scratch_call(symbol: str, refs: tuple[Ref, ...], workspace: int, pla
 
 
 def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
-               buffers: Buffers) -> list[Call]:  # fmt: skip
+               buffers: Buffers, pre: list[Ref] | None = None) -> list[Call]:  # fmt: skip
     """The calls of one convolution: x → y, then the epilogue (`operands` in its order:
     per-channel values, residual tensors), x, y and residuals in the layouts the config
     reads and writes (`kernels.conv.layout_of`); the weights are kept in the layout the
     algorithm reads (Winograd's filter transform happens here, once). Each algorithm's
-    calls are its own function in `CONV_CALLS`."""
+    calls are its own function in `CONV_CALLS`; a product with a prologue (a gemm1x1)
+    reads its per-input-channel operands `pre`."""
+    if pre:
+        return _product_calls(plan, x, y, weight, operands, buffers, pre)
     return CONV_CALLS[type(plan.config)](plan, x, y, weight, operands, buffers)
 
 
@@ -157,9 +160,10 @@ def _winograd_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands
 
 
 def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
-                   buffers: Buffers) -> list[Call]:  # fmt: skip
+                   buffers: Buffers, pre: list[Ref] | None = None) -> list[Call]:  # fmt: skip
     """gemm1x1 and im2col: one product per image and group, on views of the tensors
-    (im2col's on the windows copied into a matrix first)."""
+    (im2col's on the windows copied into a matrix first); a prologue's operands `pre`
+    (one value per input channel, ungrouped) are the same for every image."""
     c, s, threads = plan.config, plan.config.shape, plan.threads
     calls, xt = [], None
     if c.algorithm == "im2col":
@@ -187,7 +191,7 @@ def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands:
                 a, b = image, at(w, g * gemm.config.b_size())
             else:
                 a, b = at(w, g * gemm.config.a_size()), image
-            calls.append(matmul_call(gemm, at(y, out), a, b, views, buffers, work))
+            calls.append(matmul_call(gemm, at(y, out), a, b, views + list(pre or ()), buffers, work))
     return calls
 
 

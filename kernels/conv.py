@@ -178,6 +178,10 @@ class GemmConvConfig:
         return self.gemm.epilogue
 
     @property
+    def prologue(self) -> ep.Epilogue:
+        return self.gemm.prologue
+
+    @property
     def tile(self) -> str:
         return f"{self.gemm.algorithm} {self.gemm.tile}{' channels in lanes' if self.gemm.transposed else ''}"
 
@@ -208,6 +212,8 @@ class GemmConvConfig:
     def validate(self, target: Target) -> None:
         if self.algorithm not in ("im2col", "gemm1x1"):
             raise KernelError(f"{self.algorithm} is not a matrix-product convolution")
+        if self.gemm.prologue and (self.algorithm != "gemm1x1" or self.shape.group > 1):
+            raise KernelError("a prologue is applied by an ungrouped gemm1x1 product")
         if self.algorithm == "gemm1x1" and not self.shape.pointwise:
             raise KernelError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
                                   + self.shape.describe())  # fmt: skip

@@ -129,6 +129,12 @@ class MatmulConfig:
     # and only stored as an edge: it has no micro-kernel of its own
     full_column_edge: bool = False  # packed only: the same for the last column tile
     # (columns past N read the zero-padded B panels)
+    prologue: ep.Epilogue = field(default=())  # ops applied to each element of B as it
+    # is read, their operands one value per row of B (`prologue_names`): a producer's
+    # per-channel ops computed by a 1×1 convolution instead of in a pass of its own —
+    # tiled and packed, B (the image) read in place: any such ops, on its loads or as it
+    # is packed; transposed, B (the weights) packed at build time: a scale alone, on each
+    # call's copy of the weights (Bᵀ's columns scaled: the same product)
 
     @property
     def nr(self) -> int:
@@ -168,8 +174,10 @@ class MatmulConfig:
         """f32 elements of packing workspace one call needs (0 unless packed): the B
         block (kc×nc) followed by the A block (mc×kc), unless A arrives packed (none
         when transposed: B arrives packed, A is read in place)."""
-        if self.algorithm != "packed" or self.transposed:
+        if self.algorithm != "packed":
             return 0
+        if self.transposed:
+            return self.b_size() if self.prologue else 0  # the scaled copy of B
         kc, mc, nc = self.packed_blocks()
         return kc * nc + (0 if self.a_packed else mc * kc)
 
@@ -249,12 +257,24 @@ class MatmulConfig:
             raise KernelError(f"full_column_edge needs B in zero-padded panels (packed), not {self.algorithm}")
         if (self.a_nhwc or self.c_nhwc) and not self.blocked:
             raise KernelError("NHWC operands are channel-blocked ones with one block (set blocked too)")
+        self._validate_prologue()
         if self.blocked:
             if not self.transposed:
                 raise KernelError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
             channels = {**({} if self.c_nhwc else {"N (output channels)": self.shape.n}),
                         **({} if self.a_nhwc else {"K (input channels)": self.shape.k})}  # fmt: skip
             check_blocked(target, self.lanes, channels)
+
+    def _validate_prologue(self) -> None:
+        if not self.prologue:
+            return
+        if self.algorithm not in ("tiled", "packed") or self.batch > 1:
+            raise KernelError(f"a prologue is applied by one tiled or packed product, not {self.algorithm}")
+        if self.transposed and [op.kind for op in self.prologue] != ["scale"]:
+            raise KernelError(f"a transposed product scales its weights' rows: its prologue is one scale, "
+                              f"not {ep.describe(self.prologue)}")  # fmt: skip
+        if any(op.operand == "output" for op in self.prologue):
+            raise KernelError(f"a prologue's operands hold one value per row of B, not {ep.describe(self.prologue)}")
 
     def c_shape(self) -> list[int]:
         """C (and an output-shaped operand) as the kernel addresses it: M×N, or Cᵀ flat."""
@@ -288,6 +308,7 @@ def signature(config: MatmulConfig) -> KernelSignature:
     for _, name, operand in ep.operand_names(config.epilogue):
         params.append(Param(name, Role.IN, extent=(config.channel_count() if operand == "channel"
                                                    else q * config.c_stride(),)))  # fmt: skip
+    params += [Param(name, Role.IN, extent=(config.shape.k,)) for _, name in prologue_names(config.prologue)]
     if config.workspace():
         params.append(Param("work", Role.OUT, extent=(config.workspace(),)))
     params += [Param(name, Role.SIZE) for name in SIZES]
@@ -295,10 +316,17 @@ def signature(config: MatmulConfig) -> KernelSignature:
     return KernelSignature(
         symbol=config.symbol,
         params=tuple(params),
-        doc=f"{f'{q} products ' if q > 1 else ''}{_operands(config, op)}, then {ep.describe(config.epilogue)}, on row "
+        doc=f"{f'{q} products ' if q > 1 else ''}{_operands(config, op)}"
+        f"{f' (B read through {ep.describe(config.prologue)})' if config.prologue else ''}, then "
+        f"{ep.describe(config.epilogue)}, on row "
         f"tiles [row_begin, row_end) of {config.mr} rows x column tiles [col_begin, col_end) of "
         f"{config.nr} ({config.algorithm}).",
     )
+
+
+def prologue_names(prologue: ep.Epilogue) -> list[tuple[int, str]]:
+    """(op position, kernel argument name) of the prologue ops that read a row operand."""
+    return [(i, f"pre_{name}") for i, name, _ in ep.operand_names(prologue)]
 
 
 def _operands(config: MatmulConfig, op: str) -> str:
@@ -378,6 +406,7 @@ class _Kernel:
     b: ir.Value
     b_flat: ir.Value  # B as one row of floats (dot reads its column as vectors; packed when transposed)
     operands: dict[int, ir.Value]  # epilogue op position -> its tensor
+    row_operands: dict[int, ir.Value]  # prologue op position -> its tensor, one value per row of B
     work: ir.Value | None
     rows: tuple[ir.Value, ir.Value]  # row tiles [begin, end)
     cols: tuple[ir.Value, ir.Value]  # column tiles [begin, end)
@@ -393,7 +422,8 @@ class _Kernel:
                    else [s.m, s.k])  # fmt: skip
         return cls(config, target, f32_vector_type(target, config.lanes),
                    f32_memref(args["c"], config.c_shape()), f32_memref(args["a"], a_shape),
-                   f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands, work,
+                   f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands,
+                   {i: f32_memref(args[name], [s.k]) for i, name in prologue_names(config.prologue)}, work,
                    (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(config.row_tiles()))),
                    (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))),
                    args)  # fmt: skip
@@ -410,6 +440,15 @@ class _Kernel:
         """Per vector covering `columns` columns: its mask (only the last may be partial)."""
         vectors = ceil_div(columns, self.lanes)
         return [self.mask(columns - v * self.lanes) for v in range(vectors)]
+
+    def read_b(self, k: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
+        """B's vector at (k, col) as the product reads it: through the prologue, whose
+        operands hold one value for the whole row k."""
+        value = load(self.vec, self.b, [k, col], mask)
+        if not self.config.prologue:
+            return value
+        return ep.apply(self.config.prologue, value,
+                        lambda i: vector.broadcast(self.vec, memref.load(self.row_operands[i], [k])))
 
     def finish(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None,
                read_output: Callable[[ir.Value], ir.Value] | None = None) -> ir.Value:  # fmt: skip
@@ -534,8 +573,7 @@ def _blocked(kn: _Kernel) -> None:
                     k0, k1, t0, t1 = extra
                     first_column = arith.muli(t0, index(cfg.nr))
                     panels = PackedB(inner.work, inner.vec, inner.lanes, cfg.nv, pkc, k0, k1, first_column)
-                    panels.pack((t0, t1), shape.n, lambda k, col, mask: load(inner.vec, inner.b, [k, col], mask),
-                                inner.mask)  # fmt: skip
+                    panels.pack((t0, t1), shape.n, inner.read_b, inner.mask)
 
                 _outlined(kn, "pack_b", [pc, pc_end, jt, jt_end], pack_b)
 
@@ -554,7 +592,42 @@ def _blocked(kn: _Kernel) -> None:
 
         for_blocks(0, shape.k, kc, shape.k, k_block)
 
+    if cfg.transposed and cfg.prologue:
+        _scaled_b(kn)
     for_blocks(*kn.cols, nc // cfg.nr, cfg.col_tiles(), column_block)
+
+
+def _scaled_b(kn: _Kernel) -> None:
+    """A transposed product's prologue: the call's column tiles of packed B copied into
+    the workspace, in the same layout, with row k scaled by the prologue's operand at k."""
+    cfg = kn.config
+    kc = cfg.blocks()[0]
+
+    def k_block(pc: ir.Value) -> None:
+        pc_end = arith.minsi(offset(pc, kc), index(cfg.shape.k))
+        panels = _transposed_panels(kn, kn.b_flat, pc, pc_end)
+
+        def row(k: ir.Value) -> None:
+            factor = vector.broadcast(kn.vec, memref.load(kn.row_operands[0], [k]))
+
+            def panel(t: ir.Value) -> None:
+                for v in range(cfg.nv):
+                    at = panels.at(arith.muli(t, index(cfg.nr)), k, v)
+                    store(arith.mulf(load(kn.vec, kn.b_flat, [at]), factor), kn.work, [at])
+
+            for_range(*kn.cols, 1, panel)
+
+        for_range(pc, pc_end, 1, row)
+
+    for_blocks(0, cfg.shape.k, kc, cfg.shape.k, k_block)
+
+
+def _transposed_panels(kn: _Kernel, memory: ir.Value, pc: ir.Value, pc_end: ir.Value) -> PackedB:
+    """K block [pc, pc_end) of a transposed product's B, packed once: its panels of all
+    column tiles, as `MatmulConfig.pack_b` laid them, in `memory`."""
+    cfg = kn.config
+    return PackedB(memory, kn.vec, kn.lanes, cfg.nv, cfg.packed_blocks()[0], pc, pc_end, index(0),
+                   arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -605,9 +678,8 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     pkc, _, pnc = cfg.packed_blocks()
     pc, pc_end = block.pc, block.pc_end
     bp = ap = ahead = None
-    if cfg.transposed:  # this K block's panels of all column tiles, as pack_b laid them
-        bp = PackedB(kn.b_flat, kn.vec, kn.lanes, cfg.nv, pkc, pc, pc_end, index(0),
-                     arith.muli(pc, index(cfg.col_tiles() * cfg.nr)))  # fmt: skip
+    if cfg.transposed:  # B packed once (scaled: the call's copy in the workspace)
+        bp = _transposed_panels(kn, kn.work if cfg.prologue else kn.b_flat, pc, pc_end)
         tile = arith.subi(arith.divsi(row0, index(cfg.mr)), block.it)  # the block's row tiles share
         ahead = bp.prefetcher(col0, tile, min(mc // cfg.mr, cfg.row_tiles()), cfg.unroll)  # the next B panel's lines
     elif packed:
@@ -682,7 +754,7 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
         return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
 
     def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
-        return load(kn.vec, kn.b, [k, cols[v]], masks[v])
+        return kn.read_b(k, cols[v], masks[v])
 
     if ap is not None:
         load_a = ap.loader(row0)

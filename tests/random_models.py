@@ -163,3 +163,18 @@ def movement_net(seed: int = 4) -> onnx.ModelProto:
                                          name="split_height"))  # fmt: skip
     outs += [b.cba(halves[0], 3, 4, 1, act="relu"), b.op("Relu", [halves[1]]), *across]
     return b.model("input", [1, 3, 13, 15], [(v, None) for v in outs])
+
+
+def prologue_model(shared: bool = False, kernel: int = 1, channels: int = 8, size: int = 6,
+                   batch: int = 1) -> onnx.ModelProto:  # fmt: skip
+    """BatchNorm → ReLU → a `kernel`-sized layer (DenseNet's order: the BatchNorm on the
+    input, no layer to fold into), a squeeze-excitation scale (a computed [N, C, 1, 1])
+    and a 1x1 layer; with `shared`, the ReLU's output is read twice."""
+    b = zoo.Builder("prologue_net", 4)
+    relu = b.act(b.bn("input", channels), "relu")
+    y = b.conv(relu, channels, channels, kernel)
+    gate = b.op("Sigmoid", [b.op("GlobalAveragePool", [y])])
+    y = b.conv(b.op("Mul", [y, gate]), channels, channels, 1)
+    if shared:
+        y = b.op("Add", [y, relu])
+    return b.model("input", [batch, channels, size, size], [(y, [batch, channels, size, size])])

@@ -29,7 +29,7 @@ from autoconfig.profile import load_profile
 from kernels.cache import default_cache
 from kernels.target import get_target
 from tests.conftest import require_runnable
-from tests.random_models import movement_net, random_cnn, random_mlp
+from tests.random_models import movement_net, prologue_model, random_cnn, random_mlp
 
 HWPROFILES = Path(__file__).parent.parent / "hwprofiles"
 PROFILES = {"avx2": HWPROFILES / "amd-epyc.yaml", "avx512": HWPROFILES / "intel-xeon-platinum-8380.yaml",
@@ -160,7 +160,7 @@ def test_small_cnn_matches_onnxruntime_natively(tmp_path, target, fusion):
     kinds = {k["kind"] for k in manifest["kernels"]}
     assert {"conv", "pool", "softmax", "matmul"} <= kinds
     if fusion == "dp":
-        assert "elementwise" in kinds  # the squeeze-excitation scale
+        assert any("prologue scale" in k["choice"] for k in manifest["kernels"])  # the squeeze-excitation scale
         assert len(manifest["kernels"]) < 20
 
 
@@ -219,6 +219,17 @@ def test_random_models_match_onnxruntime_natively(tmp_path, target, seed):
     require_runnable(get_target(target))
     build_and_compare(random_cnn(seed), target, tmp_path / "cnn")
     build_and_compare(random_mlp(seed), target, tmp_path / "mlp")
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512", "neon", "rvv"])
+def test_prologues_match_onnxruntime(tmp_path, target):
+    # BatchNorm → ReLU, and a squeeze-excitation scale, each computed by the 1x1 layer
+    # after it as it reads its input; 20 channels and 7x7 pixels leave edge tiles
+    require_runnable(get_target(target))
+    manifest = build_and_compare(prologue_model(channels=20, size=7), target, tmp_path / "net")
+    choices = [k["choice"] for k in manifest["kernels"] if k["kind"] == "conv"]
+    assert [c.split("prologue ")[1].split(",")[0] for c in choices if "prologue" in c] == \
+        ["scale+bias+relu", "scale"], choices
 
 
 @pytest.mark.slow

@@ -142,3 +142,49 @@ def test_epilogue_ops_are_validated():
         ep.EpilogueOp("softsign")
     y = np.array([-3.0, 1.5, 4.0])
     np.testing.assert_array_equal(ep.reference((ep.clip(2, 1),), y, [None]), [1, 1, 1])  # ONNX: high wins
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "neon", "rvv128"])
+def test_a_prologue_applies_to_b_as_the_product_reads_it(case_id):
+    # relu(B·s + t) row by row (a BatchNorm then ReLU on a 1x1 convolution's input), in
+    # place (tiled) and while packing (packed), edges in every dimension, K in blocks
+    target = target_for(case_id)
+    require_runnable(target)
+    lanes = target.f32_lanes
+    prologue = (ep.scale(), ep.bias(), ep.relu())
+    shape = mm.MatmulShape(7, 2 * lanes + 3, 9)
+    configs = [mm.MatmulConfig(shape, "tiled", lanes, mr=3, nv=2, kc=4, unroll=2, prologue=prologue,
+                               epilogue=(ep.bias(),), channel_axis="rows"),
+               mm.MatmulConfig(shape, "packed", lanes, mr=4, nv=2, kc=4, prologue=prologue,
+                               epilogue=(ep.bias(),), channel_axis="rows")]  # fmt: skip
+    library = build_library([mm.generate(c, target) for c in configs], this_host())
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((shape.m, shape.k), dtype=np.float32)
+    b = rng.standard_normal((shape.k, shape.n), dtype=np.float32)
+    bias = rng.standard_normal(shape.m, dtype=np.float32)
+    s, t = rng.standard_normal((2, shape.k), dtype=np.float32)
+    expected = a.astype(np.float64) @ np.maximum(b * s[:, None] + t[:, None], 0) + bias[:, None]
+    for config in configs:
+        c = np.full((shape.m, shape.n), np.nan, np.float32)
+        work = [np.full(config.workspace(), np.nan, np.float32)] if config.workspace() else []
+        library.kernel(config.symbol)(c, a, b, bias, s, t, *work, 0, config.row_tiles(), 0, config.col_tiles())
+        np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5, err_msg=config.algorithm)
+    # transposed (a 1x1 layer's channels in the lanes): B, the weights, scaled by row
+    config = mm.MatmulConfig(shape, "packed", lanes, mr=3, nv=2, kc=4, transposed=True, prologue=(ep.scale(),),
+                             full_row_edge=True, full_column_edge=True)  # fmt: skip
+    library = build_library([mm.generate(config, target)], this_host())
+    c_t = np.full((shape.n, shape.m), np.nan, np.float32)
+    work = np.full(config.workspace(), np.nan, np.float32)
+    library.kernel(config.symbol)(c_t, np.ascontiguousarray(a.T), config.pack_b(b.T), s, work, 0,
+                                  config.row_tiles(), 0, config.col_tiles())  # fmt: skip
+    np.testing.assert_allclose(c_t.T, a.astype(np.float64) @ (b * s[:, None]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_prologue_needs_a_tiled_or_packed_product_and_row_operands():
+    shape = mm.MatmulShape(4, 8, 8)
+    with pytest.raises(KernelError, match="prologue"):
+        mm.MatmulConfig(shape, "broadcast", 8, prologue=(ep.relu(),)).validate(target_for("avx2"))
+    with pytest.raises(KernelError, match="prologue"):
+        mm.MatmulConfig(shape, "tiled", 8, mr=2, prologue=(ep.residual(),)).validate(target_for("avx2"))
+    with pytest.raises(KernelError, match="its prologue is one scale"):
+        mm.MatmulConfig(shape, "packed", 8, mr=2, transposed=True, prologue=(ep.relu(),)).validate(target_for("avx2"))

@@ -28,7 +28,7 @@ def test_legality_table_matches_design():
     assert len(LEGALITY) == 25
 
 
-OPS = ["Relu", "Add", "Conv", "Sigmoid", "Reshape", "Transpose", "MaxPool", "Mul"]
+OPS = ["Relu", "Add", "Conv", "Sigmoid", "Reshape", "Transpose", "MaxPool", "Mul", "Conv1x1"]
 
 
 def random_graph(seed: int, size: int) -> Graph:
@@ -46,12 +46,13 @@ def random_graph(seed: int, size: int) -> Graph:
         attrs = {}
         if op in ("Add", "Mul"):
             inputs.append(values[rng.integers(len(values))])
-        if op == "Conv":
-            w = f"w{i}"
-            constants[w] = np.zeros((4, 4, 3, 3), np.float32)
-            types[w] = TensorType((4, 4, 3, 3), "float32")
+        if op.startswith("Conv"):  # 3x3, or 1x1 (which takes a prologue)
+            w, size = f"w{i}", 3 if op == "Conv" else 1
+            constants[w] = np.zeros((4, 4, size, size), np.float32)
+            types[w] = TensorType((4, 4, size, size), "float32")
             inputs.append(w)
-            attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+            attrs = {"kernel_shape": [size, size], "pads": [size // 2] * 4}
+            op = "Conv"
         if op == "MaxPool":
             attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
         if op == "Reshape":
@@ -149,3 +150,40 @@ def test_dp_plans_a_concat_of_many_convolutions():
     dp, greedy = plan_dp(graph, COST), plan_greedy(graph, COST)
     assert is_legal(graph, dp.groups) is None
     assert dp.cost_ns <= greedy.cost_ns * (1 + 1e-9)
+
+
+def prologue_net(shared: bool = False, kernel: int = 1, batch: int = 1) -> Graph:
+    from autoconfig.graph.onnx_import import import_model
+    from tests.random_models import prologue_model
+
+    return import_model(prologue_model(shared, kernel, batch=batch))
+
+
+def prologues(graph: Graph, groups: list[list[int]]) -> list[list[str]]:
+    """The ops before the convolution of each group that has some."""
+    found = []
+    for members in groups:
+        ops = [graph.nodes[v].op for v in members]
+        if "Conv" in ops and ops.index("Conv") > 0:
+            found.append(ops[:ops.index("Conv")])
+    return found
+
+
+def test_dp_runs_per_channel_ops_as_the_prologue_of_a_1x1_convolution():
+    graph = prologue_net()
+    dp = plan_dp(graph, COST)
+    assert prologues(graph, dp.groups) == [["BatchNormalization", "Relu"], ["Mul"]]
+    best = min(plan_cost(graph, [sorted(g) for g in p], COST)[0] for p in partitions(list(range(len(graph.nodes))))
+               if is_legal(graph, [sorted(g) for g in p]) is None)  # fmt: skip
+    assert dp.cost_ns == pytest.approx(best, rel=1e-9)
+    assert is_legal(graph, [sorted(v for g in dp.groups for v in g)]) is not None
+
+
+@pytest.mark.parametrize("case", ["shared", "3x3", "batch 2"])
+def test_no_prologue_where_the_kernel_cannot_compute_it(case):
+    # a value also read elsewhere must be written; a 3x3 window reads padding the ops
+    # never saw; a gate per image is not one value per channel of the shared weights
+    graph = prologue_net(shared=case == "shared", kernel=3 if case == "3x3" else 1, batch=2 if case == "batch 2" else 1)
+    found = prologues(graph, plan(graph, PROFILE, "dp").groups)
+    expected = {"shared": [["Mul"]], "3x3": [["Mul"]], "batch 2": [["BatchNormalization", "Relu"]]}
+    assert found == expected[case]

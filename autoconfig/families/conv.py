@@ -14,6 +14,7 @@ from autoconfig.builder import (
     Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of, window_pads, window_strides,
 )  # fmt: skip
 from autoconfig.conv import conv_shape
+from autoconfig.fusion.classify import streamed_input
 from autoconfig.graph.ir import Node
 from autoconfig.layouts import blocked_layouts, output_layouts, transform_back_ns
 from autoconfig.lowering import conv_calls
@@ -41,53 +42,77 @@ def conv_layer(b: Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | 
     return shape, weight, bias
 
 
-def conv_choice(b: Builder, node: Node, after: list[Node]) -> tuple[conv_model.ConvChoice, Epilogue]:
-    """The model's choice for a Conv node and the epilogue ops `after` it (its bias
-    first), and the matched chain."""
+def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.ConvChoice, Epilogue, Epilogue | None]:
+    """The model's choice for a Conv node with the other ops of its group: the epilogue
+    ops after it (its bias first) and the prologue before it; the matched chains."""
     shape, _, bias = conv_layer(b, node)
-    chain = match_epilogue(b, node.outputs[0], after, channel_axis=1)
+    before = [n for n in others if n in b.before_anchor.get(node.name, [])]
+    chain = match_epilogue(b, node.outputs[0], [n for n in others if n not in before], channel_axis=1)
+    prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
-    return b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights), chain
+    return b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
+                    prologue=tuple(prologue.ops) if prologue else ()), chain, prologue  # fmt: skip
 
 
-def _conv(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
+def _prologue(b: Builder, node: Node, before: list[Node]) -> Epilogue:
+    """The ops `before` a convolution, from the value they stream to its input, as ops on
+    each input element with one operand value per input channel."""
+    chain = match_epilogue(b, streamed_input(b.graph, before[0]), before, channel_axis=1)
+    if chain.end != node.inputs[0] or any(op.operand == "output" for op in chain.ops):
+        raise fail(before[0], f"is not a per-channel prologue of convolution {node.name!r}")
+    return chain
+
+
+def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     g = b.graph
     shape, weight, bias = conv_layer(b, node)
-    choice, chain = conv_choice(b, node, after)
-    given = b.layout(node.inputs[0])
-    best, why = conv_model.choose_layout(choice, given, output_layouts(b, chain.end), b.machine)
+    choice, chain, prologue = conv_choice(b, node, others)
+    before = b.before_anchor.get(node.name, []) if prologue else []
+    source = streamed_input(g, before[0]) if before else node.inputs[0]
+    best, why = conv_model.choose_layout(choice, b.layout(source), output_layouts(b, chain.end), b.machine)
     plan = best.plan
     conv_model.validate_plan(plan, b.target)
     layout = kc.layout_of(plan.config)
-    x = b.read(node.inputs[0], kc.input_layout_of(plan.config))
+    x = b.read(source, kc.input_layout_of(plan.config))
     operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
     y = b.write(chain.end, layout)
-    calls = conv_calls(plan, x, y, weight, operands, b)
+    calls = conv_calls(plan, x, y, weight, operands, b, prologue.refs(b) if prologue else None)
     layouts = conv_model.layouts_of(plan.config)
-    return KernelGroup(node.name, ops_of([node, *after]), "conv", calls, b.modules(generate, plan.config),
-                       best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
-                       f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}, "
-                       f"{plan.threads} thread(s)")  # fmt: skip
+    return KernelGroup(node.name, ops_of([*before, node, *(n for n in others if n not in before)]), "conv", calls,
+                       b.modules(generate, plan.config), best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
+                       f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}"
+                       f"{', prologue ' + ep.describe(prologue.ops) if prologue else ''}, {plan.threads} thread(s)")  # fmt: skip
 
 
 def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:
-    """A convolution's kernel reads its input, or its epilogue's residual, in any layout."""
+    """A convolution's kernel reads its input, or its epilogue's residual, in any layout;
+    a prologue reads for its convolution, which may read NCHW only."""
+    conv = b.prologue_of.get(reader.name)
+    if conv is not None:
+        choice = _own_choice(b, conv)[0]
+        return any(kc.input_layout_of(p.config) != "nchw" for p in choice.per_algorithm)
     return reader.op != "Conv" or reader.inputs[0] == value
 
 
+def _own_choice(b: Builder, conv: Node) -> tuple[conv_model.ConvChoice, Epilogue, Epilogue | None]:
+    """The model's choice for a Conv node with its own group's prologue and epilogue."""
+    return conv_choice(b, conv, b.before_anchor[conv.name] + b.after_anchor[conv.name])
+
+
 def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> float:
-    """What a convolution reading `value` as its input pays if it is held in `layout`:
-    its best plan reading that layout, or the best reading another after a transform,
-    whichever is faster, among the plans writing a layout its own readers take (the
-    model's choice for it and its epilogue, the one its own kernel will use; a layer
-    with no plan reading blocks pays the transform back). An epilogue's residual reads
-    any layout at one cost."""
-    if reader.op != "Conv" or reader.inputs[0] != value:
+    """What a convolution reading `value` as its input (itself, or through its prologue)
+    pays if it is held in `layout`: its best plan reading that layout, or the best
+    reading another after a transform, whichever is faster, among the plans writing a
+    layout its own readers take (the model's choice for it, its prologue and epilogue,
+    the one its own kernel will use; a layer with no plan reading blocks pays the
+    transform back). An epilogue's residual reads any layout at one cost."""
+    reader = b.prologue_of.get(reader.name, reader)
+    if reader.op != "Conv" or reader.inputs[0] != value and not b.before_anchor.get(reader.name):
         return 0.0
     shape = conv_layer(b, reader)[0]
     if not conv_model.reads_blocked(shape, b.machine, b.target):  # NCHW, after a transform if blocked
         return transform_back_ns(b, shape.input_shape, layout)
-    choice, chain = conv_choice(b, reader, b.after_anchor[reader.name])  # its own, asked once
+    choice, chain, _ = _own_choice(b, reader)  # asked once
     writes = ("nchw", *blocked_layouts(b, chain.end))
     costs = []
     for source in ("nchw", "nchwc", "nhwc"):

@@ -8,8 +8,9 @@ The table is the theory; `emittable` is what the code generator can make of an e
 inside one kernel (`autoconfig.graph.ops.Kernel`), and a plan obeys both: an
 anchor's epilogue (elementwise ops on an output of the anchor's shape, for anchors
 that have epilogues), chains of elementwise ops of one shape, views at either end of
-a group, and data movement alone. Prologues (an elementwise op recomputed inside an
-anchor's loads) are not generated, so the planner does not propose them."""
+a group, and data movement alone; and a prologue: per-channel elementwise ops (a scale,
+a shift, a BatchNorm, an activation) on the input of an ungrouped 1x1 convolution,
+applied by its product as it reads the input (`prologue_edge`, `prologue_op`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import math
 from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.families.elementwise import UNARY
 from autoconfig.graph.ops import Kernel, Mapping, info
 
-__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "gated", "mapping", "streamed_input"]
+__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "gated", "mapping", "prologue_edge",
+           "prologue_op", "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -58,11 +61,53 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
     if made is Kernel.VIEW:  # an anchor's input, seen in another shape
         return used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
     if used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR):
-        return False  # a prologue
+        return prologue_edge(graph, producer, consumer)
     if made is Kernel.ANCHOR:
         return False  # no epilogue on pooling, softmax, reductions
     shape = graph.types[producer.outputs[0]].shape
     return all(graph.types[out].shape == shape for out in consumer.outputs if out)
+
+
+def prologue_edge(graph: Graph, producer: Node, consumer: Node) -> bool:
+    """Whether `producer` can run as a prologue of `consumer`: a per-channel op
+    (`prologue_op`) whose output only an ungrouped 1x1, stride-1, unpadded convolution
+    with constant weights reads, as its input."""
+    out = producer.outputs[0]
+    if consumer.op != "Conv" or consumer.inputs[0] != out or out in graph.outputs or not prologue_op(graph, producer):
+        return False
+    if len(graph.consumers().get(out, [])) != 1 or not all(graph.is_constant(i) for i in consumer.inputs[1:] if i):
+        return False
+    weight, attrs = graph.types[consumer.inputs[1]].shape, consumer.attrs
+    return (len(weight) == 4 and tuple(weight[2:]) == (1, 1) and attrs.get("group", 1) == 1
+            and all(x == 1 for x in attrs.get("strides", [1])) and not any(attrs.get("pads", [0]))
+            and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))  # fmt: skip
+
+
+def prologue_op(graph: Graph, node: Node) -> bool:
+    """An elementwise op that maps each element of one streamed 4-D tensor with at most
+    one value per channel: an activation, an inference BatchNormalization, or Add, Sub,
+    Mul, Div by a constant per channel (or, Add and Mul, by a computed [1, C, 1, 1])."""
+    shape = graph.types[node.outputs[0]].shape
+    if len(shape) != 4 or info(node).kernel is not Kernel.ELEMENTWISE:
+        return False
+    if node.op in UNARY:
+        return True
+    if node.op == "BatchNormalization":
+        return all(graph.is_constant(i) for i in node.inputs[1:5]) and not node.attrs.get("training_mode", 0)
+    if node.op not in ("Add", "Sub", "Mul", "Div") or len(set(node.inputs)) != 2:
+        return False
+    streamed = streamed_input(graph, node)
+    other = next(i for i in node.inputs if i != streamed)
+    channel = _per_channel(graph.types[other].shape, shape)
+    if graph.is_constant(other):
+        return channel and (node.inputs[0] == streamed or node.op in ("Add", "Mul"))
+    return channel and node.op in ("Add", "Mul") and graph.types[other].elements == shape[1]
+
+
+def _per_channel(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcast to the 4-D `out_shape` holds at most one value per channel."""
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    return len(padded) == 4 and all(d == 1 for i, d in enumerate(padded) if i != 1) and padded[1] in (1, out_shape[1])
 
 
 def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], str] | None:
@@ -120,6 +165,12 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> i
     gate and the Mul by it: `gated`) starts a new kernel at the second,
     and one read outside the group (or a graph output) ends the kernel."""
     inside = {n.name for n in nodes}
+    anchor = next((i for i, n in enumerate(nodes) if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)), 0)
+    before = [n for n in nodes[:anchor] if info(n).kernel is not Kernel.VIEW]
+    leading = {n.name for n in before} | {nodes[anchor].name}
+    if before and not all(prologue_op(graph, n) and all(c.name in leading for c in consumers.get(n.outputs[0], []))
+                          for n in before):  # fmt: skip
+        return anchor  # ops before the anchor that are not its prologue
     first = next((n for n in nodes if info(n).kernel is not Kernel.VIEW), None)
     chain = {streamed_input(graph, first)} if first is not None and info(first).kernel is Kernel.ELEMENTWISE else set()
     readers: dict[str, list[Node]] = {}

@@ -4,8 +4,10 @@ A plan partitions the graph's nodes into groups; each group becomes one kernel. 
 group is legal when it is weakly connected, convex (no path leaves it and comes
 back, so groups form a DAG), holds at most one many-to-many "anchor" (one kernel of
 an allowed shape: an anchor with an elementwise epilogue, or a chain of
-one-to-one ops), and no edge inside it is "no" in the legality table
-(classify.LEGALITY) or one the code generator cannot emit (classify.emittable).
+one-to-one ops), no edge inside it is "no" in the legality table
+(classify.LEGALITY) or one the code generator cannot emit (classify.emittable), and
+any ops before its anchor are a prologue the anchor computes as it reads its input
+(`Analysis.prologue_fits`).
 
 Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a
@@ -19,6 +21,9 @@ Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`
 - recompute: a "cost" edge fused into a consumer that reads each producer element
   r > 1 times (a k×k convolution window, a nearest resize) recomputes the producer
   r−1 more times;
+- prologue: per-channel ops fused into the 1x1 layer that reads their result add what
+  the convolution model says the layer loses by computing them as it reads
+  (`FusionCost.prologue_ns`: its product in NCHW against its best plan);
 - register pressure: a group reading more external tensors than a quarter of the
   vector registers spills one load+store per element for each extra stream.
 
@@ -45,21 +50,31 @@ import math
 import time
 from dataclasses import dataclass
 
+from autoconfig.conv import conv_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
-from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping
+from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping, prologue_op, streamed_input
 from autoconfig.graph.ir import Graph, Node
-from autoconfig.graph.ops import info
+from autoconfig.graph.ops import Kernel, info
 from autoconfig.machine import Machine
 from autoconfig.models.cost import Prediction
+from autoconfig.models import conv as conv_model
 from autoconfig.models.matmul import choose
 from autoconfig.profile import HardwareProfile
 from autoconfig.resolve import target_for_profile
+from kernels import epilogue as ep
+from kernels.conv import input_layout_of
+from kernels.conv_shape import ConvShape
 from kernels.matmul import MatmulShape
 
 BEAM = 64
 """States kept per step: enough that keeping more finds no cheaper plan on the zoo's
 widest frontier, few enough to plan it in about a second."""
+
+PROLOGUE_PRICED = (ep.scale(), ep.bias(), ep.relu())
+"""The prologue a fusion plan prices in a 1x1 layer, before it knows all its ops, unless
+it is a scale alone (`Analysis.fused_ns`): the widest common one (a BatchNorm, then
+ReLU); a narrower one costs at most two vector ops per input vector less."""
 
 STREAM_SHARE = 4
 """A fused group may stream 1/STREAM_SHARE of the vector registers' worth of external
@@ -84,6 +99,18 @@ class FusionCost:
     def matmul(self, shape: MatmulShape) -> Prediction:
         """The matmul model's best plan for `shape` on one core."""
         return ask(self.decisions, choose, shape, self.profile, target_for_profile(self.profile), 1, ()).best
+
+    def prologue_ns(self, shape: ConvShape, prologue: ep.Epilogue) -> float:
+        """What computing `prologue` inside a 1x1 layer of `shape` adds to the layer on one
+        core, by the convolution model: the least, over its plans computing it, of such a
+        plan's time over the best plan without it reading the same layout (where the
+        layer's input is held is the layout plan's choice, made after fusion)."""
+        target = target_for_profile(self.profile)
+        alone = ask(self.decisions, conv_model.choose, shape, self.profile, target, 1, ())
+        inside = ask(self.decisions, conv_model.choose, shape, self.profile, target, 1, (), prologue=prologue)
+        extra = [p.total_ns - same.total_ns for p in inside.per_algorithm
+                 if (same := alone.best_in((input_layout_of(p.config),), ("nchw", "nchwc", "nhwc"))) is not None]  # fmt: skip
+        return max(0.0, min(extra, default=inside.best.total_ns - alone.best.total_ns))
 
 
 
@@ -139,7 +166,41 @@ class Analysis:
         self.amplification = [info(node).reads(node, graph) for node in self.nodes]
         self.emittable = [{v: emittable(graph, self.nodes[u], self.nodes[v]) for v in self.consumers[u]}
                           for u in range(n)]  # fmt: skip
+        self.prologue_ops = sum(1 << v for v, node in enumerate(self.nodes) if prologue_op(graph, node))
+        self.views = sum(1 << v for v, node in enumerate(self.nodes) if info(node).kernel is Kernel.VIEW)
+        self.anchors = sum(1 << v for v in range(n) if self.anchor[v])
+        self.consumer_mask = [sum(1 << v for v in self.consumers[u]) for u in range(n)]
+        self.prologue_cache: dict[int, float] = {}
         self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
+
+    def prologue_fits(self, members: int) -> bool:
+        """Whether a group's (`members`, a bitset) ops before its anchor, views aside, are
+        a prologue the anchor's kernel computes: per-channel ops on the anchor's input
+        path, read by nothing outside the group (`classify.prologue_op`)."""
+        anchored = members & self.anchors
+        if not anchored:
+            return True
+        anchor = anchored.bit_length() - 1
+        before = members & ((1 << anchor) - 1) & ~self.views
+        if before & ~(self.prologue_ops & self.anc[anchor]):
+            return False
+        while before:
+            u = before.bit_length() - 1
+            if self.consumer_mask[u] & ~members:
+                return False
+            before &= ~(1 << u)
+        return True
+
+    def _scale_alone(self, u: int) -> bool:
+        """Whether prologue op u is a per-channel Mul or Div whose streamed input no
+        prologue op before it can compute (its producer is none, or is read elsewhere
+        too): then the prologue is that scale alone."""
+        node = self.nodes[u]
+        if node.op not in ("Mul", "Div"):
+            return False
+        streamed = streamed_input(self.graph, node)
+        before = [w for w, t in self.in_edges[u] if t == streamed]
+        return not any(self.prologue_ops >> w & 1 and self.consumers[w] == {u} for w in before)
 
     def legality(self, u: int, v: int) -> Legality:
         """The table's verdict on edge u -> v, NO where the code generator cannot emit it."""
@@ -150,7 +211,16 @@ class Analysis:
     def read_ns(self, tensor: str) -> float:
         return self.cost.machine.traffic_ns(self.graph.types[tensor].bytes)
 
-    def recompute_ns(self, u: int, v: int) -> float:
+    def fused_ns(self, u: int, v: int) -> float:
+        """What fusing edge u -> v adds: a prologue's price in its anchor (once per
+        anchor, charged on its input edge), a "cost" edge's recomputation."""
+        if self.anchor[v] and self.prologue_ops >> u & 1:
+            if v not in self.prologue_cache:
+                priced = (ep.scale(),) if self._scale_alone(u) else PROLOGUE_PRICED
+                self.prologue_cache[v] = self.cost.prologue_ns(_conv_shape(self.graph, self.nodes[v]), priced)
+            return self.prologue_cache[v]
+        if self.legality(u, v) is not Legality.COST:
+            return 0.0
         extra = self.amplification[v] - 1
         return self.elements[u] * extra / self.cost.machine.elementwise_per_ns() if extra > 0 else 0.0
 
@@ -170,8 +240,7 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
             largest = max(largest, a.elements[v])
             for u, tensor in a.in_edges[v]:
                 if group_of[u] == g:
-                    if a.legality(u, v) is Legality.COST:
-                        total += a.recompute_ns(u, v)
+                    total += a.fused_ns(u, v)
                 else:
                     total += a.read_ns(tensor)
                     traffic += graph.types[tensor].bytes
@@ -186,6 +255,12 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
             total += cost.machine.traffic_ns(a.output_bytes[u])
             traffic += a.output_bytes[u]
     return total, traffic
+
+
+def _conv_shape(graph: Graph, node: Node) -> ConvShape:
+    """A 1x1 layer's shape (the only kind a prologue joins: `classify.prologue_edge`)."""
+    return conv_shape(graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape,
+                      group=node.attrs.get("group", 1))  # fmt: skip
 
 
 def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
@@ -212,6 +287,8 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
         mask = sum(1 << v for v in members)
         if sum(a.anchor[v] for v in members) > 1:
             return f"group {members} has more than one many-to-many op"
+        if not a.prologue_fits(mask):
+            return f"group {members} has ops before its anchor that are not its prologue"
         for v in members:
             for u, _ in a.in_edges[v]:
                 if mask >> u & 1 and a.legality(u, v) is Legality.NO:
@@ -303,6 +380,8 @@ def _extend(a: Analysis, state: _State, v: int):
         anchors = a.anchor[v] + sum(g.anchors for g in merged)
         if any(g.reach & h.members for g in merged for h in merged if g is not h):
             continue  # one reaches the other (an edge or a path): never merged afterwards
+        if len(merged) + a.anchor[v] > 1 and not a.prologue_fits(members):
+            continue  # ops before the group's anchor that its kernel cannot compute first
         inside = [(u, t) for u, t in a.in_edges[v] if members >> u & 1]
         if any(a.legality(u, v) is Legality.NO for u, _ in inside):
             continue
@@ -315,7 +394,7 @@ def _extend(a: Analysis, state: _State, v: int):
         extra = a.cost.machine.call_ns * (1 - len(merge)) + a.compute_ns[v]
         extra += sum(a.read_ns(t) for t in a.graph_inputs_read[v])
         extra += sum(a.read_ns(t) for _, t in outside)
-        extra += sum(a.recompute_ns(u, v) for u, _ in inside if a.legality(u, v) is Legality.COST)
+        extra += sum(a.fused_ns(u, v) for u, _ in inside)
         for u, _ in outside:  # u's output crosses groups: written once
             if u not in written and not a.is_graph_output[u]:
                 extra += a.cost.machine.traffic_ns(a.output_bytes[u])

@@ -767,11 +767,14 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = (), model_weights: int = 0) -> ConvChoice:  # fmt: skip
+           epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = ()) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
-    on its own or inside a model holding `model_weights` bytes of constants."""
+    on its own or inside a model holding `model_weights` bytes of constants; with a
+    `prologue` (per-input-channel ops on its input), `with_prologue`'s."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
+    if prologue:
+        return with_prologue(shape, profile, target, budget, epilogue, prologue, machine)
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
@@ -800,6 +803,44 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
         for m in sorted(TRANSFORMS, reverse=True):
             if not beaten(f"winograd F({m},3)", winograd_multiply_adds(shape, m)):
                 predictions.append(predict(winograd_plan(shape, m, profile, target, budget, epilogue), machine))
+    predictions += _products(shape, profile, target, budget, epilogue, machine, beaten)
+    if not predictions:
+        raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
+    kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
+    for p in predictions:
+        kinds.setdefault(_kind(p.config), []).append(p)
+    per_algorithm = [_best(mine) for mine in kinds.values()]
+    plain_input = kinds.get(("direct", False, "nchw", "nchwc"))
+    if plain_input and reads_blocked(shape, machine, target):
+        twin = _best(plain_input).plan
+        per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
+    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, tuple(unscored))
+
+
+def with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue,
+                  prologue: ep.Epilogue, machine: Machine) -> ConvChoice:  # fmt: skip
+    """A 1x1 convolution whose input arrives through `prologue`: its products in NCHW,
+    which apply the ops to the image as they read it, and, for a scale alone, those
+    with the output channels in the lanes, which scale each call's copy of the weights
+    instead (`MatmulConfig.prologue`)."""
+    if not shape.pointwise or shape.group != 1:
+        raise AutoconfigError(f"a prologue is computed by an ungrouped 1x1 convolution's product, not "
+                              f"{shape.describe()}")  # fmt: skip
+    kinds: dict[tuple, list[Prediction]] = {}
+    for p in _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue):
+        kinds.setdefault(_kind(p.config), []).append(p)
+    per_algorithm = [_best(mine) for mine in kinds.values()]
+    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, ())
+
+
+def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget: int, epilogue: ep.Epilogue,
+              machine: Machine, beaten: Callable[[str, float], bool],
+              prologue: ep.Epilogue = ()) -> list[Prediction]:  # fmt: skip
+    """The layer's matrix products, each the matmul model's choice: gemm1x1 both ways
+    (and channel-blocked or NHWC, channels in lanes), im2col; those `beaten` (by an NCHW
+    plan already scored) left out; with a `prologue`, those that compute it."""
+    predictions = []
+    scale_only = [op.kind for op in prologue] == ["scale"]
     # A blocked transposed product differs from the scattered one in its C stores alone,
     # which cost the same for every tile of its one K block: the tile chosen for one is
     # the other's, at the widest vectors. Where the input's or output's channels fill no
@@ -812,37 +853,29 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
         math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
-        if algorithm == "gemm1x1" and not shape.pointwise:
+        if algorithm == "gemm1x1" and not shape.pointwise or prologue and (algorithm == "im2col" or
+                                                                           transposed and not scale_only):
             continue
         if not transposed and beaten(algorithm, shape.flops / 2):
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
-                             transposed=transposed).best.plan  # fmt: skip
+                             transposed=transposed, prologue=prologue).best.plan  # fmt: skip
         config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
         if transposed and blocks:  # the same product, channel-blocked
             if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
-                gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True).best.plan
+                gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
+                                     prologue=prologue).best.plan  # fmt: skip
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
             sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                 nhwc=sides).best.plan  # fmt: skip
+                                 nhwc=sides, prologue=prologue).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
-    if not predictions:
-        raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
-    kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
-    for p in predictions:
-        kinds.setdefault(_kind(p.config), []).append(p)
-    per_algorithm = [_best(mine) for mine in kinds.values()]
-    plain_input = kinds.get(("direct", False, "nchw", "nchwc"))
-    if plain_input and reads_blocked(shape, machine, target):
-        twin = _best(plain_input).plan
-        per_algorithm.append(predict(replace(twin, config=replace(twin.config, blocked_input=True)), machine))
-    return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, tuple(unscored))
+    return predictions
 
 
 def _kind(config: ConvConfig) -> tuple:

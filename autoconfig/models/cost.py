@@ -115,9 +115,12 @@ lies by then, and written back: priced as a stall, not as traffic overlapping th
 FMAs (as overlapping traffic it changed no prediction)."""
 
 
-KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue")
+KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue", "prologue")
+SCALED_TERM = "weights scaled"
+"""A transposed product's prologue: its weights copied, each row scaled, before it runs."""
+
 SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
-                "filters", "call", STALL_TERM, C_PASSES_TERM)  # fmt: skip
+                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM)  # fmt: skip
 """Terms that do not overlap the kernel: a copy done before or after it (packing, a
 layout transform), a stall on its critical path (evicted B panels, C brought back per K
 block, Winograd filters fetched from farther than priced), the call itself."""

@@ -44,7 +44,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, STALL_TERM, Prediction, Term, best_of, busiest_share,
+    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share,
     compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
     total_ns, vector_widths,
 )  # fmt: skip
@@ -230,6 +230,8 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     if config.epilogue:
         s = plan.shape
         terms.append(epilogue_term(config.epilogue, s.m * ceil_div(s.n, config.lanes), s.m * s.n, m, share))
+    if config.prologue:
+        terms.append(_prologue_term(plan, m, share, sum(t.ns for t in terms if t.name == "packing")))
     parts = plan.parts()
     overhead = m.call_ns + (m.dispatch_ns if parts > 1 else 0.0)
     terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
@@ -254,6 +256,30 @@ from beyond L2: it reads B as kc row segments of one column tile's width, and th
 stream prefetcher only catches up after a segment has begun, so each segment's start
 costs about one more line than its length. Packed kernels read B along whole rows
 while packing, broadcast along whole rows."""
+
+
+def _prologue_term(p: MatmulPlan, m: Machine, share: float, packing_ns: float) -> Term:
+    """The prologue's vector ops on B's vectors at the FMA issue rate: a tiled product
+    applies it on every read, once per row tile; a packed one once, as it packs B (each
+    thread all of B when split by rows, its columns when split by columns), where they
+    add only what they take beyond the copy (`packing_ns`); a transposed one before its
+    product, as it copies its share of the packed weights, scaled, into its workspace
+    (the copy's traffic too: a pass of its own, `SCALED_TERM`)."""
+    c = p.config
+    rows_share, columns_share = _row_and_column_shares(p, share)
+    vectors = c.shape.k * ceil_div(c.shape.n, c.lanes) * columns_share
+    reads = c.row_tiles() * rows_share if c.algorithm == "tiled" else 1
+    ops = ep.vector_ops(c.prologue)
+    ops_ns = vectors * reads * ops / m.fma_per_ns()
+    if c.transposed:
+        copied = 2 * c.b_size() * columns_share * F32
+        return Term(SCALED_TERM, ops_ns + m.traffic_ns(copied),
+                    f"the weights scaled by row into the workspace: {copied / 1e6:.2f} MB read and written")
+    if c.algorithm == "tiled":
+        return Term("prologue", ops_ns, f"{ep.describe(c.prologue)} on B: {ops} vector ops per vector, read "
+                                        f"{c.row_tiles()} times (once per row tile)")  # fmt: skip
+    return Term("prologue", max(0.0, ops_ns - packing_ns), f"{ep.describe(c.prologue)} on B as it is packed: "
+                f"{ops} vector ops per vector, {ops_ns / 1e3:.1f} µs beside the copy's {packing_ns / 1e3:.1f}")
 
 
 def _row_and_column_shares(p: MatmulPlan, share: float) -> tuple[float, float]:
@@ -609,7 +635,8 @@ def _threads_reason(p: MatmulPlan) -> str:
 
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
-               blocked: bool = False, nhwc: tuple[bool, bool] = (False, False)) -> list[MatmulPlan]:  # fmt: skip
+               blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
+               prologue: ep.Epilogue = ()) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call. With `transposed` (operands stored
@@ -617,7 +644,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     block: every further block would gather and scatter all of C again; `blocked` too,
     its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`),
     or, where `nhwc` says so for Aᵀ and for Cᵀ, in one block of all channels; with both
-    so, at any width."""
+    so, at any width. With a `prologue` (ops on B as it is read), only tiled and packed
+    plans (transposed: a scale of the weights' rows)."""
     registers = min(machine.registers, target.vector_registers)
     configs = []
     for lanes in vector_widths(machine, target):
@@ -626,14 +654,16 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             if blocked and not all(nhwc) and lanes != target.f32_lanes:
                 continue
             configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     k_unroll(mr, nv), epilogue=epilogue, transposed=True, blocked=blocked,
+                                     k_unroll(mr, nv), epilogue=epilogue, prologue=prologue, transposed=True,
+                                     blocked=blocked,
                                      a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, lanes, True))
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
                         if tile_registers(mr, nv) <= registers]  # fmt: skip
             continue
-        configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
-                                    epilogue=epilogue))
-        if shape.n == 1:  # matrix times vector: rows x partial sums along K
+        if not prologue:
+            configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
+                                        epilogue=epilogue))
+        if shape.n == 1 and not prologue:  # matrix times vector: rows x partial sums along K
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
@@ -644,6 +674,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
                     configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
                                              epilogue=epilogue, a_packed=a_constant and kind == "packed",
+                                             prologue=prologue,
                                              **full_edges(shape, mr, nv, lanes, kind == "packed"))
                                 for kind in kinds]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
@@ -714,16 +745,19 @@ class Choice:
 
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
-           blocked: bool = False, nhwc: tuple[bool, bool] = (False, False)) -> Choice:  # fmt: skip
+           blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
+           prologue: ep.Epilogue = ()) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
     weights), so packed plans read it packed once; `transposed`, `blocked`, `nhwc`:
-    operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC (see `candidates`)."""
+    operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
+    as it is read (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
-             for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc)]
+             for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
+                                    prologue)]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
     # one may not. Tiled candidates come first, and a packed floor is never below the
