@@ -6,7 +6,9 @@
 
 Per host (profile) and benchmark, the latest run: the most recently committed file
 named `<profile>.<date>.<benchmark>[.<commit>].json` (a file whose tag is more than a
-commit, e.g. `.warm-caches`, is a special run the page does not take as the latest).
+commit, e.g. `.warm-caches`, is a special run the page does not take as the latest;
+`bench_models_<set>` is a bench_models run on another set of models, shown beside the
+zoo's, which alone makes the README's table).
 Model benchmarks get a table and a plot per thread count (each peer's latency, ours
 with dp fusion first), with the predicted total and the rank correlation of predicted
 and measured kernel times (the models' fidelity); the other benchmarks their summary
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 from dataclasses import dataclass
@@ -82,6 +85,15 @@ def model_table(table: dict) -> list[str]:
         lines.append(f"| {row['model']} | " + " | ".join(cells)
                      + f" | {predicted:.2f} | {spearman:.2f} |" if predicted and spearman is not None
                      else f"| {row['model']} | " + " | ".join(cells) + " | — | — |")  # fmt: skip
+    lines.append("")
+    for peer in (p for p in peers if not p.startswith("autoconfig")):
+        ratios = {row["model"]: row["ms"][peer] / row["ms"]["autoconfig-dp"] for row in table["rows"]
+                  if row["ms"].get(peer) and row["ms"].get("autoconfig-dp")}  # fmt: skip
+        if ratios:
+            lowest = min(ratios, key=ratios.get)
+            mean = math.exp(sum(map(math.log, ratios.values())) / len(ratios))
+            lines.append(f"{peer} over ours (dp): geomean {mean:.2f} over {len(ratios)} models, lowest "
+                         f"{ratios[lowest]:.2f} ({lowest}).  ")  # fmt: skip
     return lines
 
 
@@ -126,7 +138,7 @@ def section(run: Run, images: Path) -> list[str]:
     where = (f"`lscpu` model name \"{host['model_name']}\", {host.get('cpus', '?')} CPUs, commit {host.get('commit')}, "
              if host else "")  # a text run names its host in the file, its commit in the name
     head = [f"### {run.benchmark}", "", f"`{run.path.relative_to(ROOT)}`: {where}{run.date or 'undated'}.", ""]
-    if run.benchmark != "bench_models":
+    if not run.benchmark.startswith("bench_models"):  # bench_models_<set>: a run on another set of models
         summary = summary_lines(run, data)
         return head + (["```", *summary, "```", ""] if summary else [NO_SUMMARY.get(run.benchmark, "(no summary)"), ""])
     for table in data["tables"]:
