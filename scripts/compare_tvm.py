@@ -12,11 +12,12 @@ ours in this one. Three parts, each run once per invocation:
    DP fusion (the kernels the built library calls, the layout transforms between
    channel-blocked and NCHW kernels among them: TVM's pipelines add none). Fusion
    ratio = the ONNX file's node count / fused groups (kernels less those transforms),
-   one numerator for every column. Where our greedy rules
-   and TVM's tuning pipeline differ on the zoo, the reasons (checked by listing both
-   sides' groups): EfficientNet-B0's squeeze-excitation gate (x · sigmoid(conv(s)))
-   is fused by TVM into the gate convolution's epilogue, a 1×1 result broadcast over
-   the whole tensor, which our code generator does not emit (16 kernels more); in
+   one numerator for every column. A squeeze-excitation scale (x · sigmoid(conv(s)))
+   is fused by TVM into the gate convolution's group (a 1×1 result broadcast over the
+   whole tensor; checked by listing its groups), by our greedy rules (TVM's, restricted
+   to what our code generator emits) into the 1×1 convolution after it, as its
+   prologue: one kernel fewer either way; our DP takes the prologues its cost model
+   says pay. Where greedy and TVM's tuning pipeline differ on the zoo, the reason: in
    YOLO-V4 TVM fuses each Resize into the Concat after it, while our build removes
    the Concats themselves: their producers write into their slice of the output.
 2. operators: matmuls (squares and zoo shapes) and about eight zoo convolutions,
