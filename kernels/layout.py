@@ -190,43 +190,55 @@ class _PlaneCopy:
     def mask(self, count: int) -> ir.Value | None:
         return tail_mask(self.target, self.lanes, count)
 
-    def fill_row(self, start: ir.Value) -> None:
+    def fill_row(self, start: ir.Value, end: ir.Value) -> None:
         def piece(j: ir.Value, count: int) -> None:
-            store(self.fill_vec, self.xt, [arith.addi(start, j)], self.mask(count))
+            self.put(self.fill_vec, arith.addi(start, j), count, end)
 
         for_tiles(index(0), index(ceil_div(self.s.phase_cols, self.lanes)), self.lanes, self.s.phase_cols, piece)
+
+    def put(self, value: ir.Value, at: ir.Value, count: int, end: ir.Value) -> None:
+        """Store `count` lanes of `value` at `at`: the whole vector where it stays before
+        `end`, its phase's end — its lanes past the row land on the phase's later rows,
+        which are written after (a masked store costs several plain ones on some cores)."""
+        if count == self.lanes:
+            store(value, self.xt, [at])
+            return
+        whole = arith.cmpi(arith.CmpIPredicate.sle, offset(at, self.lanes), end)
+        when_else(whole, lambda: store(value, self.xt, [at]), lambda: store(value, self.xt, [at], self.mask(count)))
 
     def row(self, i: ir.Value, py: ir.Value) -> None:
         """Phase row i of the row phase py, every column phase."""
         s, sw = self.s, self.s.strides[1]
-        row_start = arith.addi(arith.muli(py, index(sw * s.phase_size)), arith.muli(i, index(s.phase_cols)))
-        phase0 = arith.addi(self.first, row_start)
-        starts = [arith.addi(phase0, index(px * s.phase_size)) for px in range(sw)]
+        region = arith.addi(self.first, arith.muli(py, index(sw * s.phase_size)))  # its column phases' rows
+        phase0 = arith.addi(region, arith.muli(i, index(s.phase_cols)))
+        starts = [offset(phase0, px * s.phase_size) for px in range(sw)]
+        ends = [offset(region, (px + 1) * s.phase_size) for px in range(sw)]
         y = arith.subi(arith.addi(arith.muli(i, index(s.strides[0])), py), index(s.pads[0]))
         inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, y, index(0)),
                             arith.cmpi(arith.CmpIPredicate.slt, y, index(s.height)))  # fmt: skip
         source_row = arith.addi(arith.muli(self.p, index(s.height)), y)
-        when_else(inside, lambda: self.copy_row(starts, source_row), lambda: [self.fill_row(st) for st in starts])
+        when_else(inside, lambda: self.copy_row(starts, ends, source_row),
+                  lambda: [self.fill_row(st, end) for st, end in zip(starts, ends)])  # fmt: skip
 
-    def copy_row(self, starts: list[ir.Value], source_row: ir.Value) -> None:
-        """fill | the source row's columns of each phase | fill"""
+    def copy_row(self, starts: list[ir.Value], ends: list[ir.Value], source_row: ir.Value) -> None:
+        """fill | the source row's columns of each phase | fill: the columns first (a
+        whole last vector may pass into the fill on the right), then the fills."""
         s, sw, left = self.s, self.s.strides[1], self.s.pads[1]
-        for px, start in enumerate(starts):
-            inside_from, inside_to = s.inside_columns(px)
-            for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
-                memref.store(self.fill, self.xt, [arith.addi(start, index(j))])
         if sw == 1:
             def piece(col: ir.Value, count: int) -> None:
-                m = self.mask(count)
-                store(load(self.vec, self.x, [source_row, col], m), self.xt,
-                      [arith.addi(starts[0], arith.addi(col, index(left)))], m)  # fmt: skip
+                value = load(self.vec, self.x, [source_row, col], self.mask(count))
+                self.put(value, arith.addi(starts[0], arith.addi(col, index(left))), count, ends[0])
 
             for_tiles(index(0), index(ceil_div(s.width, self.lanes)), self.lanes, s.width, piece)
         elif self.target.scalable:  # the deinterleave is a fixed-width shuffle: gather each phase
             for px, start in enumerate(starts):
                 self.gather_phase(start, source_row, px)
         else:
-            self.deinterleave_row(starts, source_row)
+            self.deinterleave_row(starts, ends, source_row)
+        for px, start in enumerate(starts):
+            inside_from, inside_to = s.inside_columns(px)
+            for j in [*range(min(inside_from, s.phase_cols)), *range(max(inside_to, inside_from), s.phase_cols)]:
+                memref.store(self.fill, self.xt, [arith.addi(start, index(j))])
 
     def gather_phase(self, start: ir.Value, source_row: ir.Value, px: int) -> None:
         s, sw = self.s, self.s.strides[1]
@@ -243,7 +255,7 @@ class _PlaneCopy:
         if count > 0:
             for_tiles(index(0), index(ceil_div(count, self.lanes)), self.lanes, count, gathered)
 
-    def deinterleave_row(self, starts: list[ir.Value], source_row: ir.Value) -> None:
+    def deinterleave_row(self, starts: list[ir.Value], ends: list[ir.Value], source_row: ir.Value) -> None:
         """Source columns col0 + rho + sw·l (rho < sw) go to phase px = (rho + left) mod
         sw, column col0/sw + l + (rho + left − px)/sw: chunks of sw·L columns, the last
         one masked."""
@@ -257,8 +269,8 @@ class _PlaneCopy:
             for rho in range(min(sw, valid)):
                 px = (rho + left) % sw
                 column = arith.addi(arith.divsi(col0, index(sw)), index((rho + left - px) // sw))
-                store(deinterleave(pieces, sw, rho), self.xt, [arith.addi(starts[px], column)],
-                      self.mask(ceil_div(valid - rho, sw)))  # fmt: skip
+                self.put(deinterleave(pieces, sw, rho), arith.addi(starts[px], column), ceil_div(valid - rho, sw),
+                         ends[px])  # fmt: skip
 
         full = s.width // chunk
         if full:
