@@ -184,7 +184,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         compute = [n for n in nodes if info(n).kernel is not Kernel.VIEW]
         for i, n in enumerate(compute):
             if n.op == anchor:
-                b.before_anchor[n.name], b.after_anchor[n.name] = compute[:i], compute[i + 1:]
+                b.group_ops[n.name] = [m for m in compute if m is not n]
                 b.prologue_of |= {m.name: n for m in compute[:i]}
     kernels = []
     for members in _group_order(graph, plan.groups):

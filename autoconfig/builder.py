@@ -22,7 +22,7 @@ from autoconfig import movement
 from autoconfig.decisions import ask, decisions_of
 from autoconfig.errors import AutoconfigError
 from autoconfig.families import elementwise
-from autoconfig.fusion.classify import gated
+from autoconfig.fusion.classify import along_channels, gated
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.lowering import reblock_call
 from autoconfig.machine import Machine
@@ -133,9 +133,8 @@ class Builder:
         self.choices: dict[tuple, object] = {}
         self.layouts: dict[str, kc.Layout] = {}  # values held channel-blocked (the others: NCHW)
         self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
-        self.after_anchor: dict[str, list[Node]] = {}  # an anchor -> the ops of its group after it (build_model)
-        self.before_anchor: dict[str, list[Node]] = {}  # an anchor -> its prologue: the ops of its group before it
-        self.prologue_of: dict[str, Node] = {}  # an op of an anchor's prologue -> the anchor
+        self.group_ops: dict[str, list[Node]] = {}  # an anchor -> the other ops of its group (build_model)
+        self.prologue_of: dict[str, Node] = {}  # an op of an anchor's prologue (before it in its group) -> the anchor
         self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
         self.transforming = False  # lowering a transform: its buffers are not the kernel's (finish_step)
         self.touched: set[int] = set()  # buffers the kernel being lowered uses
@@ -547,7 +546,7 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
             kind = "bias" if node.op in ("Add", "Sub") else "scale"
             return ep.EpilogueOp(kind), np.broadcast_to(values, (channels,))
     if tuple(shape) != tuple(out_shape) and not b.graph.is_constant(other) and node.op in ("Add", "Mul") \
-            and _along_channels(shape, out_shape, channel_axis):  # fmt: skip
+            and along_channels(shape, out_shape, channel_axis):  # fmt: skip
         return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
     if tuple(shape) != tuple(out_shape):
         other = b.broadcast(other, out_shape)
@@ -556,20 +555,10 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
     return ep.EpilogueOp(kinds[node.op]), other
 
 
-def _along_channels(shape: tuple[int, ...], out_shape: tuple[int, ...], axis: int) -> bool:
-    """Whether an operand of `shape` broadcast to `out_shape` holds one value per
-    channel (along `axis` of the output) and varies along no other axis."""
-    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    if len(padded) != len(out_shape):
-        return False
-    axis %= len(out_shape)
-    return padded[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(padded) if i != axis)
-
-
 def per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
     """A constant's values per channel (a scalar: one value), or None when it varies
     along another axis."""
-    if array.size == 1 or _along_channels(array.shape, out_shape, axis):
+    if array.size == 1 or along_channels(array.shape, out_shape, axis):
         return array.reshape(-1)
     return None
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, tail_mask, verify
-from kernels.loops import for_range, for_tiles, load, offset, store, strided_load, when_else
+from kernels.loops import for_range, for_tiles, load, offset, store, strided_load, when_else, whole_or_masked
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -199,12 +199,9 @@ class _PlaneCopy:
     def put(self, value: ir.Value, at: ir.Value, count: int, end: ir.Value) -> None:
         """Store `count` lanes of `value` at `at`: the whole vector where it stays before
         `end`, its phase's end — its lanes past the row land on the phase's later rows,
-        which are written after (a masked store costs several plain ones on some cores)."""
-        if count == self.lanes:
-            store(value, self.xt, [at])
-            return
+        which are written after."""
         whole = arith.cmpi(arith.CmpIPredicate.sle, offset(at, self.lanes), end)
-        when_else(whole, lambda: store(value, self.xt, [at]), lambda: store(value, self.xt, [at], self.mask(count)))
+        whole_or_masked(whole, self.mask(count), lambda mask: store(value, self.xt, [at], mask))
 
     def row(self, i: ir.Value, py: ir.Value) -> None:
         """Phase row i of the row phase py, every column phase."""

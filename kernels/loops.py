@@ -224,6 +224,16 @@ def store(value: ir.Value, memory: ir.Value, indices: Sequence[ir.Value], mask: 
         vector.maskedstore(memory, list(indices), mask, value)
 
 
+def whole_or_masked(whole: ir.Value, mask: ir.Value | None, stores: Callable[[ir.Value | None], None]) -> None:
+    """stores(None) where `whole` holds (the lanes past `mask`'s land where they are
+    rewritten later, or inside the row), else stores(mask): a masked store costs several
+    plain ones on some cores."""
+    if mask is None:
+        stores(None)
+    else:
+        when_else(whole, lambda: stores(None), lambda: stores(mask))
+
+
 def strided_load(vec: ir.VectorType, memory: ir.Value, indices: Sequence[ir.Value], stride: int,
                  mask: ir.Value | None = None) -> ir.Value:  # fmt: skip
     """Lane i from `memory` at `indices` with the last index advanced by i·stride (a

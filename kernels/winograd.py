@@ -42,7 +42,7 @@ from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_v
 from kernels.emit import config_symbol, mask_type, new_module, splat, tail_mask, verify
 from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.layout import PhaseSplit, generate_phase_split
-from kernels.loops import Sized, for_range, for_tile_trips, load, offset, prefix_mask, store, when, when_else
+from kernels.loops import Sized, for_range, for_tile_trips, load, offset, prefix_mask, store, when, whole_or_masked
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -286,8 +286,7 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
 
             def step(tx0: ir.Value, _count: int, sized: Sized) -> None:  # the last step's junk lanes
                 start = arith.addi(window, tx0)  # read the padding; stored into the plane's next tile
-                # row, which is written after (masked where they would leave the plane: a masked
-                # store costs several plain ones on some cores)
+                # row, which is written after (masked where they would leave the plane)
                 d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
                 transformed = _two_sided(b_t, d, zero)
                 at = arith.addi(arith.muli(c, index(columns)), arith.addi(tile, tx0))
@@ -298,12 +297,9 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
                             store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
 
                 def stores(count: int) -> None:  # a row's last vector whole while its lanes stay in the plane
-                    if count == lanes:
-                        put(None)
-                        return
                     end = offset(arith.addi(arith.muli(ty, index(cfg.tiles_w)), tx0), lanes)
                     inside = arith.cmpi(arith.CmpIPredicate.sle, end, index(cfg.tiles))
-                    when_else(inside, lambda: put(None), lambda: put(tail_mask(target, lanes, count)))
+                    whole_or_masked(inside, tail_mask(target, lanes, count), put)
 
                 sized(stores)
 
@@ -371,9 +367,8 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
                                 return load(vec, operands[j], [row, x], left)
 
                             result = ep.apply(cfg.epilogue, value, operand)
-                            whole = arith.cmpi(arith.CmpIPredicate.sle, offset(x, lanes), index(ow_))
-                            when_else(whole, lambda r=result, x=x: store(r, y, [row, x]),  # a plain store where
-                                      lambda r=result, x=x, left=left: store(r, y, [row, x], left))  # it fits
+                            inside = arith.cmpi(arith.CmpIPredicate.sle, offset(x, lanes), index(ow_))
+                            whole_or_masked(inside, left, lambda mask, r=result, x=x: store(r, y, [row, x], mask))
 
                     if oh_ % m and i >= oh_ % m:  # beyond OH on the last tile row
                         when(arith.cmpi(arith.CmpIPredicate.slt, oh, index(oh_)), store_row)

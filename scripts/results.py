@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "hwprofiles" / "measurements"
@@ -91,8 +92,7 @@ def model_table(table: dict) -> list[str]:
                   if row["ms"].get(peer) and row["ms"].get("autoconfig-dp")}  # fmt: skip
         if ratios:
             lowest = min(ratios, key=ratios.get)
-            mean = math.exp(sum(map(math.log, ratios.values())) / len(ratios))
-            lines.append(f"{peer} over ours (dp): geomean {mean:.2f} over {len(ratios)} models, lowest "
+            lines.append(f"{peer} over ours (dp): geomean {harness.geomean(list(ratios.values())):.2f} over {len(ratios)} models, lowest "
                          f"{ratios[lowest]:.2f} ({lowest}).  ")  # fmt: skip
     return lines
 

@@ -46,12 +46,17 @@ def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.
     """The model's choice for a Conv node with the other ops of its group: the epilogue
     ops after it (its bias first) and the prologue before it; the matched chains."""
     shape, _, bias = conv_layer(b, node)
-    before = [n for n in others if n in b.before_anchor.get(node.name, [])]
+    before = _before(b, node, others)
     chain = match_epilogue(b, node.outputs[0], [n for n in others if n not in before], channel_axis=1)
     prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
     return b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
                     prologue=tuple(prologue.ops) if prologue else ()), chain, prologue  # fmt: skip
+
+
+def _before(b: Builder, node: Node, others: list[Node]) -> list[Node]:
+    """The ops of `others` that are `node`'s prologue."""
+    return [n for n in others if b.prologue_of.get(n.name) is node]
 
 
 def _prologue(b: Builder, node: Node, before: list[Node]) -> Epilogue:
@@ -67,7 +72,7 @@ def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     g = b.graph
     shape, weight, bias = conv_layer(b, node)
     choice, chain, prologue = conv_choice(b, node, others)
-    before = b.before_anchor.get(node.name, []) if prologue else []
+    before = _before(b, node, others)
     source = streamed_input(g, before[0]) if before else node.inputs[0]
     best, why = conv_model.choose_layout(choice, b.layout(source), output_layouts(b, chain.end), b.machine)
     plan = best.plan
@@ -96,7 +101,7 @@ def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:
 
 def _own_choice(b: Builder, conv: Node) -> tuple[conv_model.ConvChoice, Epilogue, Epilogue | None]:
     """The model's choice for a Conv node with its own group's prologue and epilogue."""
-    return conv_choice(b, conv, b.before_anchor[conv.name] + b.after_anchor[conv.name])
+    return conv_choice(b, conv, b.group_ops[conv.name])
 
 
 def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> float:
@@ -106,9 +111,10 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
     layout its own readers take (the model's choice for it, its prologue and epilogue,
     the one its own kernel will use; a layer with no plan reading blocks pays the
     transform back). An epilogue's residual reads any layout at one cost."""
-    reader = b.prologue_of.get(reader.name, reader)
-    if reader.op != "Conv" or reader.inputs[0] != value and not b.before_anchor.get(reader.name):
+    conv = b.prologue_of.get(reader.name)
+    if conv is None and (reader.op != "Conv" or reader.inputs[0] != value):
         return 0.0
+    reader = conv or reader
     shape = conv_layer(b, reader)[0]
     if not conv_model.reads_blocked(shape, b.machine, b.target):  # NCHW, after a transform if blocked
         return transform_back_ns(b, shape.input_shape, layout)

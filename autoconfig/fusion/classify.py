@@ -21,8 +21,8 @@ from autoconfig.graph.ir import Graph, Node
 from autoconfig.families.elementwise import UNARY
 from autoconfig.graph.ops import Kernel, Mapping, info
 
-__all__ = ["LEGALITY", "Legality", "Mapping", "emittable", "emittable_groups", "gated", "mapping", "prologue_edge",
-           "prologue_op", "streamed_input"]
+__all__ = ["LEGALITY", "Legality", "Mapping", "along_channels", "emittable", "emittable_groups", "gated", "mapping",
+           "prologue_edge", "prologue_op", "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -98,16 +98,21 @@ def prologue_op(graph: Graph, node: Node) -> bool:
         return False
     streamed = streamed_input(graph, node)
     other = next(i for i in node.inputs if i != streamed)
-    channel = _per_channel(graph.types[other].shape, shape)
-    if graph.is_constant(other):
-        return channel and (node.inputs[0] == streamed or node.op in ("Add", "Mul"))
-    return channel and node.op in ("Add", "Mul") and graph.types[other].elements == shape[1]
+    channel = along_channels(graph.types[other].shape, shape, 1)
+    if graph.is_constant(other):  # a scalar too; subtracted from or dividing the stream
+        ordered = node.inputs[0] == streamed or node.op in ("Add", "Mul")
+        return (channel or graph.types[other].elements == 1) and ordered
+    return channel and node.op in ("Add", "Mul")
 
 
-def _per_channel(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
-    """Whether a tensor of `shape` broadcast to the 4-D `out_shape` holds at most one value per channel."""
+def along_channels(shape: tuple[int, ...], out_shape: tuple[int, ...], axis: int) -> bool:
+    """Whether an operand of `shape` broadcast to `out_shape` holds one value per
+    channel (along `axis` of the output) and varies along no other axis."""
     padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    return len(padded) == 4 and all(d == 1 for i, d in enumerate(padded) if i != 1) and padded[1] in (1, out_shape[1])
+    if len(padded) != len(out_shape):
+        return False
+    axis %= len(out_shape)
+    return padded[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(padded) if i != axis)
 
 
 def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], str] | None:

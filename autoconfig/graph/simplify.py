@@ -117,11 +117,9 @@ def _live_taps(graph: Graph, node: Node) -> None:
             pads[axis], pads[axis + 2], crop[2 + axis] = begin, end, slice(live[0], live[-1] + 1)
     if crop == [slice(None)] * 4:
         return
-    kept = np.ascontiguousarray(weight[tuple(crop)])
-    name = f"{node.name}.live_taps"
-    graph.constants[name], graph.types[name] = kept, TensorType(kept.shape, "float32")
-    node.inputs = [node.inputs[0], name, *node.inputs[2:]]
-    node.attrs = {**a, "pads": pads, "kernel_shape": list(kept.shape[2:])}
+    kept = _Made(graph, node.name).constant("live_taps", np.ascontiguousarray(weight[tuple(crop)]))
+    node.inputs = [node.inputs[0], kept, *node.inputs[2:]]
+    node.attrs = {**a, "pads": pads, "kernel_shape": list(graph.types[kept].shape[2:])}
 
 
 def _transposed_conv(graph: Graph, node: Node) -> list[Node]:

@@ -770,11 +770,11 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
            epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = ()) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
     on its own or inside a model holding `model_weights` bytes of constants; with a
-    `prologue` (per-input-channel ops on its input), `with_prologue`'s."""
+    `prologue` (per-input-channel ops on its input), `_with_prologue`'s."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
     if prologue:
-        return with_prologue(shape, profile, target, budget, epilogue, prologue, machine)
+        return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine)
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
@@ -806,9 +806,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     predictions += _products(shape, profile, target, budget, epilogue, machine, beaten)
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
-    kinds: dict[tuple, list[Prediction]] = {}  # the best of each algorithm, gemm1x1 both ways, in each layout
-    for p in predictions:
-        kinds.setdefault(_kind(p.config), []).append(p)
+    kinds = _by_kind(predictions)
     per_algorithm = [_best(mine) for mine in kinds.values()]
     plain_input = kinds.get(("direct", False, "nchw", "nchwc"))
     if plain_input and reads_blocked(shape, machine, target):
@@ -817,7 +815,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, tuple(unscored))
 
 
-def with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue,
+def _with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue,
                   prologue: ep.Epilogue, machine: Machine) -> ConvChoice:  # fmt: skip
     """A 1x1 convolution whose input arrives through `prologue`: its products in NCHW,
     which apply the ops to the image as they read it, and, for a scale alone, those
@@ -826,10 +824,8 @@ def with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, th
     if not shape.pointwise or shape.group != 1:
         raise AutoconfigError(f"a prologue is computed by an ungrouped 1x1 convolution's product, not "
                               f"{shape.describe()}")  # fmt: skip
-    kinds: dict[tuple, list[Prediction]] = {}
-    for p in _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue):
-        kinds.setdefault(_kind(p.config), []).append(p)
-    per_algorithm = [_best(mine) for mine in kinds.values()]
+    products = _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue)
+    per_algorithm = [_best(mine) for mine in _by_kind(products).values()]
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, ())
 
 
@@ -876,6 +872,14 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
     return predictions
+
+
+def _by_kind(predictions: list[Prediction]) -> dict[tuple, list[Prediction]]:
+    """The predictions by what `choose` keeps the best of (`_kind`)."""
+    kinds: dict[tuple, list[Prediction]] = {}
+    for p in predictions:
+        kinds.setdefault(_kind(p.config), []).append(p)
+    return kinds
 
 
 def _kind(config: ConvConfig) -> tuple:
