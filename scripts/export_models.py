@@ -12,7 +12,7 @@ Runs in the exporters' environment (`make exporters`: torch 2.13 CPU, torchvisio
 onnxscript), never the project's.
 
 Usage: .exporters/bin/python scripts/export_models.py --out models [--exporter both]
-       [--batch 1] [resnet18 squeezenet1_1 ...]   (default: every model of MODELS)
+       [--batch 1] [--set cnns|transformers] [resnet18 vit_b_16 ...]
 """
 
 from __future__ import annotations
@@ -30,8 +30,18 @@ MODELS = (
 )  # fmt: skip
 """The torchvision classification and segmentation families a user brings most often."""
 
+TRANSFORMERS = ("vit_b_16", "swin_t", "convnext_tiny")
+"""torchvision's vision transformers (and ConvNeXt, a CNN built like one)."""
+
+SETS = {"cnns": MODELS, "transformers": TRANSFORMERS}
+
 IMAGE = {"inception_v3": 299}
 """Input size per model where 224 is not its own."""
+
+PLACEHOLDER_SPREAD = 0.2
+"""Standard deviation of the noise added to a parameter its initializer filled with one
+value (zero heads and biases, unit norm scales, ConvNeXt's 1e-6 layer scales):
+training moves them, and left as they are they make outputs constant or blocks inert."""
 
 STATISTICS_BATCHES = 3
 """Random batches run in train mode to set BatchNorm's running statistics."""
@@ -67,7 +77,8 @@ def _main_output(model):
 
 
 def make_model(name: str, torchvision, seed: int = 0):
-    """The model with random weights and recomputed BatchNorm statistics, in eval mode."""
+    """The model with random weights (placeholders redrawn) and recomputed BatchNorm
+    statistics, in eval mode."""
     import torch
 
     torch.manual_seed(seed)
@@ -78,6 +89,10 @@ def make_model(name: str, torchvision, seed: int = 0):
         model = _main_output(getattr(torchvision.models.segmentation, name)(weights_backbone=None, **kwargs))
     else:
         model = getattr(torchvision.models, name)(**kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                p.add_(torch.randn_like(p) * PLACEHOLDER_SPREAD)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     for m in norms:
         m.reset_running_stats()
@@ -110,7 +125,8 @@ def export(name: str, exporter: str, batch: int, out: Path, torchvision) -> Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="*", default=list(MODELS), help="torchvision model names (default: all)")
+    parser.add_argument("models", nargs="*", help="torchvision model names (default: those of --set)")
+    parser.add_argument("--set", choices=sorted(SETS), default="cnns", help="the models written when none is named")
     parser.add_argument("--out", type=Path, required=True, help="directory for the .onnx files")
     parser.add_argument("--exporter", choices=("torchscript", "dynamo", "both"), default="both")
     parser.add_argument("--batch", type=int, default=1)
@@ -119,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     exporters = ("torchscript", "dynamo") if args.exporter == "both" else (args.exporter,)
     failed = 0
-    for name in args.models:
+    for name in args.models or SETS[args.set]:
         for exporter in exporters:
             start = time.perf_counter()
             try:

@@ -57,6 +57,14 @@ def test_weights_that_contradict_the_declared_shapes_are_named(tmp_path, capsys)
     build_fails(tmp_path, capsys, path, "model.onnx: node 'conv_2' (Conv): the weight's 5 input channels")
 
 
+def test_a_reshape_to_another_size_is_named(tmp_path, capsys):
+    """onnx's shape inference takes a constant shape as given; the import checks it."""
+    b = zoo.Builder("reshaped", 0)
+    y = b.op("Reshape", ["input", b.const("shape", np.array([1, 3, 60], np.int64))])
+    path = saved(tmp_path, b.model("input", [1, 3, 8, 8], [(y, None)]))
+    build_fails(tmp_path, capsys, path, "model.onnx: node 'reshape_2' (Reshape): [1, 3, 8, 8] and [1, 3, 60] differ in size")
+
+
 @pytest.mark.parametrize(("attrs", "fragment"), [
     ({"pads": [-1, 0, 0, 0]}, "pads must not contain negative values"),
     ({"strides": [0, 1]}, "strides must only contain positive values"),

@@ -25,35 +25,52 @@ from kernels import movement as mv
 def _concat(b: Builder, node: Node) -> KernelGroup | None:
     """Concat: its inputs placed as slices of its output where they can be, others copied
     (in the output's layout: channel blocks when all inputs are held so). Along an axis
-    with more than one slice per input, they are placed one after another in a buffer
-    of their own and gathered from there into the output."""
+    with more than one slice per input, they are staged in a buffer of their own and
+    gathered from there into the output (`_interleaved`)."""
     shape = b.graph.types[node.outputs[0]].shape
     axis = node.attrs.get("axis", 0) % len(shape)
-    interleaved = math.prod(shape[:axis]) != 1
+    if math.prod(shape[:axis]) != 1:
+        return _interleaved(b, node, shape, axis)
     layout: kc.Layout = "nchw"  # channel blocks where every input is held so (see blocked_layouts)
-    if not interleaved and concat_takes_blocks(b, node) and all(b.layout(v) == "nchwc" for v in node.inputs):
+    if concat_takes_blocks(b, node) and all(b.layout(v) == "nchwc" for v in node.inputs):
         layout = "nchwc"
-    out = Ref(VIRTUAL + b._buffer(math.prod(shape))) if interleaved else b.write(node.outputs[0], layout)
+    out = b.write(node.outputs[0], layout)
     copies = _place_slices(b, node, out, layout)
     calls, modules = [], []
     for value, at, size in copies:
         config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
         calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
         modules += b.modules(ew.generate, config)
-    if interleaved:
-        pieces, at = [], 0
-        for value in node.inputs:
-            part = b.graph.types[value]
-            pieces.append(at + np.arange(part.elements, dtype=np.int64).reshape(part.shape))
-            at += part.elements
-        source = np.concatenate(pieces, axis=axis)
-        _, gather, gather_modules = permuted(b, out, source.shape, tuple(range(len(shape))), into=b.write(node.outputs[0]),
-                                              source=source)  # fmt: skip
-        calls, modules = calls + gather, modules + gather_modules
     if not calls:
         return None
-    return streaming(b, node.name, ops_of([node]), "copy", calls, modules, 8 * math.prod(shape) * (1 + interleaved),
-                      f"{len(copies)} input(s) copied into place{', then gathered' if interleaved else ''}")
+    return streaming(b, node.name, ops_of([node]), "copy", calls, modules, 8 * math.prod(shape),
+                      f"{len(copies)} input(s) copied into place")
+
+
+def _interleaved(b: Builder, node: Node, shape: tuple[int, ...], axis: int) -> KernelGroup:
+    """A Concat along an inner axis: inputs of one length along it placed one after
+    another in a staging buffer (their producers writing there where they can), unequal
+    ones each transposed there with the axis first (so every input has the output's
+    strides along the other axes); then one gather into the output."""
+    inputs = [v for v in node.inputs if b.graph.types[v].elements]
+    equal = len({b.graph.types[v].shape[axis] for v in inputs}) == 1
+    perm = tuple(range(len(shape))) if equal else (axis, *(a for a in range(len(shape)) if a != axis))
+    staged = Ref(VIRTUAL + b._buffer(math.prod(shape)))
+    starts = np.cumsum([0] + [b.graph.types[v].elements for v in inputs])
+    copies = (_place_slices(b, node, staged, "nchw") if equal else
+              [(v, int(at), None) for v, at in zip(inputs, starts)])  # fmt: skip
+    calls, modules = [], []
+    for value, at, _ in copies:
+        _, copy, copy_modules = permuted(b, b.read(value), b.graph.types[value].shape, perm, into=Ref(staged.space, at))
+        calls, modules = calls + copy, modules + copy_modules
+    pieces = [at + np.arange(b.graph.types[v].elements, dtype=np.int64).reshape([b.graph.types[v].shape[a] for a in perm])
+              for v, at in zip(inputs, starts)]  # each input as staged: its axes in `perm`'s order
+    source = np.concatenate(pieces, axis=0 if not equal else axis).transpose(np.argsort(perm))
+    _, gather, gather_modules = permuted(b, staged, source.shape, tuple(range(len(shape))),
+                                         into=b.write(node.outputs[0]), source=source)  # fmt: skip
+    return streaming(b, node.name, ops_of([node]), "copy", calls + gather, modules + gather_modules,
+                      16 * math.prod(shape), f"{len(copies)} input(s) copied{'' if equal else ' transposed'}, "
+                      f"then gathered")  # fmt: skip
 
 
 def _place_slices(b: Builder, node: Node, out: Ref, layout: kc.Layout) -> list[tuple[str, int, int]]:
@@ -83,7 +100,7 @@ def _place_slices(b: Builder, node: Node, out: Ref, layout: kc.Layout) -> list[t
 
 
 def _movement(b: Builder, node: Node) -> KernelGroup | None:
-    """Transpose, Slice, Split, Pad, Resize, Upsample: each output a view of the input
+    """Transpose, Slice, Gather, Split, Pad, Resize, Upsample: each output a view of the input
     at an offset where it is one contiguous stretch of it, else a gather kernel."""
     data = node.inputs[0]
     if b.graph.is_constant(data):
@@ -118,5 +135,5 @@ def _movement(b: Builder, node: Node) -> KernelGroup | None:
 
 LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node)),
              **{op: Lowering(lambda b, node, after: _movement(b, node))
-                for op in ("Transpose", "Slice", "Split", "Pad", "Resize", "Upsample")}}
+                for op in ("Transpose", "Slice", "Gather", "Split", "Pad", "Resize", "Upsample")}}
 """The data-movement family's operators."""

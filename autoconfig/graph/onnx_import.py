@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.fold import fold
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.ops import OPERATORS
+from autoconfig.graph.ops import OPERATORS, Kernel
 
 OPSETS = (11, 25)
 SUPPORTED = frozenset(OPERATORS)
@@ -111,6 +111,9 @@ def _node(n: onnx.NodeProto, opset: int, types: dict[str, TensorType], dynamic: 
     for out in node.outputs:
         if out and out not in types:
             raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): output {out!r} has no inferred shape")
+    if OPERATORS[node.op].kernel is Kernel.VIEW and types[node.inputs[0]].elements != types[node.outputs[0]].elements:
+        x, y = types[node.inputs[0]].shape, types[node.outputs[0]].shape
+        raise AutoconfigError(f"{source}: node {node.name!r} ({node.op}): {list(x)} and {list(y)} differ in size")
     return node
 
 

@@ -117,6 +117,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
     "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV, parameters=(1,)),
     "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV, parameters=(1, 2, 3, 4)),
+    "Gather": OpInfo(_1, _INJ, ref.gather, kernel=_MV, parameters=(1,)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),
     "Flatten": OpInfo(_R, _INJ, ref.flatten, kernel=_V),
@@ -128,6 +129,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
     "ConvTranspose": OpInfo(_MM, _OUT, ref.conv_transpose, window_reads, _EA, (1, 2)),  # as a Conv
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.instance_normalization, kernel=_A, parameters=(1, 2)),  # as its ops
+    "LayerNormalization": OpInfo(_MM, _OUT, ref.layer_normalization, kernel=_A, parameters=(1, 2)),  # as its ops
 }
 """Every operator the importer accepts, with all it needs (a test checks each row)."""
 

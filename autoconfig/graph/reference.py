@@ -88,6 +88,17 @@ def instance_normalization(a: dict, x, scale, bias):
     return onnx_reference("InstanceNormalization", a, x, scale, bias)[0]
 
 
+def layer_normalization(a: dict, x, scale, bias=None):
+    """onnx's: the build computes it as its definition's ops (`graph.simplify`)."""
+    return onnx_reference("LayerNormalization", a, x, scale, bias)[0]
+
+
+def gather(a: dict, x, indices):
+    """Elements along `axis` at `indices` (negative ones counting from the end)."""
+    axis = a.get("axis", 0) % x.ndim
+    return np.take(x, np.where(indices < 0, indices + x.shape[axis], indices), axis=axis)
+
+
 def gemm(a: dict, x, w, c=None):
     x = x.T if a.get("transA", 0) else x
     w = w.T if a.get("transB", 0) else w

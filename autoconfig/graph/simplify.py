@@ -13,8 +13,9 @@
 - a convolution's taps that read only padding at every output position (a dilated
   window wider than its input, as in DeepLab's atrous pyramid) are dropped, with the
   pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds;
-- InstanceNormalization becomes its definition (`_instance_norm_as_ops`): per image
-  and channel, the mean and variance over the spatial axes (ReduceMean), then
+- InstanceNormalization and LayerNormalization become their definition
+  (`_normalized_as_ops`): the mean and variance over the normalized axes (ReduceMean;
+  the spatial axes per image and channel, or the axes from `axis` on), then
   elementwise ops, which the fusion planner groups like any others.
 """
 
@@ -88,6 +89,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _resize_as_products(graph, node)
     if node.op == "InstanceNormalization":
         return _instance_norm_as_ops(graph, node)
+    if node.op == "LayerNormalization":
+        return _layer_norm_as_ops(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)
     if node.op == "ConvTranspose":
@@ -207,25 +210,56 @@ def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
 
 
 def _instance_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
-    """(x − mean) / √(variance + ε) · scale + bias, the statistics per image and channel
-    over the spatial axes; scale and bias constants of one value per channel."""
+    """Normalized per image and channel over the spatial axes, then scaled and shifted
+    per channel by constants."""
     x, scale, bias = node.inputs
     shape = graph.types[x].shape
     if not (graph.is_constant(scale) and graph.is_constant(bias)):
         raise AutoconfigError(f"node {node.name!r} (InstanceNormalization): computed scale and bias are not generated")
-    axes = tuple(range(2, len(shape)))
-    stats, per_channel = (*shape[:2], *(1,) * len(axes)), (shape[1], *(1,) * len(axes))
+    per_channel = (shape[1], *(1,) * (len(shape) - 2))
+    return _normalized_as_ops(graph, node, tuple(range(2, len(shape))), per_channel)
+
+
+def _layer_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
+    """Normalized over the axes from `axis` on, then scaled and shifted by constants
+    broadcast over those axes (opset 17), with the mean and inverse deviation outputs
+    where asked for."""
+    x, *params = node.inputs
+    shape = graph.types[x].shape
+    if not all(graph.is_constant(p) for p in params if p):
+        raise AutoconfigError(f"node {node.name!r} (LayerNormalization): computed scale and bias are not generated")
+    axis = node.attrs.get("axis", -1) % len(shape)
+    return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:])
+
+
+def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: tuple[int, ...]) -> list[Node]:
+    """(x − mean) · (1 / √(variance + ε)) · scale + bias, the statistics over `axes`, scale
+    and bias (the node's inputs 1 and 2, a bias optional) as constants of shape `params`;
+    the node's outputs 2 and 3, where named, the mean and the inverse deviation."""
+    x, scale, bias = [*node.inputs, ""][:3]
+    y, mean_out, inverse_out = [*node.outputs, "", ""][:3]
+    shape = graph.types[x].shape
+    stats = tuple(1 if a in axes else d for a, d in enumerate(shape))
     made = _Made(graph, node.name)
-    mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1)
+    mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1, out=mean_out)
     centred = made.op("Sub", [x, mean], shape)
     variance = made.op("ReduceMean", [made.op("Mul", [centred, centred], shape)], stats, axes=list(axes), keepdims=1)
     epsilon = made.constant("epsilon", np.array(node.attrs.get("epsilon", 1e-5), np.float32))
     deviation = made.op("Sqrt", [made.op("Add", [variance, epsilon], stats)], stats)
-    normed = made.op("Div", [centred, deviation], shape)
-    scaled = made.op("Mul", [normed, made.constant("scale", graph.constants[scale].reshape(per_channel))], shape)
-    made.nodes.append(Node(node.name, "Add", [scaled, made.constant("bias", graph.constants[bias].reshape(per_channel))],
-                           node.outputs, {}))  # fmt: skip
+    inverse = made.op("Div", [made.constant("one", np.ones(stats, np.float32)), deviation], stats, out=inverse_out)
+    normed = made.op("Mul", [centred, inverse], shape)
+    scale = made.constant("scale", _shaped(graph.constants[scale], params))
+    if bias:
+        normed = made.op("Mul", [normed, scale], shape)
+        scale = made.constant("bias", _shaped(graph.constants[bias], params))
+    made.nodes.append(Node(node.name, "Add" if bias else "Mul", [normed, scale], [y], {}))
     return made.nodes
+
+
+def _shaped(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`values` in `shape`: reshaped where they are as many, else broadcast."""
+    values = np.asarray(values, np.float32)
+    return values.reshape(shape) if values.size == np.prod(shape) else np.broadcast_to(values, shape).copy()
 
 
 def _resize_as_products(graph: Graph, node: Node) -> list[Node]:
@@ -282,8 +316,9 @@ class _Made:
         self.graph.types[name] = TensorType(tuple(array.shape), array.dtype.name)
         return name
 
-    def op(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs) -> str:
-        out = self.value(op.lower(), shape)
+    def op(self, op: str, inputs: list[str], shape: tuple[int, ...], out: str = "", **attrs) -> str:
+        """A node of `op` made, its output `out` (an existing value's name) or a new value."""
+        out = out or self.value(op.lower(), shape)
         self.nodes.append(Node(out, op, inputs, [out], attrs))
         return out
 

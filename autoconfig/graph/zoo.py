@@ -107,14 +107,14 @@ class Builder:
         y = self.op("Softmax", [self.gemm(y, channels, 1000)], axis=1)
         return self.model("input", [1, 3, 224, 224], [(y, [1, 1000])])
 
-    def model(self, x: str, shape: list[int], outputs: list[tuple[str, list[int]]]) -> onnx.ModelProto:
+    def model(self, x: str, shape: list[int], outputs: list[tuple[str, list[int]]], opset: int = OPSET) -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes, self.name,
             [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
             [helper.make_tensor_value_info(o, TensorProto.FLOAT, s) for o, s in outputs],
             self.weights,
         )  # fmt: skip
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = IR_VERSION
         return model
 
