@@ -13,6 +13,8 @@
 - a convolution's taps that read only padding at every output position (a dilated
   window wider than its input, as in DeepLab's atrous pyramid) are dropped, with the
   pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds;
+- GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
+  Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
 - InstanceNormalization and LayerNormalization become their definition
   (`_normalized_as_ops`): the mean and variance over the normalized axes (ReduceMean;
   the spatial axes per image and channel, or the axes from `axis` on), then
@@ -41,6 +43,7 @@ def simplify(graph: Graph) -> Graph:
     graph.nodes = [lowered for node in nodes for lowered in _lowered(graph, node)]
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     _fold_batchnorm(graph)
+    _gelu_as_one(graph)
     _drop_unused_constants(graph)
     return graph
 
@@ -74,6 +77,65 @@ def _fold_batchnorm(graph: Graph) -> None:
         conv.inputs = [conv.inputs[0], w_name, b_name]
         conv.outputs = [node.outputs[0]]
     graph.nodes = kept
+
+
+GELU_TOLERANCE = 1e-6
+"""Relative slack on the constants 1/√2, 1 and 1/2 of a GELU written out: exporters
+round them to float32 (or write √2 as 1.4142135)."""
+
+
+def _gelu_as_one(graph: Graph) -> None:
+    """x · ½ · (1 + erf(x/√2)), written out by an exporter as Div (or Mul), Erf, Add and
+    two Muls in any order, becomes one Gelu node (an epilogue the products can fuse)."""
+    producers, consumers = graph.producers(), graph.consumers()
+    dropped: set[int] = set()
+    for erf in [n for n in graph.nodes if n.op == "Erf"]:
+        x = _gelu_argument(graph, producers.get(erf.inputs[0]))
+        plus = _only_consumer(graph, consumers, erf.outputs[0])
+        if x is None or _only_consumer(graph, consumers, erf.inputs[0]) is not erf or plus is None \
+                or plus.op != "Add" or not _constant_operand(graph, plus, erf.outputs[0], 1.0):  # fmt: skip
+            continue
+        chain, factors, at = [producers[erf.inputs[0]], erf, plus], [plus.outputs[0]], plus.outputs[0]
+        while (mul := _only_consumer(graph, consumers, at)) is not None and mul.op == "Mul" and len(chain) < 5:
+            other = mul.inputs[1] if mul.inputs[0] == at else mul.inputs[0]
+            half = producers.get(other)
+            if half is not None and half.op == "Mul" and _only_consumer(graph, consumers, other) is mul \
+                    and x in half.inputs and _constant_operand(graph, half, x, 0.5):  # fmt: skip
+                chain.append(half)
+                factors += [x, "½"]
+            else:
+                factors.append("½" if _constant_operand(graph, mul, at, 0.5) else other)
+            chain.append(mul)
+            at = mul.outputs[0]
+            if sorted(factors[1:]) == sorted([x, "½"]):
+                graph.nodes[graph.nodes.index(mul)] = Node(mul.name, "Gelu", [x], mul.outputs, {})
+                dropped |= {id(n) for n in chain[:-1]}
+                break
+    graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+
+
+def _gelu_argument(graph: Graph, scaled: Node | None) -> str | None:
+    """x where `scaled` computes x/√2 (a Div by √2 or a Mul by 1/√2), else None."""
+    if scaled is None or scaled.op not in ("Div", "Mul") or not graph.is_constant(scaled.inputs[1]):
+        return None
+    factor = 2**0.5 if scaled.op == "Div" else 0.5**0.5
+    return scaled.inputs[0] if _constant_operand(graph, scaled, scaled.inputs[0], factor) else None
+
+
+def _constant_operand(graph: Graph, node: Node, value: str, expected: float) -> bool:
+    """Whether `node`'s operand other than `value` is a single constant near `expected`."""
+    if len(node.inputs) != 2 or value not in node.inputs:
+        return False
+    other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+    constant = graph.constants.get(other)
+    return constant is not None and constant.size == 1 and \
+        abs(float(constant.reshape(-1)[0]) - expected) <= GELU_TOLERANCE * expected  # fmt: skip
+
+
+def _only_consumer(graph: Graph, consumers: dict[str, list[Node]], value: str) -> Node | None:
+    """The one node reading `value` (not a graph output), else None."""
+    users = consumers.get(value, [])
+    return users[0] if len(users) == 1 and value not in graph.outputs else None
 
 
 def _drop_unused_constants(graph: Graph) -> None:
