@@ -62,10 +62,10 @@ compare-tvm: $(BIN)/.installed $(PEERS)/.installed
 	$(BIN)/python scripts/compare_tvm.py $(TVM_ARGS)
 
 # The exporters' environment for scripts/export_models.py: torch 2.13 (its CPU wheel:
-# the version pinned, an unpinned torch pulls the CUDA packages), torchvision 0.28 and
-# onnxscript (the dynamo exporter), apart from the project.
+# the version pinned, an unpinned torch pulls the CUDA packages), torchvision 0.28,
+# transformers and onnxscript (the dynamo exporter), apart from the project.
 EXPORTERS := .exporters
-EXPORTERS_PACKAGES := torch==2.13.0 torchvision==0.28.0 onnx onnxscript
+EXPORTERS_PACKAGES := torch==2.13.0 torchvision==0.28.0 'transformers>=5' onnx onnxscript
 
 $(EXPORTERS)/.installed: Makefile
 	$(call side_env,$(EXPORTERS),$(EXPORTERS_PACKAGES))

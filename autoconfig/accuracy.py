@@ -13,6 +13,33 @@ ERROR_BOUND = 1e-4
 range: float32 sums in another order differ by a few ulps per term, far below this."""
 
 
+MASK_PADDING = 8
+"""A mask input's last 1/MASK_PADDING positions are padding (0), the others 1."""
+
+
+def sample_input(shape: tuple[int, ...], dtype: str = "float32", ids_below: int = 0,
+                 rng: np.random.Generator | None = None) -> np.ndarray:  # fmt: skip
+    """An input as a user gives one: float32 standard normal (both signs); int64 ids
+    drawn below their table's rows; any other int64 input an attention mask, 1 then 0
+    over the last eighth of its last axis (padding)."""
+    rng = rng or np.random.default_rng(0)
+    if dtype == "float32":
+        return rng.standard_normal(shape, dtype=np.float32)
+    if ids_below:
+        return rng.integers(0, ids_below, shape, dtype=np.int64)
+    mask = np.ones(shape, np.int64)
+    if shape:
+        mask[..., shape[-1] - shape[-1] // MASK_PADDING :] = 0
+    return mask
+
+
+def sample_inputs(inputs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:
+    """`sample_input` for each of a manifest's inputs (name, shape, dtype, ids_below)."""
+    rng = np.random.default_rng(seed)
+    return {i["name"]: sample_input(tuple(i["shape"]), i.get("dtype", "float32"), i.get("ids_below", 0), rng)
+            for i in inputs}  # fmt: skip
+
+
 def output_error(value: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
     """(max |value - expected|, expected's range (1 if constant)): within bounds when
     the first is at most ERROR_BOUND times the second."""

@@ -157,7 +157,8 @@ def runner_config(model: BuiltModel) -> RunnerConfig:
                         symbols, tuple(g.types[n].bytes for n in g.inputs),
                         tuple(g.types[n].bytes for n, _ in model.outputs),
                         tuple(4 * offset for _, offset in model.outputs), 4 * model.arena_floats,
-                        model.weights_bytes, widest(calls))  # fmt: skip
+                        model.weights_bytes, widest(calls),
+                        tuple((i, 4 * offset, n) for i, offset, n in model.conversions), model.index_limits)  # fmt: skip
 
 
 def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> dict:
@@ -170,7 +171,9 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> di
     return {
         "format": FORMAT,
         "model": g.name,
-        "inputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": "float32"} for n in g.inputs],
+        "inputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": g.types[n].dtype,
+                    **({"ids_below": limit} if limit else {})}
+                   for n, limit in zip(g.inputs, model.index_limits or [0] * len(g.inputs))],
         "outputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": "float32"} for n, _ in model.outputs],
         "kernels": kernels,
         "steps": step,

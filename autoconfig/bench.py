@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error
+from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, sample_inputs
 from autoconfig.errors import AutoconfigError
 
 WARMUP_SECONDS = 0.5
@@ -133,8 +133,7 @@ def bench(path: Path | str, threads: int | None = None, peers: tuple[str, ...] =
         say(f"built {path.stem}: {len(manifest['kernels'])} kernels for {manifest['target']} in "
             f"{time.perf_counter() - start:.1f} s ({manifest['kernel_objects']['cached']} from the kernel cache)")
         loaded = load(Path(tmp) / "built")
-        rng = np.random.default_rng(0)
-        feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in loaded.inputs}
+        feeds = sample_inputs(manifest["inputs"])
         ours = loaded(feeds)
         ours_ns = median_ns(lambda: loaded(feeds), repeat)
     threads = manifest["threads"]

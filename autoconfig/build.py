@@ -32,6 +32,7 @@ from autoconfig.fusion.classify import streamed_input
 from autoconfig.fusion.planning import Plan
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
+from autoconfig.graph.simplify import VIEWS
 from autoconfig.layouts import output_layouts, transform_back_ns
 from autoconfig.profile import HardwareProfile
 from autoconfig.runtime import Call, Part, Ref
@@ -169,9 +170,10 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     the fusion `plan` (planned by `fusion` when not given); with a kernel cache, the
     models' choices and generated modules it holds are reused."""
     for name in graph.inputs + graph.outputs:
-        if graph.types[name].dtype != "float32":
+        if graph.types[name].dtype != "float32" and not (name in graph.inputs and graph.types[name].dtype == "int64"):
             kind = "input" if name in graph.inputs else "output"
-            raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models are built")
+            raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models (and int64 "
+                                  f"inputs) are built")  # fmt: skip
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = Builder(graph, profile, target, threads, cache, FAMILIES)
     plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
@@ -206,5 +208,22 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     outputs = []
     for name in graph.outputs:
         outputs.append((name, b.resolve(Ref(VIRTUAL + b.where[name][0], b.where[name][1])).offset))
+    conversions = tuple((graph.inputs.index(source), b.resolve(Ref(VIRTUAL + b.where[name][0])).offset,
+                         graph.types[name].elements) for name, source in graph.converted.items())  # fmt: skip
     return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
-                      outputs)  # fmt: skip
+                      outputs, conversions, index_limits(graph))  # fmt: skip
+
+
+def index_limits(graph: Graph) -> tuple[int, ...]:
+    """Per input, the rows of the tables it indexes (through views; the fewest where
+    several), or 0 where it indexes none."""
+    source = {name: name for name in graph.inputs}
+    limits = dict.fromkeys(graph.inputs, 0)
+    for node in graph.nodes:
+        if node.inputs and node.inputs[0] in source and node.op in VIEWS:
+            source[node.outputs[0]] = source[node.inputs[0]]
+        if node.op == "Gather" and node.inputs[1] in source:
+            rows = graph.types[node.inputs[0]].shape[node.attrs.get("axis", 0)]
+            name = source[node.inputs[1]]
+            limits[name] = min(limits[name] or rows, rows)
+    return tuple(limits[name] for name in graph.inputs)

@@ -99,6 +99,8 @@ class BuiltModel:
     arena_floats: int
     intermediate_floats: int
     outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
+    conversions: tuple[tuple[int, int, int], ...] = ()  # (int64 input, arena offset in floats, elements)
+    index_limits: tuple[int, ...] = ()  # per input: ids must lie in [-limit, limit) (0: not ids)
 
     @property
     def weights_bytes(self) -> int:
@@ -142,6 +144,8 @@ class Builder:
         self.families = families or {}  # op (or ELEMENTWISE_GROUP) -> its family's Lowering
         for i, name in enumerate(graph.inputs):
             self.where[name] = (self._buffer(graph.types[name].elements, input_index=i), 0)
+        for name in graph.converted:  # written by the runner before the first kernel
+            self.where[name] = (self._buffer(graph.types[name].elements), 0)
 
     def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue, **options: object):
         """`model.choose` for this build's profile, target and threads, once per distinct
@@ -496,6 +500,12 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
             op, operand = _binary(b, users[0], current, out_shape, channel_axis)
             ops.append(op)
             operands.append(operand)
+        elif len(users) == 1 and users[0].op == "Where":
+            used = [users[0]]
+            op, operand = _selection(b, users[0], current, out_shape)
+            ops.append(op)
+            if op.operand:
+                operands.append(operand)
         else:
             raise fail(users[0], f"{' and '.join(sorted(gates))} on one value is not an epilogue the "
                                   "code generator emits")  # fmt: skip
@@ -553,6 +563,26 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
     kinds = {"Add": "residual", "Mul": "product"} | ({"Sub": "difference", "Div": "quotient"} if first else
                                                       {"Sub": "reverse_difference", "Div": "reverse_quotient"})
     return ep.EpilogueOp(kinds[node.op]), other
+
+
+def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...]) -> tuple[ep.EpilogueOp, str | None]:
+    """Where(condition, x, y) with one branch a single constant, as an epilogue op on
+    the chain's value (the condition or a branch); the other computed input is read as
+    a tensor of the output's shape."""
+    condition, x, y = node.inputs
+    scalar = {v: float(np.asarray(b.graph.constants[v]).reshape(-1)[0]) for v in (x, y)
+              if b.graph.is_constant(v) and b.graph.constants[v].size == 1}  # fmt: skip
+    if len(scalar) == 2 and current == condition:
+        return ep.EpilogueOp("choose", alpha=scalar[x], beta=scalar[y]), None
+    if len(scalar) != 1 or len({condition, x, y}) != 3:
+        raise fail(node, "a Where without a single constant for one branch is not generated")
+    (constant, value), = scalar.items()
+    tensor = next(v for v in (condition, x, y) if v not in (current, constant))
+    kind = {(condition, y): "then_else", (condition, x): "else_then", (x, y): "keep_where",
+            (y, x): "replace_where"}[current, constant]  # fmt: skip
+    if tuple(b.graph.types[tensor].shape) != tuple(out_shape):
+        tensor = b.broadcast(tensor, out_shape)
+    return ep.EpilogueOp(kind, alpha=value), tensor
 
 
 def per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:

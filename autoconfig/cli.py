@@ -253,8 +253,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from autoconfig.loader import load
+    from autoconfig.accuracy import sample_inputs
     from autoconfig.fileio import check_output, write_atomically
+    from autoconfig.loader import load
 
     model = load(args.dir)
     if args.output is not None:
@@ -268,10 +269,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as err:
             raise AutoconfigError(f"cannot read input {name!r} from {path}: {err}") from None
-    rng = np.random.default_rng(0)
+    sampled = sample_inputs(model.manifest["inputs"])
     for name, shape in model.inputs:  # the inputs not given: random, to time the model
         if name not in inputs and (args.bench or not args.input):
-            inputs[name] = rng.standard_normal(shape, dtype=np.float32)
+            inputs[name] = sampled[name]
     outputs, median_ns, _ = model.run(inputs, repeat=max(1, args.bench or 1))
     if args.output is not None:
         buffer = io.BytesIO()

@@ -64,6 +64,10 @@ def _check_runs_here(manifest: dict, directory: Path) -> None:
         raise AutoconfigError(f"{directory}: built for {target.name}, which this machine cannot run: {execution.reason}")
 
 
+RUN_STATUS = {1: "a NULL argument", 2: "no working memory", 3: "an id outside its table"}
+"""What ``ac_model_run``'s non-zero statuses mean (autoconfig_model.h)."""
+
+
 class LoadedModel:
     """A built model, checked against its manifest: call it with numpy arrays by input
     name; it returns the outputs by name."""
@@ -86,6 +90,8 @@ class LoadedModel:
             if sha256_file(file) != digest:
                 raise AutoconfigError(f"{self.directory}: {name} was changed since the build (its SHA-256 differs)")
         self.inputs = [(i["name"], tuple(i["shape"])) for i in self.manifest["inputs"]]
+        self.input_types = {i["name"]: (np.dtype(i.get("dtype", "float32")), i.get("ids_below", 0))
+                            for i in self.manifest["inputs"]}  # fmt: skip
         self.outputs = [(o["name"], tuple(o["shape"])) for o in self.manifest["outputs"]]
         self._model = None
         if self.manifest["native"]:
@@ -94,6 +100,7 @@ class LoadedModel:
             lib.ac_model_load.restype = ctypes.c_void_p
             lib.ac_model_load.argtypes = [ctypes.c_char_p]
             lib.ac_model_run_timed.argtypes = [ctypes.c_void_p] * 4
+            lib.ac_model_run_timed.restype = ctypes.c_int
             lib.ac_model_free.argtypes = [ctypes.c_void_p]
             self._lib = lib
             self._model = lib.ac_model_load(str(self.directory / "weights.bin").encode())
@@ -106,7 +113,8 @@ class LoadedModel:
             self._model = None
 
     def check(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The inputs in order, each a C-contiguous float32 array of its shape."""
+        """The inputs in order, each a C-contiguous array of its type (float32, or int64
+        where the manifest says so: ids within their table's rows) and shape."""
         names = [n for n, _ in self.inputs]
         unknown = sorted(set(inputs) - set(names))
         if unknown:
@@ -116,11 +124,16 @@ class LoadedModel:
             if name not in inputs:
                 raise AutoconfigError(f"missing input {name!r} of shape {shape}")
             x = inputs[name]
-            if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            dtype, rows = self.input_types[name]
+            if not isinstance(x, np.ndarray) or x.dtype != dtype:
                 got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
-                raise AutoconfigError(f"input {name!r} must be a float32 array, got {got}")
+                raise AutoconfigError(f"input {name!r} must be a {dtype} array, got {got}")
             if x.shape != shape:
                 raise AutoconfigError(f"input {name!r} must have shape {shape}, got {x.shape}")
+            outside = x[(x < -rows) | (x >= rows)] if rows else x[:0]
+            if outside.size:
+                raise AutoconfigError(f"input {name!r}: id {int(outside.reshape(-1)[0])} is outside the table's "
+                                      f"{rows} rows")  # fmt: skip
             arrays.append(np.ascontiguousarray(x))
         return arrays
 
@@ -136,7 +149,10 @@ class LoadedModel:
         times = []
         for _ in range(max(1, repeat)):
             start = time.perf_counter_ns()
-            self._lib.ac_model_run_timed(self._model, pointers_in, pointers_out, steps.ctypes.data)
+            status = self._lib.ac_model_run_timed(self._model, pointers_in, pointers_out, steps.ctypes.data)
+            if status:
+                raise AutoconfigError(f"{self.directory}: the model's run stopped with status {status} "
+                                      f"({RUN_STATUS.get(status, 'unknown')})")  # fmt: skip
             times.append(time.perf_counter_ns() - start)
         names = [n for n, _ in self.outputs]
         return dict(zip(names, outputs)), float(np.median(times)), steps.tolist()
@@ -150,7 +166,7 @@ class LoadedModel:
             ins = [Path(tmp) / f"in{i}.bin" for i in range(len(arrays))]
             outs = [Path(tmp) / f"out{i}.bin" for i in range(len(outputs))]
             for a, path in zip(arrays, ins):
-                a.astype("<f4").tofile(path)
+                a.astype(a.dtype.newbyteorder("<")).tofile(path)
             command = [*target.emulator, str(self.directory / DRIVER), str(self.directory / "weights.bin"),
                        str(max(1, repeat)), *map(str, ins), *map(str, outs)]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True)

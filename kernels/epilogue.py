@@ -26,6 +26,14 @@ tensor (their operand), which becomes a kernel argument:
 - ``erf``       the error function        (1 − erfc by exp and a polynomial; a series near 0)
 - ``gelu``      y · (1 + erf(y/√2)) / 2
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
+- ``sqrt``      √y
+- ``nonzero``, ``is_zero``, ``isnan``   1 where y ≠ 0, y = 0, y is NaN, else 0 (bools
+  are held as floats: 1 true, 0 false)
+- ``choose``    alpha where y is true, else beta
+- ``replace_where``  alpha where r is true, else y    operand: a tensor of the output's shape
+- ``keep_where``     y where r is true, else alpha    operand: likewise
+- ``then_else``      r where y is true, else alpha    operand: likewise
+- ``else_then``      alpha where y is true, else r    operand: likewise
 
 Each kind is declared once, in `KINDS`: its operand, its cost in vector instructions,
 its vector code and its numpy meaning side by side. `apply` emits the ops on a value
@@ -55,13 +63,14 @@ Operand = Literal["channel", "output"]
 
 @dataclass(frozen=True)
 class EpilogueOp:
-    """One elementwise op of an epilogue; `low`/`high` for clip, `alpha` for leaky_relu."""
+    """One elementwise op of an epilogue; `low`/`high` for clip, `alpha` for leaky_relu,
+    hard_sigmoid and the selections, `beta` for hard_sigmoid and choose."""
 
     kind: str  # a key of KINDS
     low: float = 0.0
     high: float = 0.0
-    alpha: float = 0.0  # leaky_relu's slope, hard_sigmoid's alpha
-    beta: float = 0.0  # hard_sigmoid's beta
+    alpha: float = 0.0  # leaky_relu's slope, hard_sigmoid's alpha, a selection's value
+    beta: float = 0.0  # hard_sigmoid's beta, choose's value where false
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -350,6 +359,16 @@ def _gelu_tanh(value: ir.Value) -> ir.Value:
     return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.addf(_const(value, 1.0), _tanh(inner)))
 
 
+def _true(value: ir.Value) -> ir.Value:
+    """Where a truth value (a bool held as a float: any non-zero is true) holds."""
+    return arith.cmpf(arith.CmpFPredicate.UNE, value, _const(value, 0.0))
+
+
+def _truth(condition: ir.Value, like: ir.Value) -> ir.Value:
+    """1.0 where `condition` holds, else 0.0: a bool as the kernels hold it."""
+    return arith.select(condition, _const(like, 1.0), _const(like, 0.0))
+
+
 def _np_sqrt(y: np.ndarray) -> np.ndarray:
     """√y, NaN below zero as the vector code gives it, without numpy's warning."""
     with np.errstate(invalid="ignore"):
@@ -414,6 +433,22 @@ KINDS: dict[str, Kind] = {
     # sqrt: one vector square root (LLVM's intrinsic: vsqrtps, fsqrt, vfsqrt), whose
     # throughput is about an eighth of an add's
     "sqrt": Kind(lambda op, y, r: math.sqrt(y), lambda op, y, r: _np_sqrt(y), 8),
+    # bools are held as floats, 1.0 true and 0.0 false: a compare and a select each
+    "nonzero": Kind(lambda op, y, r: _truth(_true(y), y), lambda op, y, r: (y != 0).astype(np.float64), 2),
+    "is_zero": Kind(lambda op, y, r: _truth(arith.cmpf(arith.CmpFPredicate.OEQ, y, _const(y, 0.0)), y),
+                    lambda op, y, r: (y == 0).astype(np.float64), 2),
+    "isnan": Kind(lambda op, y, r: _truth(arith.cmpf(arith.CmpFPredicate.UNO, y, y), y),
+                  lambda op, y, r: np.isnan(y).astype(np.float64), 2),
+    "choose": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), _const(y, op.beta)),
+                   lambda op, y, r: np.where(y != 0, op.alpha, op.beta), 2, shown=("alpha", "beta")),
+    "replace_where": Kind(lambda op, y, r: arith.select(_true(r), _const(y, op.alpha), y),
+                          lambda op, y, r: np.where(r != 0, op.alpha, y), 2, "output", shown=("alpha",)),
+    "keep_where": Kind(lambda op, y, r: arith.select(_true(r), y, _const(y, op.alpha)),
+                       lambda op, y, r: np.where(r != 0, y, op.alpha), 2, "output", shown=("alpha",)),
+    "then_else": Kind(lambda op, y, r: arith.select(_true(y), r, _const(y, op.alpha)),
+                      lambda op, y, r: np.where(y != 0, r, op.alpha), 2, "output", shown=("alpha",)),
+    "else_then": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), r),
+                      lambda op, y, r: np.where(y != 0, op.alpha, r), 2, "output", shown=("alpha",)),
     "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 45),
     "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 50),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),

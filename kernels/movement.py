@@ -58,6 +58,7 @@ class GatherConfig:
     fill: float | None
     lanes: int
     nv: int = 2
+    indexed: int = 0  # > 0: the first axis' offsets are ids read at run time (wrapped below 0 by this many) times its table's entries
 
     @property
     def symbol(self) -> str:
@@ -75,11 +76,13 @@ class GatherConfig:
             raise KernelError(f"run {self.run} is not inside the last axis of {self.shape}")
 
     def signature(self) -> KernelSignature:
-        """``SYMBOL(y, x, tables, row_begin, row_end)``; `tables` holds the axes' int64
-        tables one after another (two floats per entry)."""
+        """``SYMBOL(y, x, tables, [ids,] row_begin, row_end)``; `tables` holds the axes'
+        int64 tables one after another (two floats per entry); `ids`, where indexed,
+        the int64 ids along the first axis (checked in range by the runner)."""
+        ids = (Param("ids", Role.IN, extent=(2 * self.shape[0],)),) if self.indexed else ()
         return KernelSignature(self.symbol, (
             Param("y", Role.OUT, extent=(math.prod(self.shape),)), Param("x", Role.IN, extent=(self.source,)),
-            Param("tables", Role.IN, extent=(2 * sum(self.shape),)),
+            Param("tables", Role.IN, extent=(2 * sum(self.shape),)), *ids,
             Param("row_begin", Role.SIZE), Param("row_end", Role.SIZE)),
             f"gather into {self.shape} ({'runs' if self.run else 'elements'}), rows [row_begin, row_end).")  # fmt: skip
 
@@ -98,7 +101,11 @@ def _rows(cfg: GatherConfig, target: Target, args: dict) -> None:
     starts = [sum(cfg.shape[:k]) for k in range(len(cfg.shape))]
 
     def entry(axis: int, i: ir.Value) -> ir.Value:
-        return index(memref.load(tables, [arith.addi(index(starts[axis]), i)]))
+        value = index(memref.load(tables, [arith.addi(index(starts[axis]), i)]))
+        if axis == 0 and cfg.indexed:  # an id, made non-negative, times the stride its table holds
+            given = index(memref.load(i64_memref(args["ids"], [cfg.shape[0]]), [i]))
+            value = arith.muli(arith.select(less(given, 0), arith.addi(given, index(cfg.indexed)), given), value)
+        return value
 
     def row(r: ir.Value) -> None:
         offset, rest = index(0), r

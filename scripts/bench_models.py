@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 import harness
-from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, spearman
+from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, sample_inputs, spearman
 
 FUSIONS = ["dp", "greedy", "none"]
 """Our builds timed, dp first (every ratio is over dp's latency); --fusions narrows them."""
@@ -167,11 +167,14 @@ def versions(peer: str) -> dict:
 
 def model_files(model: str, work: Path) -> dict:
     """The model — a zoo name, written to `work`, or an ONNX file's path — with fixed
-    random inputs of both signs and onnxruntime's outputs on them (the reference): the
-    task fields every whole-model peer reads."""
+    random inputs (`accuracy.sample_input`: floats of both signs, ids in range, masks
+    with padding) and onnxruntime's outputs on them (the reference): the task fields
+    every whole-model peer reads."""
     import onnxruntime as ort
 
+    from autoconfig.build import index_limits
     from autoconfig.graph import zoo
+    from autoconfig.graph.onnx_import import load_onnx
 
     if model.endswith(".onnx"):
         path, name = Path(model), Path(model).stem
@@ -179,8 +182,9 @@ def model_files(model: str, work: Path) -> dict:
         path, name = work / f"{model}.onnx", model
         zoo.write(model, path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal(i.shape, dtype=np.float32) for i in session.get_inputs()}
+    graph = load_onnx(path)
+    feeds = sample_inputs([{"name": name, "shape": graph.types[name].shape, "dtype": graph.types[name].dtype,
+                            "ids_below": limit} for name, limit in zip(graph.inputs, index_limits(graph))])  # fmt: skip
     np.savez(work / f"{name}-inputs.npz", **feeds)
     reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
     np.savez(work / f"{name}-reference.npz", **reference)

@@ -4,7 +4,8 @@
 Each model is built for this machine (or --profile/--target) in a fresh process (a
 crash is that model's line, not the end of the run), run on a standard-normal input
 (both signs), and every output held to onnxruntime's within ERROR_BOUND of its range.
-A model that does not build shows the compiler's one-line error. Nothing is timed but
+A model that does not build shows the compiler's one-line error. Int64 inputs are token
+ids within their table or an attention mask with padding (`accuracy.sample_input`). Nothing is timed but
 the build.
 
 Usage: python scripts/check_models.py MODEL.onnx ... [--profile P] [--target T]
@@ -25,10 +26,8 @@ from pathlib import Path
 
 def check(path: str, profile: str | None, target: str | None, fusion: str, threads: int | None) -> dict:
     """Build, run and compare one model (in the calling process)."""
-    import numpy as np
-
     import autoconfig
-    from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error
+    from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, sample_inputs
     from autoconfig.errors import AutoconfigError
 
     with tempfile.TemporaryDirectory(prefix="autoconfig-check-") as tmp:
@@ -40,8 +39,7 @@ def check(path: str, profile: str | None, target: str | None, fusion: str, threa
             return {"model": path, "status": "refused", "why": str(err), "build_s": time.perf_counter() - start}
         build_s = time.perf_counter() - start
         loaded = autoconfig.load(Path(tmp) / "built")
-        rng = np.random.default_rng(0)
-        feeds = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in loaded.inputs}
+        feeds = sample_inputs(manifest["inputs"])
         ours = loaded(feeds)
     expected = onnxruntime_session(path, 1).run(None, feeds)
     errors = [output_error(value, want) for value, want in zip(ours.values(), expected, strict=True)]

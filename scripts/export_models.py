@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Export torchvision models to ONNX as a user would: random weights, either exporter.
+"""Export torchvision and HuggingFace models to ONNX as a user would: random weights,
+either exporter.
 
-Each model gets random weights (seeded) and its BatchNorm statistics recomputed on a
-few random batches in train mode, so its outputs depend on its inputs (random running
-statistics can make an output constant, and an equality test then proves nothing).
+Each model gets random weights (seeded; parameters its initializer filled with one
+value get noise) and its BatchNorm statistics recomputed on a few random batches in
+train mode, so its outputs depend on its inputs (random running statistics can make an
+output constant, and an equality test then proves nothing). Language models take
+int64 `input_ids` and `attention_mask` and return their last hidden state.
 TorchScript's exporter (`--exporter torchscript`, opset 17) writes the shape arithmetic
 real files carry (Shape, Gather, Concat, ...); the dynamo exporter (`dynamo`, opset 18)
 writes what torch.export traced. Segmentation models return their 'out' map.
 
 Runs in the exporters' environment (`make exporters`: torch 2.13 CPU, torchvision 0.28,
-onnxscript), never the project's.
+transformers, onnxscript), never the project's.
 
 Usage: .exporters/bin/python scripts/export_models.py --out models [--exporter both]
        [--batch 1] [--set cnns|transformers] [resnet18 vit_b_16 ...]
@@ -33,7 +36,14 @@ MODELS = (
 TRANSFORMERS = ("vit_b_16", "swin_t", "convnext_tiny")
 """torchvision's vision transformers (and ConvNeXt, a CNN built like one)."""
 
-SETS = {"cnns": MODELS, "transformers": TRANSFORMERS}
+LANGUAGE = {"bert_base": "Bert", "distilbert": "DistilBert", "gpt2": "GPT2"}
+"""HuggingFace transformers' language models (their transformers class prefix), built
+from their default configurations (BERT-base, DistilBERT-base, GPT-2 small)."""
+
+SEQUENCE = 128
+"""Tokens per input of the language models."""
+
+SETS = {"cnns": MODELS, "transformers": (*TRANSFORMERS, *LANGUAGE)}
 
 IMAGE = {"inception_v3": 299}
 """Input size per model where 224 is not its own."""
@@ -76,9 +86,44 @@ def _main_output(model):
     return MainOutput()
 
 
+def _redraw_placeholders(model) -> None:
+    """Noise added to every parameter its initializer filled with one value."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                p.add_(torch.randn_like(p) * PLACEHOLDER_SPREAD)
+
+
+def _language_model(name: str):
+    """A transformers model with random weights returning its last hidden state, with
+    the ids and attention mask it takes (an int64 batch of one, padded at the end)."""
+    import torch
+    import transformers
+
+    prefix = LANGUAGE[name]
+    config = getattr(transformers, f"{prefix}Config")()
+    model = getattr(transformers, f"{prefix}Model")(config)
+    _redraw_placeholders(model)
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+    ids = torch.randint(0, config.vocab_size, (1, SEQUENCE))
+    mask = torch.ones(1, SEQUENCE, dtype=torch.int64)
+    mask[:, SEQUENCE * 7 // 8 :] = 0
+    return LastHidden().eval(), (ids, mask), ["input_ids", "attention_mask"]
+
+
 def make_model(name: str, torchvision, seed: int = 0):
-    """The model with random weights (placeholders redrawn) and recomputed BatchNorm
-    statistics, in eval mode."""
+    """The torchvision model with random weights (placeholders redrawn) and recomputed
+    BatchNorm statistics, in eval mode."""
     import torch
 
     torch.manual_seed(seed)
@@ -89,10 +134,7 @@ def make_model(name: str, torchvision, seed: int = 0):
         model = _main_output(getattr(torchvision.models.segmentation, name)(weights_backbone=None, **kwargs))
     else:
         model = getattr(torchvision.models, name)(**kwargs)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
-                p.add_(torch.randn_like(p) * PLACEHOLDER_SPREAD)
+    _redraw_placeholders(model)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     for m in norms:
         m.reset_running_stats()
@@ -108,17 +150,20 @@ def make_model(name: str, torchvision, seed: int = 0):
 def export(name: str, exporter: str, batch: int, out: Path, torchvision) -> Path:
     import torch
 
-    model = make_model(name, torchvision)
-    size = IMAGE.get(name, 224)
-    x = torch.randn(batch, 3, size, size)
+    if name in LANGUAGE:
+        model, args, inputs = _language_model(name)
+    else:
+        model = make_model(name, torchvision)
+        size = IMAGE.get(name, 224)
+        args, inputs = (torch.randn(batch, 3, size, size),), ["input"]
     path = out / f"{name}{f'_b{batch}' if batch != 1 else ''}_{exporter}.onnx"
     torch.backends.mha.set_fastpath_enabled(False)
     with torch.no_grad():
         if exporter == "torchscript":
-            torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17, input_names=["input"],
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17, input_names=inputs,
                               output_names=["output"])  # fmt: skip
         else:
-            torch.onnx.export(model, (x,), str(path), dynamo=True, input_names=["input"], output_names=["output"],
+            torch.onnx.export(model, args, str(path), dynamo=True, input_names=inputs, output_names=["output"],
                               external_data=False)  # fmt: skip
     return path
 

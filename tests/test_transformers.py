@@ -1,17 +1,23 @@
-"""Transformer stand-ins built with onnx's helper: the operators and patterns the vision
-transformers' exports carry (ViT, Swin, ConvNeXt), each small enough for CI, held to
-onnxruntime like every model."""
+"""Transformer stand-ins built with onnx's helper: the operators and patterns the
+transformers' exports carry (ViT, Swin, ConvNeXt; BERT, DistilBERT, GPT-2: int64 ids
+and masks), each small enough for CI, held to onnxruntime like every model."""
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import onnx
 import pytest
 
+import autoconfig
+from autoconfig.accuracy import ERROR_BOUND, output_error, sample_inputs
+from autoconfig.loader import LIBRARY
+from autoconfig.cli import main
 from autoconfig.graph import zoo
 from kernels.target import get_target
 from tests.conftest import require_runnable
-from tests.test_build import build_and_compare
+from tests.test_build import PROFILES, build_and_compare, onnxruntime_outputs
 
 
 def layer_norm(b: zoo.Builder, x: str, width: int, axis: int = -1, bias: bool = True) -> str:
@@ -86,3 +92,106 @@ def shifted_windows(seed: int = 12, size: int = 7, channels: int = 6, shift: int
 def test_transformer_patterns_match_onnxruntime(tmp_path, model):
     require_runnable(get_target("avx2"))
     build_and_compare(model(), "avx2", tmp_path / "built")
+
+
+def masked_softmax(seed: int = 13, rows: int = 6, width: int = 8) -> onnx.ModelProto:
+    """The attention-mask code of the language models' exports on float inputs: a
+    cast to bool, And with a constant bool mask, Expand, Where choosing between 0 and
+    -inf, a masked Softmax whose fully masked rows give NaN, replaced by Where(IsNaN);
+    Not, Pow by 3 and ½."""
+    b = zoo.Builder("masked_softmax", seed)
+    keep = b.op("Cast", [b.op("Relu", ["input"])], to=onnx.TensorProto.BOOL)  # [1, rows, width]
+    allowed = np.ones((1, rows, 1), bool)
+    allowed[0, rows // 2] = False  # one query row sees nothing: NaN after Softmax
+    mask = b.op("Expand", [b.op("And", [keep, b.const("allowed", allowed)]),
+                           b.const("shape", np.array([2, rows, width], np.int64))])  # fmt: skip
+    bias = b.op("Where", [mask, b.const("zero", np.float32(0)), b.const("minus", np.float32(-np.inf))])
+    scores = b.op("Softmax", [b.op("Add", ["input", bias])], axis=-1)
+    cleaned = b.op("Where", [b.op("IsNaN", [scores]), b.const("zero", np.float32(0)), scores])
+    cube = b.op("Pow", ["input", b.const("three", np.float32(3))])
+    root = b.op("Pow", [b.op("Relu", [cube]), b.const("half", np.float32(0.5))])
+    outside = b.op("Where", [b.op("Not", [mask]), "input", b.const("zero", np.float32(0))])
+    return b.model("input", [1, rows, width], [(cleaned, None), (root, None), (outside, None)], opset=17)
+
+
+def test_masks_and_bools_match_onnxruntime(tmp_path):
+    require_runnable(get_target("avx2"))
+    build_and_compare(masked_softmax(), "avx2", tmp_path / "built")
+
+
+def tiny_bert(seed: int = 14, tokens: int = 8, width: int = 16, heads: int = 2, vocab: int = 50) -> onnx.ModelProto:
+    """A one-layer BERT as its exports run it: int64 ids through a word-embedding Gather,
+    an int64 attention mask cast to bool and combined into an additive -inf mask (a
+    padded query row sees no key: NaN after Softmax, replaced by Where(IsNaN)), batched
+    Q·Kᵀ and scores·V of computed operands, LayerNorm, GELU."""
+    b = zoo.Builder("tiny_bert", seed)
+    x = b.op("Gather", [b.const("words", b.rng.standard_normal((vocab, width))), "input_ids"])
+    x = layer_norm(b, b.op("Add", [x, b.const("positions", b.rng.standard_normal((1, tokens, width)))]), width)
+    keep = b.op("Cast", ["attention_mask"], to=onnx.TensorProto.BOOL)  # [1, tokens]
+    rows = b.op("Unsqueeze", [keep, b.const("axes", np.array([1, 3], np.int64))])  # [1, 1, tokens, 1]
+    columns = b.op("Unsqueeze", [keep, b.const("axes", np.array([1, 2], np.int64))])  # [1, 1, 1, tokens]
+    bias = b.op("Where", [b.op("And", [rows, columns]), b.const("zero", np.float32(0)),
+                          b.const("minus", np.float32(-np.inf))])  # fmt: skip
+    size = width // heads
+
+    def heads_of(value: str, perm: list[int]) -> str:
+        split = b.op("Reshape", [linear(b, value, width, width), b.const("s", np.array([1, tokens, heads, size], np.int64))])
+        return b.op("Transpose", [split], perm=perm)
+
+    q, k, v = heads_of(x, [0, 2, 1, 3]), heads_of(x, [0, 2, 3, 1]), heads_of(x, [0, 2, 1, 3])
+    scores = b.op("Add", [b.op("Div", [b.op("MatMul", [q, k]), b.const("root", np.float32(np.sqrt(size)))]), bias])
+    weights = b.op("Softmax", [scores], axis=-1)
+    weights = b.op("Where", [b.op("IsNaN", [weights]), b.const("zero", np.float32(0)), weights])
+    mixed = b.op("Reshape", [b.op("Transpose", [b.op("MatMul", [weights, v])], perm=[0, 2, 1, 3]),
+                             b.const("s", np.array([1, tokens, width], np.int64))])  # fmt: skip
+    x = layer_norm(b, b.op("Add", [x, linear(b, mixed, width, width)]), width)
+    y = layer_norm(b, b.op("Add", [x, linear(b, b.op("Gelu", [linear(b, x, width, 2 * width)]), 2 * width, width)]),
+                   width)  # fmt: skip
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        b.nodes, "tiny_bert", [value(n, onnx.TensorProto.INT64, [1, tokens]) for n in ("input_ids", "attention_mask")],
+        [value(y, onnx.TensorProto.FLOAT, None)], b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
+def test_a_language_model_takes_ids_and_a_padded_mask(tmp_path):
+    """Ids (negative ones count from the table's end) and a mask with padding give
+    onnxruntime's answer; the manifest says which input holds ids and below what."""
+    require_runnable(get_target("avx2"))
+    onnx.save(tiny_bert(), tmp_path / "tiny_bert.onnx")
+    manifest = autoconfig.compile_model(tmp_path / "tiny_bert.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                                        target=get_target("avx2"))  # fmt: skip
+    assert [(i["dtype"], i.get("ids_below")) for i in manifest["inputs"]] == [("int64", 50), ("int64", None)]
+    feeds = sample_inputs(manifest["inputs"])
+    assert feeds["attention_mask"][0, -1] == 0 and feeds["attention_mask"][0, 0] == 1
+    feeds["input_ids"][0, :2] = [-1, -50]
+    (ours,) = autoconfig.load(tmp_path / "built")(feeds).values()
+    expected = onnxruntime_outputs(tiny_bert(), feeds)[0]
+    error, spread = output_error(ours, expected)
+    assert error <= ERROR_BOUND * spread
+
+
+@pytest.mark.parametrize("bad", [50, -51])
+def test_an_id_outside_its_table_is_an_error_not_a_wild_read(tmp_path, capsys, bad):
+    require_runnable(get_target("avx2"))
+    onnx.save(tiny_bert(), tmp_path / "tiny_bert.onnx")
+    autoconfig.compile_model(tmp_path / "tiny_bert.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                             target=get_target("avx2"))  # fmt: skip
+    feeds = sample_inputs(autoconfig.load(tmp_path / "built").manifest["inputs"])
+    feeds["input_ids"][0, 3] = bad
+    np.save(tmp_path / "ids.npy", feeds["input_ids"])
+    np.save(tmp_path / "mask.npy", feeds["attention_mask"])
+    assert main(["run", str(tmp_path / "built"), "--input", f"input_ids={tmp_path / 'ids.npy'}",
+                 "--input", f"attention_mask={tmp_path / 'mask.npy'}"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"id {bad} is outside the table's 50 rows" in err
+    library = ctypes.CDLL(str(tmp_path / "built" / LIBRARY))  # the C entry point checks too
+    library.ac_model_load.restype = ctypes.c_void_p
+    model = library.ac_model_load(str(tmp_path / "built" / "weights.bin").encode())
+    out = np.empty(4096, np.float32)
+    pointers = (ctypes.c_void_p * 2)(feeds["input_ids"].ctypes.data, feeds["attention_mask"].ctypes.data)
+    status = library.ac_model_run(ctypes.c_void_p(model), pointers, (ctypes.c_void_p * 1)(out.ctypes.data))
+    library.ac_model_free(ctypes.c_void_p(model))
+    assert status == 3

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node
@@ -51,6 +52,14 @@ def _gelu(attrs: dict) -> ep.EpilogueOp:
     return ep.EpilogueOp("gelu_tanh" if approximate == "tanh" else "gelu")
 
 
+def _cast(attrs: dict) -> ep.EpilogueOp:
+    """A Cast left after import is one to bool (those between floats and bools, held
+    alike, are dropped there; from int64, converted as the input is read)."""
+    if attrs.get("to") != onnx.TensorProto.BOOL:
+        raise ValueError(f"a cast to {onnx.TensorProto.DataType.Name(attrs.get('to', 0))} is not generated")
+    return ep.EpilogueOp("nonzero")
+
+
 UNARY: dict[str, Unary] = {
     "Relu": Unary(lambda a: ep.relu()),
     "Sigmoid": Unary(lambda a: ep.sigmoid()),
@@ -63,6 +72,9 @@ UNARY: dict[str, Unary] = {
     "Erf": Unary(lambda a: ep.EpilogueOp("erf")),
     "Sqrt": Unary(lambda a: ep.EpilogueOp("sqrt")),
     "Gelu": Unary(_gelu),
+    "IsNaN": Unary(lambda a: ep.EpilogueOp("isnan")),
+    "Not": Unary(lambda a: ep.EpilogueOp("is_zero")),
+    "Cast": Unary(_cast),
 }
 """Every elementwise operator of one input the compiler accepts."""
 

@@ -100,9 +100,11 @@ def _place_slices(b: Builder, node: Node, out: Ref, layout: kc.Layout) -> list[t
 
 
 def _movement(b: Builder, node: Node) -> KernelGroup | None:
-    """Transpose, Slice, Gather, Split, Pad, Resize, Upsample: each output a view of the input
+    """Transpose, Slice, Gather(ND), Expand, Split, Pad, Resize, Upsample: each output a view of the input
     at an offset where it is one contiguous stretch of it, else a gather kernel."""
     data = node.inputs[0]
+    if node.op == "Gather" and not b.graph.is_constant(node.inputs[1]):
+        return _rows_by_ids(b, node)
     if b.graph.is_constant(data):
         raise fail(node, "data movement of a constant is folded at import; this one was not")
     try:
@@ -133,7 +135,27 @@ def _movement(b: Builder, node: Node) -> KernelGroup | None:
     return streaming(b, node.name, ops_of([node]), "gather", calls, modules, moved, kinds)
 
 
+def _rows_by_ids(b: Builder, node: Node) -> KernelGroup:
+    """Gather of a constant table's rows by int64 ids given at run time (an embedding):
+    each output row copied from the row its id names, the runner having checked every
+    id against the table's rows."""
+    table, ids = node.inputs
+    shape = b.graph.types[table].shape
+    if not b.graph.is_constant(table) or node.attrs.get("axis", 0) % len(shape) != 0:
+        raise fail(node, "a Gather by ids given at run time is generated along the first axis of a constant table")
+    count, width = b.graph.types[ids].elements, math.prod(shape[1:])
+    config = mv.GatherConfig((count, width), math.prod(shape), (0, width), None, b.target.f32_lanes,
+                             movement.GATHER_VECTORS, indexed=shape[0])  # fmt: skip
+    strides = np.concatenate([np.full(count, width), np.arange(width)]).astype(np.int64)
+    x, tables, at = b.constant(b.graph.constants[table]), b.constant(strides.view(np.float32)), b.read(ids)
+    y = b.write(node.outputs[0])
+    threads = min(b.threads, count)
+    call = Call(config.symbol, tuple(Part((y, x, tables, at), r) for r in split(count, threads)))
+    return streaming(b, node.name, ops_of([node]), "gather", [call], b.modules(mv.generate, config),
+                      8 * count * width, f"{count} rows of {width} by id")
+
+
 LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node)),
              **{op: Lowering(lambda b, node, after: _movement(b, node))
-                for op in ("Transpose", "Slice", "Gather", "Split", "Pad", "Resize", "Upsample")}}
+                for op in ("Transpose", "Slice", "Gather", "GatherND", "Expand", "Split", "Pad", "Resize", "Upsample")}}
 """The data-movement family's operators."""

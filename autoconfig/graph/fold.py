@@ -31,6 +31,15 @@ DRAWN = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomU
                    "Bernoulli"})  # fmt: skip
 """Operators whose output is drawn anew on every run: never constants."""
 
+def _gather_elements(node: onnx.NodeProto, data: np.ndarray, index: np.ndarray) -> list[np.ndarray]:
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % data.ndim
+    return [np.take_along_axis(data, np.where(index < 0, index + data.shape[axis], index), axis=axis)]
+
+
+OWN_FOLDS = {"GatherElements": _gather_elements}
+"""Operators folded by numpy here: onnx's reference fails on GatherElements whose index
+is smaller than its data along another axis (BERT's token type ids)."""
+
 SHAPE_TENSOR_ELEMENTS = 64
 """Constants up to this many elements stay in the model shape inference reads (a
 Reshape's target shape, a Resize's scales, a Pad's pads: their values decide shapes);
@@ -87,7 +96,8 @@ def _evaluate(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: di
             dtype, shape = shapes[name]
             feeds[name] = np.broadcast_to(np.zeros((), dtype), shape)
     try:
-        outputs = onnx_node_outputs(node, feeds, opset)
+        own = OWN_FOLDS.get(node.op_type)
+        outputs = own(node, *(feeds[i] for i in node.input)) if own else onnx_node_outputs(node, feeds, opset)
     except Exception as err:  # onnx's reference raises whatever its numpy code meets
         raise AutoconfigError(f"{source}: node {node.name!r} ({node.op_type}): cannot fold its constant "
                               f"inputs: {' '.join(str(err).split())[:200]}") from None  # fmt: skip

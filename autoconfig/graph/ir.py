@@ -43,6 +43,7 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     name: str = "graph"
+    converted: dict[str, str] = field(default_factory=dict)  # a float32 value -> the int64 input it converts
 
     def producers(self) -> dict[str, Node]:
         """Value name -> the node producing it."""

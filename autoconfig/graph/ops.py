@@ -112,12 +112,17 @@ OPERATORS: dict[str, OpInfo] = {
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
     "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),
     "Div": OpInfo(_1, _EW, ref.div),
+    "And": OpInfo(_1, _EW, ref.binary(np.logical_and)),  # bools held as 0/1 floats: a product
+    "Where": OpInfo(_1, _EW, ref.where),  # a selection with one constant branch
+    "Pow": OpInfo(_1, _EW, ref.binary(np.power), parameters=(1,)),  # as products or a square root
     **{name: OpInfo(_1, _EW, u.reference, parameters=u.parameters, check=u.check) for name, u in UNARY.items()},
     "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm, parameters=(1, 2, 3, 4)),  # per-channel operands: Broadcast
     "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
     "Split": OpInfo(_1, _INJ, ref.split, kernel=_MV, parameters=(1,)),
     "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV, parameters=(1, 2, 3, 4)),
     "Gather": OpInfo(_1, _INJ, ref.gather, kernel=_MV, parameters=(1,)),
+    "GatherND": OpInfo(_1, _INJ, ref.gather_nd, kernel=_MV, parameters=(1,)),
+    "Expand": OpInfo(_M, _BC, ref.expand, expansion_reads, _MV, (1,)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),
     "Flatten": OpInfo(_R, _INJ, ref.flatten, kernel=_V),

@@ -318,6 +318,25 @@ def div(a: dict, x, y):
     return (x / y).astype(x.dtype) if x.dtype.kind == "f" else x // y
 
 
+def where(a: dict, condition, x, y):
+    return np.where(condition, x, y).astype(np.result_type(x, y))
+
+
+def expand(a: dict, x, shape):
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))).copy()
+
+
+def gather_nd(a: dict, x, indices):
+    """onnx's: the build gathers by the element map it computes."""
+    return onnx_reference("GatherND", a, x, indices)[0]
+
+
+def cast(a: dict, x):
+    from onnx import helper
+
+    return x.astype(helper.tensor_dtype_to_np_dtype(a["to"]))
+
+
 def max_pool(a: dict, x):
     return _f(onnx_reference("MaxPool", a, x)[0])
 

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
@@ -32,6 +33,8 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity; keep topological order."""
+    _bools_as_floats(graph)
+    _int64_inputs(graph)
     nodes: list[Node] = []
     alias: dict[str, str] = {}
     for node in graph.nodes:
@@ -46,6 +49,98 @@ def simplify(graph: Graph) -> Graph:
     _gelu_as_one(graph)
     _drop_unused_constants(graph)
     return graph
+
+
+POWERS_AS_PRODUCTS = 4
+"""Integer exponents up to this become repeated products (GPT-2's x³)."""
+
+
+def _bools_as_floats(graph: Graph) -> None:
+    """Bool values and constants held as float32 1.0/0.0, so the float kernels compute
+    with them: And becomes a product, casts between floats and bools an Identity (a
+    cast to bool of a float stays: it tests for non-zero); Pow by a small integer
+    becomes products, by ½ a square root."""
+    for name, array in graph.constants.items():
+        if array.dtype == np.bool_:
+            graph.constants[name] = array.astype(np.float32)
+    for name, kind in graph.types.items():
+        if kind.dtype == "bool" and name not in graph.outputs + graph.inputs:  # refused as such
+            graph.types[name] = TensorType(kind.shape, "float32")
+    made = []
+    for node in graph.nodes:
+        source = graph.types[node.inputs[0]].dtype if node.inputs and node.inputs[0] else ""
+        if node.op == "And":
+            node = Node(node.name, "Mul", node.inputs, node.outputs, {})
+        elif node.op == "Cast" and source == "float32" and node.attrs.get("to") == onnx.TensorProto.FLOAT:
+            node = Node(node.name, "Identity", node.inputs[:1], node.outputs, {})
+        elif node.op == "Pow":
+            made += _power(graph, node)
+            continue
+        made.append(node)
+    graph.nodes = made
+
+
+VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+"""Operators that give their input another shape, nothing more."""
+
+
+def _int64_inputs(graph: Graph) -> None:
+    """An int64 input (token ids, an attention mask) is read as it is by a Gather of a
+    constant table (the ids), and by everything else as its float32 conversion, which
+    the runner writes as the model starts (`Graph.converted`); views keep it int64. Any
+    other int64 value computed at run time is refused."""
+    made: list[Node] = []
+    views: dict[str, Node] = {}  # an int64 view -> its node
+
+    def as_float(value: str) -> str:
+        """The float32 conversion of an int64 input, or the same view of it."""
+        name = f"{value}.as_float"
+        if name not in graph.types:
+            graph.types[name] = TensorType(graph.types[value].shape, "float32")
+            if value in views:
+                view = views[value]
+                made.append(Node(name, view.op, [as_float(view.inputs[0]), *view.inputs[1:]], [name], view.attrs))
+            else:
+                graph.converted[name] = value
+        return name
+
+    integral = {name for name in graph.inputs if graph.types[name].dtype == "int64"}
+    for node in graph.nodes:
+        if not any(i in integral for i in node.inputs):
+            made.append(node)
+        elif node.op in VIEWS and node.inputs[0] in integral:
+            integral.add(node.outputs[0])
+            views[node.outputs[0]] = node
+            made.append(node)
+        elif node.op == "Gather" and node.inputs[1] in integral and node.inputs[0] not in integral:
+            made.append(node)
+        elif node.op == "Cast" and node.attrs.get("to") in (onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL):
+            op = "Identity" if node.attrs["to"] == onnx.TensorProto.FLOAT else "Cast"
+            made.append(Node(node.name, op, [as_float(node.inputs[0])], node.outputs, node.attrs))
+        else:
+            raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
+                                  f"generated (only int64 inputs, read as indices or cast)")  # fmt: skip
+    graph.nodes = made
+
+
+def _power(graph: Graph, node: Node) -> list[Node]:
+    """x to a constant power: 1 to POWERS_AS_PRODUCTS as products, ½ as Sqrt."""
+    x, power = node.inputs
+    exponent = float(np.asarray(graph.constants[power]).reshape(-1)[0]) if graph.is_constant(power) else None
+    if exponent is None or graph.constants[power].size != 1:
+        raise AutoconfigError(f"node {node.name!r} (Pow): only a constant scalar exponent is generated")
+    if exponent == 0.5:
+        return [Node(node.name, "Sqrt", [x], node.outputs, {})]
+    if exponent != int(exponent) or not 1 <= exponent <= POWERS_AS_PRODUCTS:
+        raise AutoconfigError(f"node {node.name!r} (Pow): the exponent {exponent:g} is not generated (1 to "
+                              f"{POWERS_AS_PRODUCTS}, or 0.5)")  # fmt: skip
+    if exponent == 1:
+        return [Node(node.name, "Identity", [x], node.outputs, {})]
+    made, shape, current = _Made(graph, node.name), graph.types[node.outputs[0]].shape, x
+    for _ in range(int(exponent) - 2):
+        current = made.op("Mul", [current, x], shape)
+    made.nodes.append(Node(node.name, "Mul", [current, x], node.outputs, {}))
+    return made.nodes
 
 
 def _fold_batchnorm(graph: Graph) -> None:
