@@ -92,7 +92,8 @@ def prepare(peer: str, task: dict, threads: int) -> harness.Prepared:
 
         request, compiled, precision = openvino_request(task["onnx"], threads)
         result = request.infer(feeds)
-        outputs = {port.get_any_name(): np.array(result[port]) for port in compiled.outputs}
+        outputs = {next((n for n in port.get_names() if n in reference), port.get_any_name()): np.array(result[port])
+                   for port in compiled.outputs}  # a port may carry several tensor names
         accuracy = {"precision": precision}
 
         def call() -> object:

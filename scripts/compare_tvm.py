@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -169,16 +170,23 @@ def versions(peer: str) -> dict:
 # ---------------------------------------------------------------- TVM's process
 
 
+class TvmFailed(Exception):
+    """A TVM job that stopped: its first error line (an ONNX frontend that cannot
+    import a model says which operator)."""
+
+
 def run_tvm(job: dict, log: Path) -> dict:
     """One job of scripts/tvm_peer.py under the peers' Python; its output goes to `log`
     (MetaSchedule logs every trial), its answer is the last line."""
+    start = log.stat().st_size if log.exists() else 0
     with open(log, "a") as out:
         done = subprocess.run([os.environ[PEERS_ENV], str(harness.SCRIPTS / "tvm_peer.py")],
                               input=json.dumps(job), stdout=subprocess.PIPE, stderr=out, text=True, check=False)  # fmt: skip
         out.write(done.stdout)
     if done.returncode != 0:
-        last = (log.read_text().strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"TVM's {job['job']} job failed (exit {done.returncode}; log {log}): {last}")
+        lines = log.read_text()[start:].strip().splitlines() or ["no output"]
+        first = next((ln for ln in lines if re.match(r"(Error converting operator|\w*Error:)", ln)), lines[-1])
+        raise TvmFailed(f"TVM's {job['job']} job failed (exit {done.returncode}; log {log}): {first.strip()[:160]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -206,14 +214,17 @@ def fusion_part(models: list[Path], profile_arg: str | None, log: Path) -> list[
     for path in models:
         print(f"  fusion: {path.stem}", file=sys.stderr, flush=True)
         nodes = len(onnx.load(path, load_external_data=False).graph.node)
-        tvm = tvm_fusion(path, log)
+        try:
+            tvm, failed = tvm_fusion(path, log), None
+        except TvmFailed as err:
+            tvm, failed = {p: {"kernels": None, "functions": None} for p in ("default", "tuning")}, str(err)
         graph = load_onnx(path)
         built = {f: build_model(graph, profile, target, f).kernels for f in ("greedy", "dp")}
         kernels = {"tvm default": tvm["default"]["kernels"], "tvm tuning": tvm["tuning"]["kernels"],
                    "ours greedy": len(built["greedy"]), "ours dp": len(built["dp"])}  # fmt: skip
         transforms = {f"ours {f}": sum(k.kind == "layout" for k in built[f]) for f in built}
         rows.append({"model": path.stem, "nodes": nodes, "kernels": kernels, "layout_transforms": transforms,
-                     "tvm_functions": tvm["tuning"]["functions"]})  # fmt: skip
+                     "tvm_functions": tvm["tuning"]["functions"], "tvm_error": failed})  # fmt: skip
     return rows
 
 
@@ -234,14 +245,18 @@ def fusion_table(rows: list[dict]) -> list[str]:
         for c in columns:
             moved = r["layout_transforms"].get(c)
             count = f"{r['kernels'][c]}" + (f"-{moved}" if moved else "")
-            cells.append(f"{count:>8} ({r['nodes'] / fused_groups(r, c):4.2f})")
-        ratio = fused_groups(r, "tvm tuning") / fused_groups(r, "ours dp")
-        lines.append(f"{r['model']:<18}{r['nodes']:>6}" + "".join(cells) + f"{ratio:>14.2f}x")
+            cells.append(f"{'failed':>15} " if r["kernels"][c] is None else
+                         f"{count:>8} ({r['nodes'] / fused_groups(r, c):4.2f})")  # fmt: skip
+        ratio = f"{fused_groups(r, 'tvm tuning') / fused_groups(r, 'ours dp'):>14.2f}x" if not r.get("tvm_error") \
+            else f"{'-':>15}"  # fmt: skip
+        lines.append(f"{r['model']:<18}{r['nodes']:>6}" + "".join(cells) + ratio)
     lines.append("  kernels per inference (ours: all - layout transforms) "
                  "(fusion ratio = ONNX nodes / fused groups)")
     for c in columns:
-        mean = sum(r["nodes"] / fused_groups(r, c) for r in rows) / len(rows)
-        lines.append(f"  mean fusion ratio {c}: {mean:.2f}")
+        known = [r for r in rows if r["kernels"][c] is not None]
+        mean = sum(r["nodes"] / fused_groups(r, c) for r in known) / max(1, len(known))
+        lines.append(f"  mean fusion ratio {c}: {mean:.2f} over {len(known)} model(s)")
+    lines += [f"  {r['model']}: {r['tvm_error']}" for r in rows if r.get("tvm_error")]
     return lines
 
 
@@ -462,7 +477,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one kernel of each kind, tiny budgets: a smoke run")
     parser.add_argument("--trials", type=int, nargs="+", default=[64, 256], help="MetaSchedule budgets per kernel")
     parser.add_argument("--model-trials", type=int, default=64, help="trials per task for the whole model")
-    parser.add_argument("--models", nargs="+", default=None, help="zoo models for the fusion table (default: all)")
+    parser.add_argument("--models", nargs="*", default=None,
+                        help="zoo models for the fusion table (default: all; none given: only --onnx files)")
     parser.add_argument("--onnx", nargs="+", default=[], help="more ONNX files for the fusion table")
     parser.add_argument("--peers", default=None, help=f"the peers' Python (default {PEERS_PYTHON})")
     args = parser.parse_args()
@@ -487,7 +503,7 @@ def main() -> int:
         work = Path(tmp)
         print(f"host {report.host['model_name']!r}, profile {profile.name}; TVM's log: {log}")
         if "fusion" in args.parts:
-            models = args.models or (QUICK["models"] if args.quick else list(zoo.MODELS))
+            models = args.models if args.models is not None else QUICK["models"] if args.quick else list(zoo.MODELS)
             paths = []
             for name in models:
                 paths.append(work / f"{name}.onnx")
@@ -516,4 +532,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except TvmFailed as err:  # a tuning or model job: its part cannot go on
+        sys.exit(str(err))
