@@ -5,7 +5,7 @@ for a view or a concatenation its producers write into), in dependency order:
 
 - a group anchored by an operator is that operator's family's kernel (`FAMILIES`,
   gathered from `autoconfig.families`: convolution, matrix product, pooling, softmax,
-  data movement), the elementwise ops after the anchor its epilogue
+  normalization, data movement), the elementwise ops after the anchor its epilogue
   (`builder.match_epilogue`);
 - a group of elementwise ops alone is one `kernels.elementwise` kernel: the same
   epilogue on a tensor streamed from memory;
@@ -26,7 +26,7 @@ from autoconfig.builder import (
     elementwise_kernel, fail, match_epilogue, ops_of, plane_axis, reads_any_layout, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
-from autoconfig.families import conv, matmul, movement, pool, softmax
+from autoconfig.families import conv, matmul, movement, normalization, pool, softmax
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.fusion.classify import streamed_input
 from autoconfig.fusion.planning import Plan
@@ -41,7 +41,7 @@ from kernels.cache import KernelCache
 from kernels.target import Target
 
 FAMILIES: dict[str, Lowering] = {**conv.LOWERINGS, **matmul.LOWERINGS, **pool.LOWERINGS, **softmax.LOWERINGS,
-                                 **movement.LOWERINGS,
+                                 **normalization.LOWERINGS, **movement.LOWERINGS,
                                  ELEMENTWISE_GROUP: Lowering(None, reads_any_layout)}  # fmt: skip
 """The lowering registry: each family's operators, and the group of elementwise ops
 alone (lowered by `_elementwise`, reading any layout)."""

@@ -195,3 +195,16 @@ def test_an_id_outside_its_table_is_an_error_not_a_wild_read(tmp_path, capsys, b
     status = library.ac_model_run(ctypes.c_void_p(model), pointers, (ctypes.c_void_p * 1)(out.ctypes.data))
     library.ac_model_free(ctypes.c_void_p(model))
     assert status == 3
+
+
+def test_a_scale_after_the_heads_split_runs_in_their_product(tmp_path):
+    """Mul and Div by a scalar after Reshape and Transpose move before them (the same
+    products of the same elements): the product before applies them as its epilogue."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("scaled_heads", 15)
+    heads = b.op("Transpose", [b.op("Reshape", [linear(b, "input", 16, 16), b.const("s", np.array([1, 8, 2, 8], np.int64))])],
+                 perm=[0, 2, 1, 3])  # fmt: skip
+    y = b.op("Div", [b.op("Mul", [b.const("c", np.float32(0.35)), heads]), b.const("d", np.float32(1.7))])
+    manifest = build_and_compare(b.model("input", [1, 8, 16], [(y, None)]), "avx2", tmp_path / "built")
+    assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "gather"]
+    assert "(Mul)" in " ".join(manifest["kernels"][0]["ops"]) and "(Div)" in " ".join(manifest["kernels"][0]["ops"])

@@ -11,5 +11,6 @@ gathers each module's `LOWERINGS` into its registry, and the layout plan
 - `matmul`: Gemm and MatMul.
 - `pool`: MaxPool, AveragePool, GlobalAveragePool, ReduceMean.
 - `softmax`: Softmax.
+- `normalization`: LayerNormalization.
 - `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.
 """

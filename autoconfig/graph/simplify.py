@@ -15,7 +15,8 @@
   pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds;
 - GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
   Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
-- InstanceNormalization and LayerNormalization become their definition
+- InstanceNormalization, and LayerNormalization whose mean or inverse deviation is
+  read (else it is one kernel of its own), become their definition
   (`_normalized_as_ops`): the mean and variance over the normalized axes (ReduceMean;
   the spatial axes per image and channel, or the axes from `axis` on), then
   elementwise ops, which the fusion planner groups like any others.
@@ -35,6 +36,7 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity; keep topological order."""
     _bools_as_floats(graph)
     _int64_inputs(graph)
+    _scales_before_moves(graph)
     nodes: list[Node] = []
     alias: dict[str, str] = {}
     for node in graph.nodes:
@@ -121,6 +123,38 @@ def _int64_inputs(graph: Graph) -> None:
             raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
                                   f"generated (only int64 inputs, read as indices or cast)")  # fmt: skip
     graph.nodes = made
+
+
+MOVES = VIEWS | {"Transpose"}
+"""Operators that only move elements: a scalar factor commutes with them."""
+
+
+def _scales_before_moves(graph: Graph) -> None:
+    """A Mul or Div by a scalar constant after reshapes and transposes (attention's
+    query and key scaled after being split into heads) moves before them, onto the value
+    they start from when nothing else reads it: the same products of the same elements,
+    now right after their producer, which applies them as its epilogue."""
+    producers, consumers = graph.producers(), graph.consumers()
+    for node in list(graph.nodes):
+        scalar = [i for i in node.inputs if graph.is_constant(i) and graph.constants[i].size == 1]
+        if node.op not in ("Mul", "Div") or len(node.inputs) != 2 or len(scalar) != 1 or \
+                (node.op == "Div" and node.inputs[1] != scalar[0]):  # fmt: skip
+            continue
+        chain, at = [], next(i for i in node.inputs if i != scalar[0])
+        while (move := producers.get(at)) is not None and move.op in MOVES and \
+                _only_consumer(graph, consumers, at) is (chain[0] if chain else node):  # fmt: skip
+            chain.insert(0, move)
+            at = move.inputs[0]
+        if not chain or _only_consumer(graph, consumers, at) is not chain[0] or at not in producers:
+            continue
+        scaled = f"{at}.scaled"
+        graph.types[scaled] = graph.types[at]
+        inputs = [at if i != scalar[0] else i for i in node.inputs]
+        graph.nodes.insert(graph.nodes.index(chain[0]), Node(node.name, node.op, inputs, [scaled], {}))
+        chain[0].inputs[0] = scaled
+        graph.nodes[graph.nodes.index(node)] = Node(f"{node.name}.moved", "Identity", [chain[-1].outputs[0]],
+                                                    node.outputs, {})  # fmt: skip
+        producers, consumers = graph.producers(), graph.consumers()  # as this move left them
 
 
 def _power(graph: Graph, node: Node) -> list[Node]:
@@ -246,7 +280,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _resize_as_products(graph, node)
     if node.op == "InstanceNormalization":
         return _instance_norm_as_ops(graph, node)
-    if node.op == "LayerNormalization":
+    if node.op == "LayerNormalization" and (any(node.outputs[1:]) or not all(graph.is_constant(p) for p in
+                                                                              node.inputs[1:] if p)):  # fmt: skip
         return _layer_norm_as_ops(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)

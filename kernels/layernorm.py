@@ -1,0 +1,91 @@
+"""Layer normalization of a tensor seen as rows, in three passes over each row (a
+transformer's row of hidden features is a few KiB: it stays in L1 between them)::
+
+    for row in [begin, end):
+        m = Σ x / n                                   # vectors, the last masked to 0
+        d = 1 / √(Σ (x − m)² / n + ε)                 # two passes: no cancellation
+        Y[row] = (x − m) · d · scale + bias           # scale and bias: one value per column
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
+from kernels.emit import single_kernel, tail_mask
+from kernels.errors import KernelError
+from kernels.loops import for_carry, for_range, load, store
+from kernels.mlir import arith, ir, math, vector
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class LayerNormConfig:
+    """Normalization of `rows` rows of `length` floats, vectors of `lanes`."""
+
+    rows: int
+    length: int
+    lanes: int
+    epsilon: float
+
+    @property
+    def symbol(self) -> str:
+        return config_symbol(f"ac_layernorm_f32_{self.rows}x{self.length}", self)
+
+    def validate(self, target: Target) -> None:
+        check_lanes(target, self.lanes)
+        if min(self.rows, self.length) < 1 or not self.epsilon >= 0:
+            raise KernelError(f"layer normalization needs rows, length >= 1 and epsilon >= 0: {self}")
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(y, x, scale, bias, row_begin, row_end)``."""
+        size = self.rows * self.length
+        return KernelSignature(self.symbol, (
+            Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,)),
+            Param("scale", Role.IN, extent=(self.length,)), Param("bias", Role.IN, extent=(self.length,)),
+            Param("row_begin", Role.SIZE), Param("row_end", Role.SIZE)),
+            f"layer normalization of {self.rows} rows of {self.length}, rows [row_begin, row_end).")  # fmt: skip
+
+
+def generate(config: LayerNormConfig, target: Target) -> KernelModule:
+    """The kernel of `config` on `target`."""
+    config.validate(target)
+    return single_kernel(config.signature(), target, lambda args: _rows(config, target, args))
+
+
+def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
+    lanes, length = cfg.lanes, cfg.length
+    vec, f32 = f32_vector_type(target, lanes), ir.F32Type.get()
+    x, y = (f32_memref(args[name], [cfg.rows, length]) for name in ("x", "y"))
+    scale, bias = (f32_memref(args[name], [length]) for name in ("scale", "bias"))
+    whole, tail = length // lanes, length % lanes
+    mask = tail_mask(target, lanes, tail) if tail else None
+    zero = f32_splat(target, lanes, 0.0)
+
+    def row(r: ir.Value) -> None:
+        def at(v: ir.Value | int) -> ir.Value:
+            return index(v * lanes) if isinstance(v, int) else arith.muli(v, index(lanes))
+
+        def row_sum(term) -> ir.Value:
+            """Σ term(x) over the row, the tail's lanes past the row counted as 0."""
+            total = for_carry(0, whole, 1, [zero], lambda v, acc: [arith.addf(acc[0], term(load(vec, x, [r, at(v)])))])[0]
+            if tail:
+                total = arith.addf(total, arith.select(mask, term(load(vec, x, [r, at(whole)], mask)), zero))
+            return arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), arith.constant(f32, float(length)))
+
+        mean = vector.broadcast(vec, row_sum(lambda v: v))
+        variance = row_sum(lambda v: arith.mulf(arith.subf(v, mean), arith.subf(v, mean)))
+        deviation = math.sqrt(arith.addf(variance, arith.constant(f32, cfg.epsilon)))
+        inverse = vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), deviation))
+
+        def normalized(column: ir.Value, lane_mask: ir.Value | None) -> None:
+            value = arith.mulf(arith.subf(load(vec, x, [r, column], lane_mask), mean), inverse)
+            out = math.fma(value, load(vec, scale, [column], lane_mask), load(vec, bias, [column], lane_mask))
+            store(out, y, [r, column], lane_mask)
+
+        for_range(0, whole, 1, lambda v: normalized(at(v), None))
+        if tail:
+            normalized(at(whole), mask)
+
+    for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), 1, row)
