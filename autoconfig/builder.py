@@ -482,8 +482,8 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
         gates = {u.op for u in users}
         gate = gated(b.graph, current, users)
         if gate is not None and all(n in remaining for n in gate[0]):
-            used, kind = gate
-            ops.append(ep.EpilogueOp(kind))
+            used, op = gate
+            ops.append(op)
         elif len(users) == 1 and users[0].op == "BatchNormalization":
             used = [users[0]]
             for op, values in zip((ep.scale(), ep.bias()), _batchnorm_affine(b, users[0], out_shape, channel_axis)):

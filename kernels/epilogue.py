@@ -29,6 +29,7 @@ tensor (their operand), which becomes a kernel argument:
 - ``sqrt``      √y
 - ``nonzero``, ``is_zero``, ``isnan``   1 where y ≠ 0, y = 0, y is NaN, else 0 (bools
   are held as floats: 1 true, 0 false)
+- ``replace_nan``  alpha where y is NaN, else y
 - ``choose``    alpha where y is true, else beta
 - ``replace_where``  alpha where r is true, else y    operand: a tensor of the output's shape
 - ``keep_where``     y where r is true, else alpha    operand: likewise
@@ -439,6 +440,8 @@ KINDS: dict[str, Kind] = {
                     lambda op, y, r: (y == 0).astype(np.float64), 2),
     "isnan": Kind(lambda op, y, r: _truth(arith.cmpf(arith.CmpFPredicate.UNO, y, y), y),
                   lambda op, y, r: np.isnan(y).astype(np.float64), 2),
+    "replace_nan": Kind(lambda op, y, r: arith.select(arith.cmpf(arith.CmpFPredicate.UNO, y, y), _const(y, op.alpha), y),
+                        lambda op, y, r: np.where(np.isnan(y), op.alpha, y), 2, shown=("alpha",)),
     "choose": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), _const(y, op.beta)),
                    lambda op, y, r: np.where(y != 0, op.alpha, op.beta), 2, shown=("alpha", "beta")),
     "replace_where": Kind(lambda op, y, r: arith.select(_true(r), _const(y, op.alpha), y),

@@ -202,3 +202,20 @@ def test_the_readme_lists_the_operators_the_table_accepts():
     for name, row in OPERATORS.items():
         table.setdefault(row.kernel, set()).add(name)
     assert sorted(map(sorted, listed.values())) == sorted(map(sorted, table.values()))
+
+
+def test_a_computation_repeated_is_computed_once():
+    """Each exported layer's copy of the same arithmetic (here: Where on one mask with
+    constants of equal values but their own names, then Relu) is one node; the graph
+    still gives onnxruntime's answer."""
+    b = zoo.Builder("repeated", 3)
+    test = b.op("Cast", [b.op("Relu", ["input"])], to=TensorProto.BOOL)
+    copies = [b.op("Relu", [b.op("Where", [test, b.const("zero", np.float32(0)), b.const("low", np.float32(-3))])])
+              for _ in range(3)]  # fmt: skip
+    y = b.op("Add", [b.op("Add", copies[:2]), copies[2]])
+    model = b.model("input", [1, 4, 5], [(y, None)], opset=17)
+    graph = import_model(model)
+    assert sorted(n.op for n in graph.nodes) == ["Add", "Add", "Cast", "Relu", "Relu", "Where"]
+    x = np.random.default_rng(0).standard_normal((1, 4, 5)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
+    np.testing.assert_allclose(run(graph, {"input": x})[y], expected, rtol=1e-6)

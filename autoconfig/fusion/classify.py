@@ -20,6 +20,7 @@ from enum import Enum
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.families.elementwise import UNARY
 from autoconfig.graph.ops import Kernel, Mapping, info
+from kernels import epilogue as ep
 
 __all__ = ["LEGALITY", "Legality", "Mapping", "along_channels", "emittable", "emittable_groups", "gated", "mapping",
            "prologue_edge", "prologue_op", "streamed_input"]
@@ -115,11 +116,14 @@ def along_channels(shape: tuple[int, ...], out_shape: tuple[int, ...], axis: int
     return padded[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(padded) if i != axis)
 
 
-def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], str] | None:
-    """Where `value`'s two `readers` are a gate and the Mul of `value` by it — SiLU
-    (Sigmoid), Mish (Softplus then Tanh) or HardSwish (HardSigmoid with slope 1/6 and
-    offset 1/2), one epilogue op — the gate's nodes then the Mul, and the op; else None."""
+def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], ep.EpilogueOp] | None:
+    """Where `value`'s two `readers` are one epilogue op — a gate and the Mul of `value`
+    by it (SiLU: Sigmoid; Mish: Softplus then Tanh; HardSwish: HardSigmoid with slope 1/6
+    and offset 1/2), or IsNaN and the Where replacing NaNs by a constant (a masked
+    softmax's cleanup) — their nodes in order and the op; else None."""
     ops = sorted(r.op for r in readers)
+    if ops == ["IsNaN", "Where"]:
+        return _nan_replaced(graph, value, readers)
     if len(readers) != 2 or ops[0] != "Mul" and ops[1] != "Mul":
         return None
     mul = next(r for r in readers if r.op == "Mul")
@@ -137,7 +141,18 @@ def gated(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], st
         return None
     if sorted(mul.inputs) != sorted([value, chain[-1].outputs[0]]):
         return None
-    return [*chain, mul], {"Sigmoid": "silu", "Softplus": "mish", "HardSigmoid": "hard_swish"}[gate.op]
+    return [*chain, mul], ep.EpilogueOp({"Sigmoid": "silu", "Softplus": "mish", "HardSigmoid": "hard_swish"}[gate.op])
+
+
+def _nan_replaced(graph: Graph, value: str, readers: list[Node]) -> tuple[list[Node], ep.EpilogueOp] | None:
+    """Where(IsNaN(value), k, value) for a scalar constant k, the test read only there."""
+    test, where = sorted(readers, key=lambda r: r.op)
+    condition, k, kept = where.inputs
+    single = graph.consumers().get(test.outputs[0], []) == [where] and test.outputs[0] not in graph.outputs
+    if condition != test.outputs[0] or kept != value or not single or not (graph.is_constant(k) and
+                                                                           graph.constants[k].size == 1):  # fmt: skip
+        return None
+    return [test, where], ep.EpilogueOp("replace_nan", alpha=float(graph.constants[k].reshape(-1)[0]))
 
 
 def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """Graph simplifications applied at import, after the fold pass (`graph.fold`).
 
-- `Identity` nodes disappear (their outputs become aliases);
+- `Identity` nodes disappear (their outputs become aliases), and so does a node that
+  computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
   W' = W·γ/√(σ²+ε) per output channel, b' = (b − μ)·γ/√(σ²+ε) + β;
 - a linear or cubic Resize with constant scales, sizes and roi becomes one matrix
@@ -33,16 +34,22 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 
 
 def simplify(graph: Graph) -> Graph:
-    """Fold BatchNormalization; drop Identity; keep topological order."""
+    """Fold BatchNormalization; drop Identity and repeated computations; keep
+    topological order."""
     _bools_as_floats(graph)
     _int64_inputs(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
     alias: dict[str, str] = {}
+    computed: dict[tuple, Node] = {}  # a node's operator, inputs and attributes -> the first node so
     for node in graph.nodes:
         node.inputs = [alias.get(i, i) for i in node.inputs]
         if node.op == "Identity" and node.outputs[0] not in graph.outputs:
             alias[node.outputs[0]] = node.inputs[0]
+            continue
+        first = computed.setdefault(_computation(graph, node), node)
+        if first is not node and not set(node.outputs) & set(graph.outputs):  # computed already: the same values
+            alias.update(zip(node.outputs, first.outputs))
             continue
         nodes.append(node)
     graph.nodes = [lowered for node in nodes for lowered in _lowered(graph, node)]
@@ -175,6 +182,19 @@ def _power(graph: Graph, node: Node) -> list[Node]:
         current = made.op("Mul", [current, x], shape)
     made.nodes.append(Node(node.name, "Mul", [current, x], node.outputs, {}))
     return made.nodes
+
+
+SHARED_CONSTANT_ELEMENTS = 64
+"""Constants up to this size count as equal by value when two nodes are compared (each
+layer's exported copy of 0 and -inf); larger ones by name."""
+
+
+def _computation(graph: Graph, node: Node) -> tuple:
+    """What `node` computes, as a key: equal keys, equal outputs (each exported layer's
+    copy of the attention mask's arithmetic is computed once)."""
+    inputs = tuple((a.dtype.str, a.shape, a.tobytes()) if (a := graph.constants.get(i)) is not None
+                   and a.size <= SHARED_CONSTANT_ELEMENTS else i for i in node.inputs)  # fmt: skip
+    return node.op, inputs, repr(sorted(node.attrs.items())), len(node.outputs)
 
 
 def _fold_batchnorm(graph: Graph) -> None:
