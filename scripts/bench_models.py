@@ -337,7 +337,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_run_options(parser, "bench-models")
     parser.add_argument("--models", nargs="+", default=None,
-                        help="zoo model names or ONNX files (static shapes, float32; default: the four zoo models)")
+                        help="zoo model names or ONNX files (static shapes; float32, int64 ids and masks; default: the four zoo models)")
     parser.add_argument("--cold", action="store_true", help="each model's first build from an empty kernel cache")
     parser.add_argument("--peers-python", default=None,
                         help=f"the peers' Python, for OpenVINO (default {harness.PEERS_PYTHON}, from `make peers`)")
