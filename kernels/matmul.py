@@ -14,12 +14,13 @@ tiled (register-tiled outer products, cache-blocked, no packing) and packed (the
 loop nest around packed, padded copies of the A and B blocks, BLIS/Goto; the
 micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives already in
 its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time;
+with `b_packed`, B likewise, in `pack_b`'s layout;
 with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
 time by `pack_b`, and C leaves as Cᵀ, each tile's vectors scattered — a 1×1
 convolution with its output channels in the lanes; with `blocked` as well, Aᵀ and Cᵀ
 are channel-blocked images, NCHW[c] (`kernels.nchwc`), and each vector is stored whole)::
 
-    for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp]
+    for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp, unless b_packed]
       for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, unless a_packed]
         for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
           acc[mr][nv] = micro-kernel over k in pc..pc+kc
@@ -113,6 +114,9 @@ class MatmulConfig:
     # and from one C (and residual) to the next; 0: back to back (K·N, M·N)
     a_packed: bool = False  # packed only: A arrives in the layout `pack_a` makes (a
     # constant A, a layer's weights, packed once when the layer is built, not per call)
+    b_packed: bool = False  # packed only: B arrives in the layout `pack_b` makes from Bᵀ
+    # (a constant B, a layer's weights, packed once when built), read as a transposed
+    # product reads its B
     transposed: bool = False  # packed only: every operand stored transposed — `a` holds
     # Aᵀ (K×M, read in place), `b` Bᵀ (N×K, a constant) packed once by `pack_b`, `c`
     # receives Cᵀ (N×M, each vector scattered). A 1×1 convolution Y = W·X computed as
@@ -178,8 +182,14 @@ class MatmulConfig:
             return 0
         if self.transposed:
             return self.b_size() if self.prologue else 0  # the scaled copy of B
-        kc, mc, nc = self.packed_blocks()
-        return kc * nc + (0 if self.a_packed else mc * kc)
+        kc, mc, _ = self.packed_blocks()
+        return self.a_block_offset() + (0 if self.a_packed else mc * kc)
+
+    def a_block_offset(self) -> int:
+        """Where a call's packed A block starts in the workspace: after its B block,
+        unless B arrives packed."""
+        kc, _, nc = self.packed_blocks()
+        return 0 if self.b_packed else kc * nc
 
     def a_size(self) -> int:
         """f32 elements of one product's A as the kernel reads it: M×K, or packed (every
@@ -191,7 +201,7 @@ class MatmulConfig:
         """f32 elements of one product's B as the kernel reads it: K×N, or packed when
         transposed (every column tile a full nr wide, zeros past the last column)."""
         s = self.shape
-        return s.k * (self.col_tiles() * self.nr if self.transposed else s.n)
+        return s.k * (self.col_tiles() * self.nr if self.transposed or self.b_packed else s.n)
 
     def pack_a(self, a: np.ndarray) -> np.ndarray:
         """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
@@ -202,8 +212,9 @@ class MatmulConfig:
                        self.packed_blocks()[0])  # fmt: skip
 
     def pack_b(self, b_t: np.ndarray) -> np.ndarray:
-        """Bᵀ (N×K: a 1×1 convolution's weights, output channels × input channels) in
-        the layout a `transposed` kernel reads, flat: Bp[k block][column tile][k in the
+        """Bᵀ (N×K: a 1×1 convolution's weights, output channels × input channels; a
+        matmul's constant B transposed) in the layout a `transposed` or `b_packed`
+        kernel reads, flat: Bp[k block][column tile][k in the
         block][column in the tile] — `kernels.gemm.PackedB`'s panels for all of B."""
         return _panels(np.asarray(b_t, np.float32).reshape(1, self.shape.n, self.shape.k), self.nr,
                        self.packed_blocks()[0])  # fmt: skip
@@ -248,6 +259,9 @@ class MatmulConfig:
             raise KernelError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
         if self.a_packed and self.algorithm != "packed":
             raise KernelError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
+        if self.b_packed and (self.algorithm != "packed" or self.transposed or self.prologue or self.batch > 1):
+            raise KernelError("b_packed (B arriving packed) is for one packed product without a prologue, "
+                              "not transposed")  # fmt: skip
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
             raise KernelError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
@@ -561,14 +575,14 @@ def _blocked(kn: _Kernel) -> None:
     cfg = kn.config
     shape, packed = cfg.shape, cfg.algorithm == "packed"
     kc, mc, nc = cfg.blocks()
-    pkc, _, pnc = cfg.packed_blocks()
+    pkc = cfg.packed_blocks()[0]
 
     def column_block(jt: ir.Value) -> None:
         jt_end = arith.minsi(offset(jt, nc // cfg.nr), kn.cols[1])
 
         def k_block(pc: ir.Value) -> None:
             pc_end = arith.minsi(offset(pc, kc), index(shape.k))
-            if packed and not cfg.transposed:
+            if packed and not cfg.transposed and not cfg.b_packed:
                 def pack_b(inner: _Kernel, extra: list[ir.Value]) -> None:
                     k0, k1, t0, t1 = extra
                     first_column = arith.muli(t0, index(cfg.nr))
@@ -582,7 +596,7 @@ def _blocked(kn: _Kernel) -> None:
                 if packed and not cfg.transposed and not cfg.a_packed:
                     def pack_a(inner: _Kernel, extra: list[ir.Value]) -> None:
                         k0, k1, t0, t1 = extra
-                        panels = PackedA(inner.work, index(pkc * pnc), cfg.mr, k0, k1, t0)
+                        panels = PackedA(inner.work, index(cfg.a_block_offset()), cfg.mr, k0, k1, t0)
                         panels.pack((t0, t1), shape.m, lambda row, k: memref.load(inner.a, [row, k]))
 
                     _outlined(kn, "pack_a", [pc, pc_end, it, it_end], pack_a)
@@ -675,10 +689,10 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     cfg = kn.config
     shape, packed = cfg.shape, cfg.algorithm == "packed"
     kc, mc, _ = cfg.blocks()
-    pkc, _, pnc = cfg.packed_blocks()
+    pkc = cfg.packed_blocks()[0]
     pc, pc_end = block.pc, block.pc_end
     bp = ap = ahead = None
-    if cfg.transposed:  # B packed once (scaled: the call's copy in the workspace)
+    if cfg.transposed or cfg.b_packed:  # B packed once (scaled: the call's copy in the workspace)
         bp = _transposed_panels(kn, kn.work if cfg.prologue else kn.b_flat, pc, pc_end)
         tile = arith.subi(arith.divsi(row0, index(cfg.mr)), block.it)  # the block's row tiles share
         ahead = bp.prefetcher(col0, tile, min(mc // cfg.mr, cfg.row_tiles()), cfg.unroll)  # the next B panel's lines
@@ -688,7 +702,7 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
         ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
         ahead = ap.prefetcher(row0)
     elif packed and not cfg.transposed:
-        ap = PackedA(kn.work, index(pkc * pnc), cfg.mr, pc, pc_end, block.it)
+        ap = PackedA(kn.work, index(cfg.a_block_offset()), cfg.mr, pc, pc_end, block.it)
     rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
     last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place and shape.m % cfg.mr else None
     sized_rows = sized_tile(row0, rows, cfg.mr, shape.m, cfg.full_row_edge)

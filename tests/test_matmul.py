@@ -58,7 +58,7 @@ def check(kernel_call, config, seed=0):
         c_t = np.ascontiguousarray(c.T)
         args, c = [c_t, np.ascontiguousarray(a.T), config.pack_b(b.T)], c_t.T
     else:
-        args = [c, config.pack_a(a) if config.a_packed else a, b]
+        args = [c, config.pack_a(a) if config.a_packed else a, config.pack_b(b.T) if config.b_packed else b]
     if config.workspace():
         args.append(np.full(config.workspace(), np.nan, np.float32))
     rows, cols = config.row_tiles(), config.col_tiles()
@@ -77,6 +77,9 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2),
         mm.MatmulConfig(ANY, "packed", lanes, mr=2, nv=1, accumulate=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, a_packed=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, b_packed=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2, b_packed=True,
+                        full_row_edge=True, full_column_edge=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=5, mc=6, nc=2 * lanes, unroll=2, transposed=True),
         mm.MatmulConfig(ANY, "tiled", lanes, mr=3, nv=2, kc=8, mc=6, unroll=2, full_row_edge=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2, full_row_edge=True,
@@ -87,7 +90,8 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
 
 
 def config_id(c: mm.MatmulConfig) -> str:
-    return (f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-transposed' if c.transposed else ''}"
+    return (f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-b-packed' if c.b_packed else ''}"
+            f"{'-transposed' if c.transposed else ''}"
             f"{'-full-edges' if c.full_row_edge else ''}")
 
 
@@ -236,6 +240,7 @@ SQUARE16 = mm.MatmulShape(16, 16, 16)
     (mm.MatmulConfig(mm.MatmulShape(16, 1, 16), "dot", 8, mr=4, unroll=4), "4x4 partial sums .* = 18 vector"),
     (mm.MatmulConfig(mm.MatmulShape(16, 8, 16), "tiled", 8), "forced config is for .* not M=16 N=16 K=16"),
     (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, a_packed=True), "a_packed .* is for the packed algorithm, not tiled"),
+    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, b_packed=True), "b_packed .* is for one packed product"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):

@@ -73,12 +73,14 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     first_ops, first_operands = _gemm_operands(b, node, product, alpha if not constant_b else 1.0)
     ops, operands = first_ops + ops, first_operands + operands
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
-    choice = b.choose(matmul_model.choose, shape, tuple(ops))
+    one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
+    choice = b.choose(matmul_model.choose, shape, tuple(ops), b_constant=one_b)
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
     plan.config.validate(b.target)
-    w = _right_operand(b, node, trans_b and not as_column, alpha if constant_b else 1.0, calls, modules)
+    w = _right_operand(b, node, trans_b and not as_column, alpha if constant_b else 1.0, calls, modules,
+                       plan.config)  # fmt: skip
     y = b.write(chain.end)
     for a_at, b_at, c_at in product.offsets:
         moved = [Ref(r.space, r.offset + c_at) if op.operand == "output" else r
@@ -95,14 +97,16 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
 
 
 def _right_operand(b: Builder, node: Node, transpose: bool, alpha: float, calls: list[Call],
-                   modules: list[KernelModule]) -> Ref:  # fmt: skip
-    """Where the products read B: a constant (scaled by `alpha`, transposed in numpy), or
-    a computed tensor (transposed by a gather whose calls and modules are appended)."""
+                   modules: list[KernelModule], config: mm.MatmulConfig) -> Ref:  # fmt: skip
+    """Where the products read B: a constant (scaled by `alpha`, transposed in numpy;
+    packed where the config reads it packed), or a computed tensor (transposed by a
+    gather whose calls and modules are appended)."""
     name = node.inputs[1]
     if b.graph.is_constant(name):
         weight = np.asarray(b.graph.constants[name], np.float32)
         weight = weight * np.float32(alpha) if alpha != 1.0 else weight
-        return b.constant(np.swapaxes(weight, -1, -2) if transpose else weight)
+        weight = np.swapaxes(weight, -1, -2) if transpose else weight
+        return b.constant(config.pack_b(weight.T) if config.b_packed else weight)
     w = b.read(name)
     if not transpose:
         return w

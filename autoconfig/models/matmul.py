@@ -490,7 +490,7 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     a_level, b_level = _block_levels(p, m)
     row_share, col_share = _row_and_column_shares(p, share)
     columns = round_up(shape.n, nr) * col_share
-    b_pack = shape.k * columns
+    b_pack = 0 if c.b_packed else shape.k * columns
     a_pack = 0 if c.a_packed else round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
     b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
@@ -500,6 +500,7 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
     a_whose = {"rows": "its rows of A", "columns": "all of A"}[p.split]
     whose = (f"{b_whose} (A was packed when built)" if c.a_packed
+             else f"{a_whose} (B was packed when built)" if c.b_packed
              else f"{b_whose} and {a_whose} (A once per column block)")
     return Term("packing", b_ns + a_ns, f"each thread packs {whose} into zero-padded panels")  # fmt: skip
 
@@ -636,10 +637,10 @@ def _threads_reason(p: MatmulPlan) -> str:
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
                blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
-               prologue: ep.Epilogue = ()) -> list[MatmulPlan]:  # fmt: skip
+               prologue: ep.Epilogue = (), b_constant: bool = False) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
-    build time instead of packing it on every call. With `transposed` (operands stored
+    build time instead of packing it on every call; with `b_constant`, B likewise. With `transposed` (operands stored
     transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
     block: every further block would gather and scatter all of C again; `blocked` too,
     its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`),
@@ -674,6 +675,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
                     configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
                                              epilogue=epilogue, a_packed=a_constant and kind == "packed",
+                                             b_packed=b_constant and kind == "packed" and not prologue,
                                              prologue=prologue,
                                              **full_edges(shape, mr, nv, lanes, kind == "packed"))
                                 for kind in kinds]  # fmt: skip
@@ -746,18 +748,19 @@ class Choice:
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
-           prologue: ep.Epilogue = ()) -> Choice:  # fmt: skip
+           prologue: ep.Epilogue = (), b_constant: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
-    weights), so packed plans read it packed once; `transposed`, `blocked`, `nhwc`:
+    weights), so packed plans read it packed once, `b_constant` likewise for B;
+    `transposed`, `blocked`, `nhwc`:
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
     as it is read (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue)]  # fmt: skip
+                                    prologue, b_constant)]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
     # one may not. Tiled candidates come first, and a packed floor is never below the
