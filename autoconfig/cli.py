@@ -532,10 +532,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "run", help="run a built model",
         description="Load a directory written by 'autoconfig build' (checked against its manifest), "
         "run the model and print its outputs' shapes and ranges. Inputs not given are random "
-        "(for timing). A cross-target model runs under qemu-user.",
+        "(for timing: floats of both signs, int64 ids below their table's rows, int64 masks 1 "
+        "then 0 over the last eighth). A cross-target model runs under qemu-user.",
     )  # fmt: skip
     run.add_argument("dir", type=Path, metavar="DIR", help="the built model")
-    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                     help="an input (repeatable): float32, or int64 where the manifest says so")
     run.add_argument("--output", type=Path, default=None, metavar="FILE.npz", help="write the outputs here")
     run.add_argument("--bench", type=int, default=0, metavar="N", help="run N times and print the median time")
     run.add_argument("--per-kernel", action="store_true",

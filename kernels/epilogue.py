@@ -27,6 +27,7 @@ tensor (their operand), which becomes a kernel argument:
 - ``gelu``      y · (1 + erf(y/√2)) / 2
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
 - ``sqrt``      √y
+- ``identity``  y (a cast between values held alike)
 - ``nonzero``, ``is_zero``, ``isnan``   1 where y ≠ 0, y = 0, y is NaN, else 0 (bools
   are held as floats: 1 true, 0 false)
 - ``replace_nan``  alpha where y is NaN, else y
@@ -434,7 +435,9 @@ KINDS: dict[str, Kind] = {
     # sqrt: one vector square root (LLVM's intrinsic: vsqrtps, fsqrt, vfsqrt), whose
     # throughput is about an eighth of an add's
     "sqrt": Kind(lambda op, y, r: math.sqrt(y), lambda op, y, r: _np_sqrt(y), 8),
-    # bools are held as floats, 1.0 true and 0.0 false: a compare and a select each
+    # bools are held as floats, 1.0 true and 0.0 false: a compare and a select each;
+    # a cast between values held alike is no instruction at all
+    "identity": Kind(lambda op, y, r: y, lambda op, y, r: y, 0),
     "nonzero": Kind(lambda op, y, r: _truth(_true(y), y), lambda op, y, r: (y != 0).astype(np.float64), 2),
     "is_zero": Kind(lambda op, y, r: _truth(arith.cmpf(arith.CmpFPredicate.OEQ, y, _const(y, 0.0)), y),
                     lambda op, y, r: (y == 0).astype(np.float64), 2),

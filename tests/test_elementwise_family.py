@@ -23,12 +23,28 @@ OPSET = 20  # Gelu's first opset
 ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Gelu": {"approximate": "tanh"}}
 
 
+BOOL_VALUED = {"Cast": "Relu", "IsNaN": "Sqrt", "Not": "Relu"}
+"""Operators of bool outputs, each after an op that makes their input interesting (NaN
+where a square root's argument is negative, zero where Relu clips) and cast back to
+float (Not: of that cast to bool)."""
+
+
+def applied(b: zoo.Builder, op: str, x: str, attrs: dict) -> str:
+    """`op` on `x`, with its constant inputs, or wrapped as BOOL_VALUED says."""
+    extra = [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))] if op == "Clip" else []
+    if op not in BOOL_VALUED:
+        return b.op(op, [x, *extra], **attrs)
+    x = b.op(BOOL_VALUED[op], [x])
+    x = b.op("Cast", [x], to=onnx.TensorProto.BOOL) if op == "Not" else x
+    y = b.op(op, [x], **({"to": onnx.TensorProto.BOOL} if op == "Cast" else attrs))
+    return b.op("Cast", [y], to=onnx.TensorProto.FLOAT)
+
+
 def alone_and_after_a_conv(op: str, attrs: dict) -> onnx.ModelProto:
     """input -> op, and input -> Conv -> op: two outputs."""
     b = zoo.Builder(f"family_{op}", 5)
-    extra = [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))] if op == "Clip" else []
-    alone = b.op(op, ["input", *extra], **attrs)
-    fused = b.op(op, [b.conv("input", 4, 8, 3), *extra], **attrs)
+    alone = applied(b, op, "input", attrs)
+    fused = applied(b, op, b.conv("input", 4, 8, 3), attrs)
     model = b.model("input", [1, 4, 9, 9], [(alone, [1, 4, 9, 9]), (fused, [1, 8, 9, 9])])
     model.opset_import[0].version = OPSET
     return model

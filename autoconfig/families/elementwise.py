@@ -53,11 +53,12 @@ def _gelu(attrs: dict) -> ep.EpilogueOp:
 
 
 def _cast(attrs: dict) -> ep.EpilogueOp:
-    """A Cast left after import is one to bool (those between floats and bools, held
-    alike, are dropped there; from int64, converted as the input is read)."""
-    if attrs.get("to") != onnx.TensorProto.BOOL:
-        raise ValueError(f"a cast to {onnx.TensorProto.DataType.Name(attrs.get('to', 0))} is not generated")
-    return ep.EpilogueOp("nonzero")
+    """A cast to bool tests for non-zero; one to float is none (floats and bools are
+    held alike; the import drops such casts, and converts int64 inputs as they are read)."""
+    to = attrs.get("to")
+    if to not in (onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT):
+        raise ValueError(f"a cast to {onnx.TensorProto.DataType.Name(to or 0)} is not generated")
+    return ep.EpilogueOp("nonzero" if to == onnx.TensorProto.BOOL else "identity")
 
 
 UNARY: dict[str, Unary] = {
