@@ -32,7 +32,6 @@ from autoconfig.fusion.classify import streamed_input
 from autoconfig.fusion.planning import Plan
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
-from autoconfig.graph.simplify import VIEWS
 from autoconfig.layouts import output_layouts, transform_back_ns
 from autoconfig.profile import HardwareProfile
 from autoconfig.runtime import Call, Part, Ref
@@ -211,19 +210,5 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     conversions = tuple((graph.inputs.index(source), b.resolve(Ref(VIRTUAL + b.where[name][0])).offset,
                          graph.types[name].elements) for name, source in graph.converted.items())  # fmt: skip
     return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
-                      outputs, conversions, index_limits(graph))  # fmt: skip
+                      outputs, conversions, tuple(graph.ids_below.get(n, 0) for n in graph.inputs))  # fmt: skip
 
-
-def index_limits(graph: Graph) -> tuple[int, ...]:
-    """Per input, the rows of the tables it indexes (through views; the fewest where
-    several), or 0 where it indexes none."""
-    source = {name: name for name in graph.inputs}
-    limits = dict.fromkeys(graph.inputs, 0)
-    for node in graph.nodes:
-        if node.inputs and node.inputs[0] in source and node.op in VIEWS:
-            source[node.outputs[0]] = source[node.inputs[0]]
-        if node.op == "Gather" and node.inputs[1] in source:
-            rows = graph.types[node.inputs[0]].shape[node.attrs.get("axis", 0)]
-            name = source[node.inputs[1]]
-            limits[name] = min(limits[name] or rows, rows)
-    return tuple(limits[name] for name in graph.inputs)

@@ -173,7 +173,6 @@ def model_files(model: str, work: Path) -> dict:
     every whole-model peer reads."""
     import onnxruntime as ort
 
-    from autoconfig.build import index_limits
     from autoconfig.graph import zoo
     from autoconfig.graph.onnx_import import load_onnx
 
@@ -185,7 +184,7 @@ def model_files(model: str, work: Path) -> dict:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     graph = load_onnx(path)
     feeds = sample_inputs([{"name": name, "shape": graph.types[name].shape, "dtype": graph.types[name].dtype,
-                            "ids_below": limit} for name, limit in zip(graph.inputs, index_limits(graph))])  # fmt: skip
+                            "ids_below": graph.ids_below.get(name, 0)} for name in graph.inputs])  # fmt: skip
     np.savez(work / f"{name}-inputs.npz", **feeds)
     reference = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
     np.savez(work / f"{name}-reference.npz", **reference)

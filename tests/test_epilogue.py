@@ -20,13 +20,18 @@ from tests.conftest import require_runnable, target_for
 
 HOST_PROFILE = Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml"
 
-# Two chains that between them show every op: values reach ±5, so the leaky slope,
+# Chains that between them show every op: values reach ±5, so the leaky slope,
 # both clip bounds and relu's zeros all change the result.
 CHAINS = {
     "bias+leaky+clip": (ep.bias(), ep.leaky_relu(0.1), ep.clip(-0.3, 2.0)),
     "residual+product+relu+sigmoid": (ep.residual(), ep.product(), ep.relu(), ep.sigmoid()),
     "scale+mish+tanh+hard_sigmoid": (ep.scale(), ep.mish(), ep.tanh(), ep.hard_sigmoid(0.3, 0.4)),
     "softplus+silu+hard_swish": (ep.softplus(), ep.silu(), ep.hard_swish()),
+    # selections on relu's zeros and the operands' (a third of them 0): every branch
+    "relu+selections+nonzero+choose": (ep.relu(), ep.EpilogueOp("else_then", alpha=0.0),
+                                       ep.EpilogueOp("then_else", alpha=0.5), ep.EpilogueOp("keep_where", alpha=7.0),
+                                       ep.EpilogueOp("replace_where", alpha=-2.0), ep.EpilogueOp("nonzero"),
+                                       ep.EpilogueOp("choose", alpha=2.0, beta=-1.0)),
 }
 
 
@@ -49,8 +54,8 @@ def run_and_compare(config: mm.MatmulConfig, kernel) -> None:
     a = rng.standard_normal((s.m, s.k), dtype=np.float32)
     b = rng.standard_normal((s.k, s.n), dtype=np.float32)
     c = rng.standard_normal((s.m, s.n), dtype=np.float32)
-    operands = [rng.standard_normal(s.n if op.operand == "channel" else (s.m, s.n), dtype=np.float32)
-                if op.operand else None for op in config.epilogue]  # fmt: skip
+    operands = [rng.standard_normal(dims := s.n if op.operand == "channel" else (s.m, s.n), dtype=np.float32)
+                * (rng.random(dims) > 1 / 3) if op.operand else None for op in config.epilogue]  # a third 0: false  # fmt: skip
     y = a.astype(np.float64) @ b + (c if config.accumulate else 0)
     expected = ep.reference(config.epilogue, y, operands)
     args = [c, a, b, *(x for x in operands if x is not None)]
@@ -74,7 +79,9 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
 
 @pytest.mark.parametrize("op", [ep.tanh(), ep.softplus(), ep.silu(), ep.mish(), ep.hard_sigmoid(), ep.hard_swish(),
                                 ep.EpilogueOp("erf"), ep.EpilogueOp("gelu"), ep.EpilogueOp("gelu_tanh"),
-                                ep.EpilogueOp("sqrt"), ep.EpilogueOp("square")],
+                                ep.EpilogueOp("sqrt"), ep.EpilogueOp("square"), ep.EpilogueOp("nonzero"),
+                                ep.EpilogueOp("is_zero"), ep.EpilogueOp("identity"),
+                                ep.EpilogueOp("choose", alpha=2.0, beta=-1.0)],
                          ids=lambda op: op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
     # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends (sqrt: NaN below 0)

@@ -44,6 +44,7 @@ class Graph:
     outputs: list[str]
     name: str = "graph"
     converted: dict[str, str] = field(default_factory=dict)  # a float32 value -> the int64 input it converts
+    ids_below: dict[str, int] = field(default_factory=dict)  # an int64 input of ids -> the rows of its tables (fewest)
 
     def producers(self) -> dict[str, Node]:
         """Value name -> the node producing it."""

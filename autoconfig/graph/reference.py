@@ -331,12 +331,6 @@ def gather_nd(a: dict, x, indices):
     return onnx_reference("GatherND", a, x, indices)[0]
 
 
-def cast(a: dict, x):
-    from onnx import helper
-
-    return x.astype(helper.tensor_dtype_to_np_dtype(a["to"]))
-
-
 def max_pool(a: dict, x):
     return _f(onnx_reference("MaxPool", a, x)[0])
 

@@ -97,9 +97,11 @@ def _int64_inputs(graph: Graph) -> None:
     """An int64 input (token ids, an attention mask) is read as it is by a Gather of a
     constant table (the ids), and by everything else as its float32 conversion, which
     the runner writes as the model starts (`Graph.converted`); views keep it int64. Any
-    other int64 value computed at run time is refused."""
+    other int64 value computed at run time is refused. `Graph.ids_below` gets the rows
+    of the tables each input indexes."""
     made: list[Node] = []
     views: dict[str, Node] = {}  # an int64 view -> its node
+    source = {name: name for name in graph.inputs}  # an int64 value -> the input it views
 
     def as_float(value: str) -> str:
         """The float32 conversion of an int64 input, or the same view of it."""
@@ -120,8 +122,11 @@ def _int64_inputs(graph: Graph) -> None:
         elif node.op in VIEWS and node.inputs[0] in integral:
             integral.add(node.outputs[0])
             views[node.outputs[0]] = node
+            source[node.outputs[0]] = source[node.inputs[0]]
             made.append(node)
         elif node.op == "Gather" and node.inputs[1] in integral and node.inputs[0] not in integral:
+            rows, ids = graph.types[node.inputs[0]].shape[node.attrs.get("axis", 0)], source[node.inputs[1]]
+            graph.ids_below[ids] = min(graph.ids_below.get(ids, rows), rows)
             made.append(node)
         elif node.op == "Cast" and node.attrs.get("to") in (onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL):
             op = "Identity" if node.attrs["to"] == onnx.TensorProto.FLOAT else "Cast"
