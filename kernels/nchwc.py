@@ -175,13 +175,17 @@ def _zero_pixels(columns: Columns) -> list[int]:
 @dataclass(frozen=True)
 class BlockedDepthwiseConfig:
     """Depthwise on NCHW[c] (or NHWC, `layout`, input and output alike): tiles of nv
-    output pixels × one vector of `lanes` channels."""
+    output pixels × one vector of `lanes` channels. With `mean`, the kernel also writes
+    each channel's mean over its output plane (of the epilogue's results: a following
+    GlobalAveragePool, a squeeze-excitation's squeeze) to a second output m[N, C]; a
+    unit is then a whole plane, so that each sum is one thread's."""
 
     shape: ConvShape
     lanes: int
     nv: int = 1
     epilogue: ep.Epilogue = field(default=())
     layout: BlockedLayout = "nchwc"
+    mean: bool = False
 
     algorithm: str = field(default="depthwise", init=False)
 
@@ -190,9 +194,10 @@ class BlockedDepthwiseConfig:
         return f"{self.nv} pixels x {self.lanes} channels"
 
     def units(self) -> int:
-        """(image, channel block, output row) triples: what threads divide."""
+        """(image, channel block, output row) triples, or with `mean` (image, channel
+        block) pairs: what threads divide."""
         s = self.shape
-        return s.batch * (s.channels // self.lanes) * s.out_height
+        return s.batch * (s.channels // self.lanes) * (1 if self.mean else s.out_height)
 
     def inputs_per_row(self) -> int:
         """Distinct input vectors a tile's taps read in one filter row."""
@@ -229,8 +234,11 @@ class BlockedDepthwiseConfig:
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
         held = layout_name(self.layout, self.lanes)
-        return _signature(self, f"depthwise convolution {self.shape.describe()} on {held}",
-                          self.shape.channels * self.shape.taps)  # fmt: skip
+        s = self.shape
+        means = (Param("m", Role.OUT, extent=(s.batch * s.channels,)),) if self.mean else ()
+        return _signature(self, f"depthwise convolution {s.describe()} on {held}"
+                                f"{', and each channel mean into m' if self.mean else ''}",
+                          s.channels * s.taps, means)  # fmt: skip
 
 
 def _check_registers(config: BlockedConfig, target: Target) -> None:
@@ -243,18 +251,20 @@ def _check_registers(config: BlockedConfig, target: Target) -> None:
                               f"{target.name} has {target.vector_registers}")  # fmt: skip
 
 
-def _signature(config: BlockedConfig, what: str, weights: int) -> KernelSignature:
-    """The kernels' common signature: output, input, weights, epilogue operands, units."""
+def _signature(config: BlockedConfig, what: str, weights: int, more: tuple[Param, ...] = ()) -> KernelSignature:
+    """The kernels' common signature: output, input, weights, epilogue operands, `more`
+    outputs, units."""
     s = config.shape
     outputs = math.prod(s.output_shape)
     params = [Param("y", Role.OUT, extent=(outputs,)), Param("x", Role.IN, extent=(math.prod(s.input_shape),)),
               Param("w", Role.IN, extent=(weights,))]  # fmt: skip
     for _, name, operand in ep.operand_names(config.epilogue):
         params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
-    params += [Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)]
+    params += [*more, Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)]
+    unit = "(image, channel tile)" if getattr(config, "mean", False) else "(image, channel tile, output row)"
     return KernelSignature(config.symbol, tuple(params),
                            f"{what}, then {ep.describe(config.epilogue)}: tiles of {config.tile}, "
-                           f"units [unit_begin, unit_end) of (image, channel tile, output row).")  # fmt: skip
+                           f"units [unit_begin, unit_end) of {unit}.")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -274,14 +284,19 @@ class _Output:
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         return cls(config, f32_vector_type(target, config.lanes), f32_memref(args["y"], [outputs]), operands)
 
-    def store(self, value: ir.Value, at: ir.Value, channel: ir.Value) -> None:
-        """The epilogue on `value`, stored at `at` (its first channel: `channel`)."""
+    def store(self, value: ir.Value, at: ir.Value, channel: ir.Value,
+              sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # fmt: skip
+        """The epilogue on `value`, stored at `at` (its first channel: `channel`), and
+        added to the vector of sums `sums` = (memref, index) when given."""
 
         def operand(i: int) -> ir.Value:
             kind = self.config.epilogue[i].operand
             return load(self.vec, self.operands[i], [channel if kind == "channel" else at])
 
-        store(ep.apply(self.config.epilogue, value, operand), self.y, [at])
+        result = ep.apply(self.config.epilogue, value, operand)
+        store(result, self.y, [at])
+        if sums is not None:
+            store(arith.addf(load(self.vec, sums[0], [sums[1]]), result), sums[0], [sums[1]])
 
 
 def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
@@ -294,9 +309,7 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
     columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
     source, result = Blocks.of(cfg.layout, s.input_shape, lanes), Blocks.of(cfg.layout, s.output_shape, lanes)
 
-    def unit(u: ir.Value) -> None:
-        oh = arith.remsi(u, index(s.out_height))
-        n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
+    def row(n: ir.Value, channel: ir.Value, oh: ir.Value, sums: tuple[ir.Value, ir.Value] | None) -> None:
         top, kh_begin, kh_end = _row_taps(s, oh)
         out_row = result.at(n, channel, oh, index(0))
         weights = arith.muli(channel, index(s.taps))  # the block's [KH, KW, L] weights
@@ -320,13 +333,27 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
 
             acc = for_carry(kh_begin, kh_end, 1, [f32_splat(target, lanes, 0.0)] * pixels, filter_row)
             for j in range(pixels):
-                out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))), channel)
+                out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))), channel, sums)
 
         _pixel_tiles(columns, cfg.nv, tile)
         for ow in _zero_pixels(columns):
-            out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)
+            out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel, sums)
 
-    for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+    def unit(u: ir.Value) -> None:
+        oh = arith.remsi(u, index(s.out_height))
+        n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
+        row(n, channel, oh, None)
+
+    def plane(u: ir.Value) -> None:  # with the mean: m[n, channel ..] = Σ rows / pixels
+        n, channel = result.vector_of(u, lanes)
+        m = f32_memref(args["m"], [s.batch * s.channels])
+        at = arith.addi(arith.muli(n, index(s.channels)), channel)
+        store(f32_splat(target, lanes, 0.0), m, [at])
+        for_range(0, s.out_height, 1, lambda oh: row(n, channel, oh, (m, at)))
+        store(arith.mulf(load(vec, m, [at]), f32_splat(target, lanes, 1.0 / (s.out_height * s.out_width))), m, [at])
+
+    for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1,
+              plane if cfg.mean else unit)  # fmt: skip
 
 
 # ---------------------------------------------------------------- direct

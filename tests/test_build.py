@@ -101,6 +101,44 @@ def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
     return b.model("input", [1, 3, 50, 50], [(y, [1, 10])])
 
 
+def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9) -> onnx.ModelProto:
+    """An expansion, a strided 5x5 depthwise layer with SiLU, its squeeze (`squeeze`:
+    GlobalAveragePool, ReduceMean over (2, 3) keeping the axes, or dropping them and
+    reshaped back), excitation and scale, a projection; the squeeze's means are an
+    output of the model too."""
+    b = zoo.Builder(f"squeezed_{squeeze}_{channels}", seed)
+    d = b.act(b.bn(b.conv(b.cba("input", 3, channels, 1, act="relu"), channels, channels, 5, 2, channels), channels),
+              "silu")  # fmt: skip
+    if squeeze == "pool":
+        means = b.op("GlobalAveragePool", [d])
+    else:
+        means = b.op("ReduceMean", [d], axes=[2, 3], keepdims=int(squeeze == "kept"))
+    shaped = b.op("Reshape", [means, b.const("s", np.array([batch, channels, 1, 1]))]) if squeeze == "dropped" else means
+    scale = b.op("Sigmoid", [b.conv(b.op("Relu", [b.conv(shaped, channels, 4, 1, bias=True)]), 4, channels, 1)])
+    y = b.conv(b.op("Mul", [d, scale]), channels, 8, 1)
+    kept = [batch, channels, 1, 1] if squeeze != "dropped" else [batch, channels]
+    return b.model("input", [batch, 3, 19, 17], [(y, [batch, 8, 10, 9]), (means, kept)])
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize(("channels", "squeeze", "batch"), [(16, "pool", 2), (32, "kept", 1), (48, "dropped", 2),
+                                                            (24, "pool", 1), (20, "kept", 1)])  # fmt: skip
+def test_a_depthwise_layer_sums_the_squeeze_that_reads_it(tmp_path, target, channels, squeeze, batch):
+    """Where the depthwise layer's channels fill the target's vector blocks, the DP
+    plans its squeeze (the mean over each channel's plane) in its kernel, summed as the
+    output is stored, a second output; elsewhere (24 channels at 16 lanes, 20 at any)
+    the squeeze is a kernel of its own. TVM's rules (greedy) never fuse a reduction
+    after a convolution. Both match onnxruntime, means and all."""
+    require_runnable(get_target(target))
+    fits = channels % get_target(target).f32_lanes == 0
+    for fusion in ("dp", "greedy"):
+        manifest = build_and_compare(squeezed_net(channels, squeeze, batch), target, tmp_path / fusion, fusion)
+        summed = [k for k in manifest["kernels"] if "channel means" in k["choice"]]
+        assert len(summed) == (fits and fusion == "dp"), [k["choice"] for k in manifest["kernels"]]
+        if summed:
+            assert summed[0]["ops"][-1].endswith(("(GlobalAveragePool)", "(ReduceMean)")), summed[0]["ops"]
+
+
 def mlp(seed: int = 1) -> onnx.ModelProto:
     """MatMul + bias Add + Relu, Gemm + Tanh, Gemm, Softmax, on a batch of 5."""
     b = zoo.Builder("mlp", seed)

@@ -187,3 +187,43 @@ def test_no_prologue_where_the_kernel_cannot_compute_it(case):
     found = prologues(graph, plan(graph, PROFILE, "dp").groups)
     expected = {"shared": [["Mul"]], "3x3": [["Mul"]], "batch 2": [["BatchNormalization", "Relu"]]}
     assert found == expected[case]
+
+
+def squeeze_net(channels: int, activated: bool = True) -> Graph:
+    """A depthwise layer (with SiLU, or without: then a Relu after the squeeze's input),
+    its squeeze-excitation and the projection reading the scaled tensor: 8 or 9 ops."""
+    from autoconfig.graph import zoo
+    from autoconfig.graph.onnx_import import import_model
+
+    b = zoo.Builder("squeeze", 3)
+    d = b.conv("input", channels, channels, 3, group=channels)
+    d = b.act(d, "silu") if activated else d
+    pooled = b.op("GlobalAveragePool", [d])
+    d = d if activated else b.op("Relu", [d])
+    scale = b.op("Sigmoid", [b.conv(pooled, channels, channels, 1, bias=True)])
+    y = b.conv(b.op("Mul", [d, scale]), channels, 8, 1)
+    return import_model(b.model("input", [1, channels, 12, 12], [(y, [1, 8, 12, 12])]))
+
+
+def test_dp_sums_a_squeeze_in_the_depthwise_kernel_that_stores_its_input():
+    """The squeeze joins the depthwise layer's group, as its last member, reading the
+    value the kernel writes: the DP finds it (and is still the brute-force optimum among
+    legal plans); TVM's rules do not fuse a reduction after a convolution; a channel
+    count that fills no 8-lane block keeps it apart; a squeeze of a value the kernel
+    does not write is no legal group."""
+    graph = squeeze_net(16)
+    dp = plan_dp(graph, COST)
+    ops = [[graph.nodes[v].op for v in g] for g in dp.groups]
+    assert ["Conv", "Sigmoid", "Mul", "GlobalAveragePool"] in ops, ops
+    assert ["GlobalAveragePool"] in [[graph.nodes[v].op for v in g] for g in plan_greedy(graph, COST).groups]
+    best = min(plan_cost(graph, [sorted(g) for g in p], COST)[0] for p in partitions(list(range(len(graph.nodes))))
+               if is_legal(graph, [sorted(g) for g in p]) is None)  # fmt: skip
+    assert dp.cost_ns == pytest.approx(best, rel=1e-9)
+    narrow = squeeze_net(12)
+    assert ["GlobalAveragePool"] in [[narrow.nodes[v].op for v in g] for g in plan(narrow, PROFILE, "dp").groups]
+    raw = squeeze_net(16, activated=False)  # the squeeze reads the convolution, a Relu the rest reads
+    conv, pool, relu = (next(v for v, n in enumerate(raw.nodes) if n.op == op) for op in ("Conv", "GlobalAveragePool",
+                                                                                         "Relu"))  # fmt: skip
+    rest = [[v] for v in range(len(raw.nodes)) if v not in (conv, pool, relu)]
+    assert is_legal(raw, [[conv, pool], [relu], *rest]) is None
+    assert "mean tail" in is_legal(raw, [sorted([conv, relu, pool]), *rest])

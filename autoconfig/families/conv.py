@@ -1,7 +1,8 @@
 """The convolution family's lowering: a Conv node (constant weights, any groups,
-strides, dilations, pads) and the epilogue ops after it as one kernel, its plan and
-the layout it writes chosen by the convolution model; and what a convolution pays to
-read a tensor in each layout (the layout plan asks).
+strides, dilations, pads) and the epilogue ops after it as one kernel (and a depthwise
+layer's mean tail, its second output), its plan and the layout it writes chosen by the
+convolution model; and what a convolution pays to read a tensor in each layout (the
+layout plan asks).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from autoconfig.builder import (
     Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of, window_pads, window_strides,
 )  # fmt: skip
 from autoconfig.conv import conv_shape
-from autoconfig.fusion.classify import streamed_input
+from autoconfig.fusion.classify import mean_tail, streamed_input
 from autoconfig.graph.ir import Node
 from autoconfig.layouts import blocked_layouts, output_layouts, transform_back_ns
 from autoconfig.lowering import conv_calls
@@ -44,14 +45,23 @@ def conv_layer(b: Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | 
 
 def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.ConvChoice, Epilogue, Epilogue | None]:
     """The model's choice for a Conv node with the other ops of its group: the epilogue
-    ops after it (its bias first) and the prologue before it; the matched chains."""
+    ops after it (its bias first), the prologue before it and the mean tail last (which
+    `classify.emittable_groups` has checked reads the epilogue's end); the matched
+    chains."""
     shape, _, bias = conv_layer(b, node)
-    before = _before(b, node, others)
-    chain = match_epilogue(b, node.outputs[0], [n for n in others if n not in before], channel_axis=1)
+    before, tail = _before(b, node, others), _tail(b, others)
+    chain = match_epilogue(b, node.outputs[0], [n for n in others if n not in before and n is not tail],
+                           channel_axis=1)  # fmt: skip
     prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
-    return b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
-                    prologue=tuple(prologue.ops) if prologue else ()), chain, prologue  # fmt: skip
+    choice = b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
+                      prologue=tuple(prologue.ops) if prologue else (), mean=tail is not None)  # fmt: skip
+    return choice, chain, prologue
+
+
+def _tail(b: Builder, others: list[Node]) -> Node | None:
+    """The group's mean tail, if it has one."""
+    return others[-1] if others and mean_tail(b.graph, others[-1]) else None
 
 
 def _before(b: Builder, node: Node, others: list[Node]) -> list[Node]:
@@ -81,12 +91,16 @@ def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     x = b.read(source, kc.input_layout_of(plan.config))
     operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
     y = b.write(chain.end, layout)
+    tail = _tail(b, others)
+    if tail is not None:  # the kernel's second output: [N, C] means
+        operands.append(b.write(tail.outputs[0]))
     calls = conv_calls(plan, x, y, weight, operands, b, prologue.refs(b) if prologue else None)
     layouts = conv_model.layouts_of(plan.config)
     return KernelGroup(node.name, ops_of([*before, node, *(n for n in others if n not in before)]), "conv", calls,
                        b.modules(generate, plan.config), best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
                        f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}"
-                       f"{', prologue ' + ep.describe(prologue.ops) if prologue else ''}, {plan.threads} thread(s)")  # fmt: skip
+                       f"{', prologue ' + ep.describe(prologue.ops) if prologue else ''}"
+                       f"{', channel means' if tail is not None else ''}, {plan.threads} thread(s)")  # fmt: skip
 
 
 def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:

@@ -10,7 +10,10 @@ anchor's epilogue (elementwise ops on an output of the anchor's shape, for ancho
 that have epilogues), chains of elementwise ops of one shape, views at either end of
 a group, and data movement alone; and a prologue: per-channel elementwise ops (a scale,
 a shift, a BatchNorm, an activation) on the input of an ungrouped 1x1 convolution,
-applied by its product as it reads the input (`prologue_edge`, `prologue_op`)."""
+applied by its product as it reads the input (`prologue_edge`, `prologue_op`); and a
+tail: the mean over each channel's plane of what a depthwise convolution's kernel
+stores (a squeeze-excitation's squeeze), summed as it stores it (`mean_tail`,
+`mean_host`)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from autoconfig.graph.ops import Kernel, Mapping, info
 from kernels import epilogue as ep
 
 __all__ = ["LEGALITY", "Legality", "Mapping", "along_channels", "emittable", "emittable_groups", "gated", "mapping",
-           "prologue_edge", "prologue_op", "streamed_input"]
+           "mean_host", "mean_tail", "prologue_edge", "prologue_op", "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -61,6 +64,8 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
         return made in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR, Kernel.VIEW)
     if made is Kernel.VIEW:  # an anchor's input, seen in another shape
         return used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
+    if mean_tail(graph, consumer):  # the group's anchor is checked by `_cut` and the planners
+        return made is Kernel.ELEMENTWISE or mean_host(graph, producer)
     if used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR):
         return prologue_edge(graph, producer, consumer)
     if made is Kernel.ANCHOR:
@@ -82,6 +87,30 @@ def prologue_edge(graph: Graph, producer: Node, consumer: Node) -> bool:
     return (len(weight) == 4 and tuple(weight[2:]) == (1, 1) and attrs.get("group", 1) == 1
             and all(x == 1 for x in attrs.get("strides", [1])) and not any(attrs.get("pads", [0]))
             and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))  # fmt: skip
+
+
+def mean_tail(graph: Graph, node: Node) -> bool:
+    """A mean over the height and width of a 4-D tensor (GlobalAveragePool, or ReduceMean
+    over axes 2 and 3): a kernel that stores the tensor can sum it too."""
+    shape = graph.types[node.inputs[0]].shape
+    if len(shape) != 4 or node.op not in ("GlobalAveragePool", "ReduceMean"):
+        return False
+    if node.op == "GlobalAveragePool":
+        return True
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = graph.constants[node.inputs[1]].reshape(-1).tolist() if graph.is_constant(node.inputs[1]) else None
+    return axes is not None and sorted(int(a) % 4 for a in axes) == [2, 3]
+
+
+def mean_host(graph: Graph, node: Node) -> bool:
+    """A convolution whose kernel can write a mean tail: a depthwise one with constant
+    weights (on a target whose vectors its channels fill: `models.conv.mean_fits`)."""
+    if node.op != "Conv" or len(graph.types[node.inputs[0]].shape) != 4:
+        return False
+    weight, channels = graph.types[node.inputs[1]].shape, graph.types[node.inputs[0]].shape[1]
+    return (all(graph.is_constant(i) for i in node.inputs[1:] if i) and node.attrs.get("group", 1) == channels
+            and weight[:2] == (channels, 1))  # fmt: skip
 
 
 def prologue_op(graph: Graph, node: Node) -> bool:
@@ -183,7 +212,12 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> i
     computes one chain of values (the anchor's output, or the streamed input, then each
     op's) and writes only the last: a chain value read by two ops of the group (but a
     gate and the Mul by it: `gated`) starts a new kernel at the second,
-    and one read outside the group (or a graph output) ends the kernel."""
+    and one read outside the group (or a graph output) ends the kernel. A mean tail
+    last reads the value written, of a mean host's kernel."""
+    if len(nodes) > 1 and mean_tail(graph, nodes[-1]):
+        head = nodes[:-1]
+        hosted = mean_host(graph, head[0]) and nodes[-1].inputs[0] == head[-1].outputs[0]
+        return _cut(graph, head, consumers) if hosted else len(head)
     inside = {n.name for n in nodes}
     anchor = next((i for i, n in enumerate(nodes) if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)), 0)
     before = [n for n in nodes[:anchor] if info(n).kernel is not Kernel.VIEW]

@@ -7,7 +7,8 @@ an allowed shape: an anchor with an elementwise epilogue, or a chain of
 one-to-one ops), no edge inside it is "no" in the legality table
 (classify.LEGALITY) or one the code generator cannot emit (classify.emittable), and
 any ops before its anchor are a prologue the anchor computes as it reads its input
-(`Analysis.prologue_fits`).
+(`Analysis.prologue_fits`); a mean tail (`classify.mean_tail`) may end a group whose
+anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`).
 
 Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a
@@ -21,6 +22,8 @@ Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`
 - recompute: a "cost" edge fused into a consumer that reads each producer element
   r > 1 times (a k×k convolution window, a nearest resize) recomputes the producer
   r−1 more times;
+- tail: a channel mean summed by the kernel that stores its input adds a load and a
+  store of the sums per stored vector (`models.conv.mean_ns`);
 - prologue: per-channel ops fused into the 1x1 layer that reads their result add what
   the convolution model says the layer loses by computing them as it reads
   (`FusionCost.prologue_ns`: its product in NCHW against its best plan);
@@ -53,7 +56,9 @@ from dataclasses import dataclass
 from autoconfig.conv import conv_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
-from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, emittable, mapping, prologue_op, streamed_input
+from autoconfig.fusion.classify import (
+    LEGALITY, Legality, Mapping, emittable, mapping, mean_host, mean_tail, prologue_op, streamed_input,
+)  # fmt: skip
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.machine import Machine
@@ -139,7 +144,8 @@ class Analysis:
         n = len(self.nodes)
         index_of_output = {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
         self.kind = [mapping(node, graph) for node in self.nodes]
-        self.anchor = [k is Mapping.MANY_TO_MANY for k in self.kind]
+        self.tail = [mean_tail(graph, node) for node in self.nodes]  # joins an anchor's group, not one itself
+        self.anchor = [k is Mapping.MANY_TO_MANY and not t for k, t in zip(self.kind, self.tail)]
         # in_edges[v]: (u, tensor) for each non-constant input of v produced by u
         self.in_edges: list[list[tuple[int, str]]] = [
             [(index_of_output[i], i) for i in node.inputs if i in index_of_output] for node in self.nodes
@@ -169,6 +175,10 @@ class Analysis:
         self.prologue_ops = sum(1 << v for v, node in enumerate(self.nodes) if prologue_op(graph, node))
         self.views = sum(1 << v for v, node in enumerate(self.nodes) if info(node).kernel is Kernel.VIEW)
         self.anchors = sum(1 << v for v in range(n) if self.anchor[v])
+        self.tails = sum(1 << v for v in range(n) if self.tail[v])
+        target = target_for_profile(cost.profile) if cost else None
+        self.hosts = sum(1 << v for v, node in enumerate(self.nodes) if mean_host(graph, node) and (
+            target is None or conv_model.mean_fits(_conv_shape(graph, node), target)))  # fmt: skip
         self.consumer_mask = [sum(1 << v for v in self.consumers[u]) for u in range(n)]
         self.prologue_cache: dict[int, float] = {}
         self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
@@ -191,6 +201,25 @@ class Analysis:
             before &= ~(1 << u)
         return True
 
+    def hosts_tail(self, members: int) -> bool:
+        """Whether a group's (`members`, a bitset, no tail yet) kernel can also write a
+        mean of its last member's output: its one anchor is a host."""
+        anchored = members & self.anchors
+        return bool(anchored) and anchored & (anchored - 1) == 0 and bool(anchored & self.hosts)
+
+    def tail_fits(self, members: int) -> bool:
+        """Whether a group's tail, if any, is legal: one, alone with views (its own
+        kernel), or the group's last member, reading the output of the member before it
+        in a group that `hosts_tail`."""
+        tails = members & self.tails
+        if not tails or members & ~self.views == tails:
+            return tails & (tails - 1) == 0
+        t = tails.bit_length() - 1
+        head, edges = members & ~tails, self.in_edges[t]
+        if tails != 1 << t or members >> t != 1 or not edges:
+            return False
+        return edges[0][0] == head.bit_length() - 1 and self.hosts_tail(head)
+
     def _scale_alone(self, u: int) -> bool:
         """Whether prologue op u is a per-channel Mul or Div whose streamed input no
         prologue op before it can compute (its producer is none, or is read elsewhere
@@ -206,6 +235,8 @@ class Analysis:
         """The table's verdict on edge u -> v, NO where the code generator cannot emit it."""
         if not self.emittable[u][v]:
             return Legality.NO
+        if self.tail[v]:  # a reduction the kernel computes as it stores, not a second anchor
+            return Legality.COST
         return LEGALITY[(self.kind[u], self.kind[v])]
 
     def read_ns(self, tensor: str) -> float:
@@ -213,7 +244,10 @@ class Analysis:
 
     def fused_ns(self, u: int, v: int) -> float:
         """What fusing edge u -> v adds: a prologue's price in its anchor (once per
-        anchor, charged on its input edge), a "cost" edge's recomputation."""
+        anchor, charged on its input edge), a tail's sums, a "cost" edge's
+        recomputation."""
+        if self.tail[v]:
+            return conv_model.mean_ns(self.elements[u], self.cost.machine)
         if self.anchor[v] and self.prologue_ops >> u & 1:
             if v not in self.prologue_cache:
                 priced = (ep.scale(),) if self._scale_alone(u) else PROLOGUE_PRICED
@@ -289,6 +323,8 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
             return f"group {members} has more than one many-to-many op"
         if not a.prologue_fits(mask):
             return f"group {members} has ops before its anchor that are not its prologue"
+        if not a.tail_fits(mask):
+            return f"group {members} has a mean tail its kernel does not write"
         for v in members:
             for u, _ in a.in_edges[v]:
                 if mask >> u & 1 and a.legality(u, v) is Legality.NO:
@@ -328,6 +364,8 @@ class _Group:
     largest: int  # largest output (elements) of a member
     reach: int  # bitset: strict descendants of the members
     ancestors: int  # bitset: strict ancestors of the members
+    tail_reads: int  # the node whose output a tail may read (the last member of a host's group), else -1
+    sealed: bool  # a tail joined: the kernel is complete
 
 
 @dataclass
@@ -361,9 +399,15 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
 
 def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
     """The sets of v's producer groups v may join: any of those without an anchor, with
-    at most one anchored group (none if v is an anchor). Enumerating only these keeps a
-    Concat of many convolutions' outputs (DenseNet's) linear, not exponential."""
-    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]})
+    at most one anchored group (none if v is an anchor); none that is sealed; for a
+    tail, the group whose last member it reads, if that group hosts it. Enumerating only
+    these keeps a Concat of many convolutions' outputs (DenseNet's) linear, not
+    exponential."""
+    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]} - {
+        g for g, grp in state.groups.items() if grp.sealed})  # fmt: skip
+    if a.tail[v]:  # a host's group it completes, or views it reads through
+        return [(), *((g,) for g in producer_groups if state.groups[g].tail_reads == a.in_edges[v][0][0]
+                      or not state.groups[g].members & ~a.views)]  # fmt: skip
     free = [g for g in producer_groups if not state.groups[g].anchors]
     anchored = [] if a.anchor[v] else [(g,) for g in producer_groups if state.groups[g].anchors]
     plain = [c for size in range(len(free) + 1) for c in itertools.combinations(free, size)]
@@ -405,7 +449,8 @@ def _extend(a: Analysis, state: _State, v: int):
             members, anchors,
             sum(g.reads for g in merged) + len(outside) + len(a.graph_inputs_read[v]),
             max([a.elements[v], *(g.largest for g in merged)]),
-            reach, ancestors,
+            reach, ancestors, v if not a.tail[v] and a.hosts_tail(members) else -1,
+            a.tail[v] and any(g.tail_reads >= 0 for g in merged),  # a host's tail completes its kernel
         )  # fmt: skip
         group_of = {node: (gid if g in merge else g) for node, g in state.group_of.items()}
         group_of[v] = gid
@@ -438,8 +483,9 @@ def _retire(a: Analysis, state: _State, v: int) -> None:
 
 def _signature(state: _State) -> tuple:
     """What the future depends on, and nothing more (so equivalent states merge):
-    the live nodes' groups and written flags; per open group its counters and the live
-    nodes outside it that it reaches; which open groups reach each other.
+    the live nodes' groups and written flags; per open group its counters, the live
+    nodes outside it that it reaches, the live member a tail may read and whether a
+    tail sealed it; which open groups reach each other.
 
     Exactness: a future node z may not join group G iff G reaches an outside node
     that reaches z; the last processed node on that path feeds a future node, so it
@@ -451,8 +497,8 @@ def _signature(state: _State) -> tuple:
                         for n, g in state.group_of.items()))  # fmt: skip
     live_mask = _or(1 << n for n in state.group_of)
     groups = tuple(sorted(
-        (relabel[g], grp.anchors, grp.reads, grp.largest, grp.reach & live_mask & ~grp.members)
-        for g, grp in state.groups.items()
+        (relabel[g], grp.anchors, grp.reads, grp.largest, grp.reach & live_mask & ~grp.members,
+         grp.tail_reads if grp.tail_reads in state.group_of else -1, grp.sealed) for g, grp in state.groups.items()
     ))  # fmt: skip
     reaching = tuple(sorted(
         (relabel[g], relabel[h]) for g, gg in state.groups.items() for h, hh in state.groups.items()

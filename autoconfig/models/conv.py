@@ -450,6 +450,8 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
         Term("loads", loads * units, f"{c.inputs_per_row()} input vectors and {s.kernel[1]} weights per filter row "
                                      "beyond the FMA time, all aligned"),
         *_blocked_once(c, m, share, s.channels * s.taps),
+        *([Term("mean", mean_ns(math.prod(s.output_shape), m) * share,
+                "each output vector also added to its channels' sum, a load and a store in L1")] if c.mean else []),
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
     held = layout_name(c.layout, c.lanes)
@@ -484,24 +486,31 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
                                         "register tile", f"input {source}, output {result}")  # fmt: skip
 
 
+def mean_ns(outputs: int, m: Machine) -> float:
+    """What a kernel pays to also sum its `outputs` (f32) per channel as it stores them:
+    a vector of sums loaded and stored again per output vector, at L1's bandwidth."""
+    return 2 * outputs * F32 / m.bandwidth["L1"]
+
+
 MAX_PIXELS = 14
 """Most output pixels per blocked tile the model scores: wider tiles only shorten the
 pixel loop further, and the registers run out first at 3x3 (14 + 16 inputs + 1)."""
 
 
 def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threads: int,
-                       epilogue: ep.Epilogue) -> list[ConvPlan]:  # fmt: skip
+                       epilogue: ep.Epilogue, mean: bool = False) -> list[ConvPlan]:  # fmt: skip
     """Every channel-blocked plan the model scores (`kernels.nchwc`), at the target's
     widest vectors, the block size of the whole model: depthwise tiles of pixels, direct
     tiles of pixels × channel vectors reading NCHW (`choose` adds the best one's twin
-    reading NCHW[c], which costs the same: a broadcast per input value either way)."""
+    reading NCHW[c], which costs the same: a broadcast per input value either way);
+    with `mean`, the depthwise ones that also write the channel means."""
     lanes = target.f32_lanes
     if target.scalable or lanes not in machine.fma_by_lanes or shape.out_channels % lanes:
         return []
     registers = min(machine.registers, target.vector_registers)
     configs: list[BlockedConfig] = []
     if shape.depthwise:
-        configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue) for nv in range(1, MAX_PIXELS + 1)]
+        configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean) for nv in range(1, MAX_PIXELS + 1)]
     elif shape.group == 1 and not shape.pointwise:  # a pointwise layer is gemm1x1's, blocked or not
         configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue)
                    for nv in range(1, MAX_PIXELS + 1) for mv in range(1, min(MAX_NV, shape.out_channels // lanes) + 1)]
@@ -767,14 +776,18 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = ()) -> ConvChoice:  # fmt: skip
+           epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = (),
+           mean: bool = False) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
     on its own or inside a model holding `model_weights` bytes of constants; with a
-    `prologue` (per-input-channel ops on its input), `_with_prologue`'s."""
+    `prologue` (per-input-channel ops on its input), `_with_prologue`'s; with `mean`
+    (each output channel's mean written too), `_with_mean`'s."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
     if prologue:
         return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine)
+    if mean:
+        return _with_mean(shape, profile, target, budget, epilogue, machine)
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
@@ -827,6 +840,24 @@ def _with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, t
     products = _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue)
     per_algorithm = [_best(mine) for mine in _by_kind(products).values()]
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, ())
+
+
+def _with_mean(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue,
+               machine: Machine) -> ConvChoice:  # fmt: skip
+    """A depthwise layer that also writes each channel's mean: the channel-blocked
+    depthwise kernels, which sum each stored vector of channels (`mean_fits`)."""
+    plans = [p for t in sorted({1, threads}) for p in blocked_candidates(shape, machine, target, t, epilogue, True)]
+    if not mean_fits(shape, target) or not plans:
+        raise AutoconfigError(f"the channel means are computed by a channel-blocked depthwise kernel, not "
+                              f"{shape.describe()} on {target.name}")  # fmt: skip
+    per_algorithm = [_best([predict(p, machine) for p in plans])]
+    return ConvChoice(per_algorithm[0], tuple(per_algorithm), profile, target, ())
+
+
+def mean_fits(shape: ConvShape, target: Target) -> bool:
+    """Whether a layer can write its channel means as it stores its output: a depthwise
+    one whose channels fill blocks of the target's (fixed-length) vectors."""
+    return shape.depthwise and not target.scalable and shape.channels % target.f32_lanes == 0
 
 
 def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget: int, epilogue: ep.Epilogue,
