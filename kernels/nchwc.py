@@ -196,8 +196,12 @@ class BlockedDepthwiseConfig:
     def units(self) -> int:
         """(image, channel block, output row) triples, or with `mean` (image, channel
         block) pairs: what threads divide."""
+        return self.rows() // (self.shape.out_height if self.mean else 1)
+
+    def rows(self) -> int:
+        """(image, channel block, output row) triples: the rows of tiles the kernel runs."""
         s = self.shape
-        return s.batch * (s.channels // self.lanes) * (1 if self.mean else s.out_height)
+        return s.batch * (s.channels // self.lanes) * s.out_height
 
     def inputs_per_row(self) -> int:
         """Distinct input vectors a tile's taps read in one filter row."""
@@ -284,10 +288,9 @@ class _Output:
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         return cls(config, f32_vector_type(target, config.lanes), f32_memref(args["y"], [outputs]), operands)
 
-    def store(self, value: ir.Value, at: ir.Value, channel: ir.Value,
-              sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # fmt: skip
-        """The epilogue on `value`, stored at `at` (its first channel: `channel`), and
-        added to the vector of sums `sums` = (memref, index) when given."""
+    def store(self, value: ir.Value, at: ir.Value, channel: ir.Value) -> ir.Value:
+        """The epilogue on `value`, stored at `at` (its first channel: `channel`); the
+        value stored."""
 
         def operand(i: int) -> ir.Value:
             kind = self.config.epilogue[i].operand
@@ -295,8 +298,21 @@ class _Output:
 
         result = ep.apply(self.config.epilogue, value, operand)
         store(result, self.y, [at])
-        if sums is not None:
-            store(arith.addf(load(self.vec, sums[0], [sums[1]]), result), sums[0], [sums[1]])
+        return result
+
+
+def _add_to_sums(values: list[ir.Value], sums: tuple[ir.Value, ir.Value] | None) -> None:
+    """The vectors `values` added to the vector of sums `sums` = (memref, index), if
+    given: one load and store of the sums per tile, not a chain through memory per
+    vector; added in order, so each value is dead once added (a tree kept them all
+    live: spills)."""
+    if sums is None or not values:
+        return
+    memory, at = sums
+    total = load(values[0].type, memory, [at])
+    for value in values:
+        total = arith.addf(total, value)
+    store(total, memory, [at])
 
 
 def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
@@ -332,24 +348,25 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
                 return acc
 
             acc = for_carry(kh_begin, kh_end, 1, [f32_splat(target, lanes, 0.0)] * pixels, filter_row)
-            for j in range(pixels):
-                out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))), channel, sums)
+            _add_to_sums([out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))),
+                                    channel) for j in range(pixels)], sums)  # fmt: skip
 
         _pixel_tiles(columns, cfg.nv, tile)
         for ow in _zero_pixels(columns):
-            out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel, sums)
+            _add_to_sums([out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)], sums)
 
-    def unit(u: ir.Value) -> None:
+    def unit(u: ir.Value, sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # row u of all the rows
         oh = arith.remsi(u, index(s.out_height))
         n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
-        row(n, channel, oh, None)
+        row(n, channel, oh, sums)
 
     def plane(u: ir.Value) -> None:  # with the mean: m[n, channel ..] = Σ rows / pixels
         n, channel = result.vector_of(u, lanes)
         m = f32_memref(args["m"], [s.batch * s.channels])
         at = arith.addi(arith.muli(n, index(s.channels)), channel)
         store(f32_splat(target, lanes, 0.0), m, [at])
-        for_range(0, s.out_height, 1, lambda oh: row(n, channel, oh, (m, at)))
+        first = arith.muli(u, index(s.out_height))  # its rows, each placed as a unit is (not hoisted as one plane's)
+        for_range(first, arith.addi(first, index(s.out_height)), 1, lambda r: unit(r, (m, at)))
         store(arith.mulf(load(vec, m, [at]), f32_splat(target, lanes, 1.0 / (s.out_height * s.out_width))), m, [at])
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1,

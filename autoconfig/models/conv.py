@@ -441,7 +441,7 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
     # image's one-accumulator border pixels made a layer look latency-bound).
     chain = max(taps for _, _, taps in _blocked_tiles(c)) * float(m.fma.latency)
     latency = max(0.0, chain - issue)
-    units = c.units() * share
+    units = c.rows() * share  # the busiest thread's rows (its share of the units: rows or planes)
     terms = [
         Term("fma", issue * units, f"tiles of {c.tile}, {s.taps} taps, at {m.fma_per_ns():.2f} vector FMAs/ns "
                                    "per thread; border pixels one at a time"),
