@@ -398,8 +398,8 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
 
 
 def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
-    """The sets of v's producer groups v may join: any of those without an anchor, with
-    at most one anchored group (none if v is an anchor); none that is sealed; for a
+    """The sets of v's producer groups v may join: any of those without an anchor or a
+    tail, with at most one with (none if v is an anchor); none that is sealed; for a
     tail, the group whose last member it reads, if that group hosts it. Enumerating only
     these keeps a Concat of many convolutions' outputs (DenseNet's) linear, not
     exponential."""
@@ -408,8 +408,9 @@ def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
     if a.tail[v]:  # a host's group it completes, or views it reads through
         return [(), *((g,) for g in producer_groups if state.groups[g].tail_reads == a.in_edges[v][0][0]
                       or not state.groups[g].members & ~a.views)]  # fmt: skip
-    free = [g for g in producer_groups if not state.groups[g].anchors]
-    anchored = [] if a.anchor[v] else [(g,) for g in producer_groups if state.groups[g].anchors]
+    held = {g for g in producer_groups if state.groups[g].anchors or state.groups[g].members & a.tails}
+    free = [g for g in producer_groups if g not in held]  # a tail's group is one kernel, as an anchor's
+    anchored = [] if a.anchor[v] else [(g,) for g in producer_groups if g in held]
     plain = [c for size in range(len(free) + 1) for c in itertools.combinations(free, size)]
     merges = [tuple(sorted(c + one)) for c in plain for one in [(), *anchored]]
     return sorted(merges, key=lambda m: (len(m), m))  # smaller first: among equal costs, the first kept
