@@ -279,6 +279,31 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
     assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
 
 
+def transposed_net(shape: list[int], perm: list[int]) -> onnx.ModelProto:
+    """A Relu (so the Transpose reads a computed tensor), the Transpose, a Relu."""
+    b = zoo.Builder("transposed", 4)
+    y = b.op("Relu", [b.op("Transpose", [b.op("Relu", ["input"])], perm=perm)])
+    return b.model("input", shape, [(y, [shape[p] for p in perm])])
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512", "neon"])
+@pytest.mark.parametrize(("shape", "perm", "squares"), [
+    ([2, 24, 5, 7], [0, 2, 3, 1], True), ([1, 5, 7, 12], [0, 3, 1, 2], True), ([36, 20], [1, 0], True),
+    ([2, 3, 16, 9], [0, 1, 3, 2], True), ([3, 6, 10], [0, 2, 1], False), ([2, 8, 3, 4], [0, 2, 1, 3], False),
+    ([1, 16, 1, 1], [0, 2, 3, 1], None),
+])  # fmt: skip
+def test_a_transpose_swapping_two_groups_of_axes_runs_in_squares(tmp_path, target, shape, perm, squares):
+    """A Transpose of [n, a, b] to [n, b, a] (NCHW to NHWC and back, a matrix, the last
+    two axes) is transposed in squares of registers where a or b has a factor of 4
+    lanes or more (6 and 10 have none: a gather); one that keeps the last axis is a
+    gather of runs; one that keeps the order (a group of one) is a view. Each matches
+    onnxruntime."""
+    require_runnable(get_target(target))
+    manifest = build_and_compare(transposed_net(shape, perm), target, tmp_path / "t")
+    moved = [k["choice"] for k in manifest["kernels"] if k["kind"] == "gather"]
+    assert len(moved) == (squares is not None) and all(("squares" in m) == squares for m in moved), moved
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("target", "vlen"), [("neon", None), ("rvv", 128), ("rvv", 256)])
 def test_cross_targets_build_a_static_library_run_under_qemu(tmp_path, target, vlen):

@@ -1,6 +1,8 @@
 """The data-movement family's lowering: Concat (producers write straight into their
 slices where they can), and Transpose, Slice, Split, Pad, nearest Resize and Upsample
-as views or gathers (`autoconfig.movement`).
+as views or gathers (`autoconfig.movement`); a Transpose that swaps two groups of axes
+after the ones it keeps ([n, a, b] to [n, b, a]: NCHW to NHWC and back, a matrix's
+transpose) as squares transposed in registers (`kernels.nchwc.Reblock`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from autoconfig.builder import (
 from autoconfig.errors import REFUSALS
 from autoconfig.graph.ir import Node
 from autoconfig.layouts import concat_takes_blocks
+from autoconfig.lowering import reblock_call
+from autoconfig.models import conv as conv_model
 from autoconfig.runtime import Call, Part, Ref, split
 from kernels import conv as kc
 from kernels import elementwise as ew
 from kernels import movement as mv
+from kernels.emit import generate
+from kernels.nchwc import Reblock
+
+SQUARE_LANES = 4
+"""The narrowest squares a swap is transposed in: narrower ones take more shuffles per
+element than the gather takes loads."""
 
 
 def _concat(b: Builder, node: Node) -> KernelGroup | None:
@@ -107,6 +117,8 @@ def _movement(b: Builder, node: Node) -> KernelGroup | None:
         return _rows_by_ids(b, node)
     if b.graph.is_constant(data):
         raise fail(node, "data movement of a constant is folded at import; this one was not")
+    if node.op == "Transpose" and (swap := _squares(b, node)) is not None:
+        return _transposed(b, node, swap)
     try:
         maps = movement.source_maps(node, b.graph)
         fill = movement.fill_value(node, b.graph)
@@ -133,6 +145,35 @@ def _movement(b: Builder, node: Node) -> KernelGroup | None:
         return None
     kinds = ", ".join(f"{'runs' if m.config.run else 'elements'} into {m.config.shape}" for _, m in moves if m.config)
     return streaming(b, node.name, ops_of([node]), "gather", calls, modules, moved, kinds)
+
+
+def _squares(b: Builder, node: Node) -> Reblock | None:
+    """A Transpose of [n, a, b] to [n, b, a] (a kept prefix of axes, then two groups of
+    axes swapped) as a layout transform: NCHW to NHWC with C = a, or NHWC to NCHW with
+    C = b, whichever has the wider squares (the widest vectors dividing C); None for
+    any other permutation, squares narrower than SQUARE_LANES, or a group of one."""
+    shape = b.graph.types[node.inputs[0]].shape
+    rank = len(shape)
+    perm = [p % rank for p in node.attrs.get("perm", range(rank - 1, -1, -1))]
+    kept = next((i for i, p in enumerate(perm) if p != i), rank)
+    if kept == rank or perm[kept:] != [*range(perm[kept], rank), *range(kept, perm[kept])]:
+        return None
+    n, a, c = math.prod(shape[:kept]), math.prod(shape[kept:perm[kept]]), math.prod(shape[perm[kept]:])
+    lanes, to_nhwc = max((math.gcd(b.target.f32_lanes, a), True), (math.gcd(b.target.f32_lanes, c), False))
+    if lanes < SQUARE_LANES or b.target.scalable or 1 in (a, c):  # a group of one: the same order, a view
+        return None
+    return Reblock(n, a, c, lanes, True, "nhwc") if to_nhwc else Reblock(n, c, a, lanes, False, "nhwc")
+
+
+def _transposed(b: Builder, node: Node, config: Reblock) -> KernelGroup:
+    """The Transpose `_squares` takes: one layout transform."""
+    threads = min(b.threads, config.units())
+    predicted, why = conv_model.reblock_ns(config, b.machine, threads)
+    x = b.read(node.inputs[0])
+    call = reblock_call(config, b.write(node.outputs[0]), x, threads)
+    return KernelGroup(node.name, ops_of([node]), "gather", [call], b.modules(generate, config), predicted, why,
+                       f"{config.batch}x{config.channels}x{config.pixels} transposed in {config.lanes}x{config.lanes} "
+                       f"squares, {threads} thread(s)")  # fmt: skip
 
 
 def _rows_by_ids(b: Builder, node: Node) -> KernelGroup:
