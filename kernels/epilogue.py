@@ -262,6 +262,19 @@ def _horner(x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
     return p
 
 
+def _estrin(x: ir.Value, coefficients: Sequence[float]) -> ir.Value:
+    """`_horner`'s polynomial by Estrin's scheme: pairs c·x + d, then pairs of those by
+    x², x⁴, ...: a chain of about log2(n) FMAs instead of n, for a polynomial whose
+    latency, not its issue, bounds a kernel (a few more multiplies)."""
+    terms = [_const(x, c) for c in coefficients[::-1]]  # lowest power first
+    power = x
+    while len(terms) > 1:
+        terms = [math.fma(terms[i + 1], power, terms[i]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]  # fmt: skip
+        power = arith.mulf(power, power) if len(terms) > 1 else power
+    return terms[0]
+
+
 def _like(value: ir.Value, element: ir.Type) -> ir.Type:
     """The type of `value` with another element type (a vector keeps its shape)."""
     if isinstance(value.type, ir.VectorType):
@@ -327,31 +340,31 @@ ERFC_POLYNOMIAL = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
 Chebyshev fit): within 1.2e-7 of erfc relative, for every z."""
 
 
-def _erf_pieces(x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
-    """(x < 0, |x| < ERF_SERIES_BELOW, erf(|x|) by the series, erfc(|x|) by exp)."""
+def _erfc_of_size(x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(x < 0, |x|, erfc(|x|) by exp), the polynomial by Estrin's scheme (this chain of
+    a divide, the polynomial and exp is what a GELU epilogue waits on)."""
     z = math.absf(x)
-    zz = arith.mulf(z, z)
     t = arith.divf(_const(x, 1.0), math.fma(z, _const(x, 0.5), _const(x, 1.0)))
-    erfc = arith.mulf(t, exp(arith.subf(_horner(t, ERFC_POLYNOMIAL), zz)))
-    series = arith.mulf(z, _horner(zz, ERF_SERIES))
-    negative = arith.cmpf(arith.CmpFPredicate.OLT, x, _const(x, 0.0))
-    small = arith.cmpf(arith.CmpFPredicate.OLT, z, _const(x, ERF_SERIES_BELOW))
-    return negative, small, series, erfc
+    erfc = arith.mulf(t, exp(arith.subf(_estrin(t, ERFC_POLYNOMIAL), arith.mulf(z, z))))
+    return arith.cmpf(arith.CmpFPredicate.OLT, x, _const(x, 0.0)), z, erfc
 
 
 def _erf(value: ir.Value) -> ir.Value:
-    negative, small, series, erfc = _erf_pieces(value)
+    """erf(|x|) by its series below ERF_SERIES_BELOW (its relative precision), else
+    1 − erfc; the sign of x."""
+    negative, z, erfc = _erfc_of_size(value)
+    series = arith.mulf(z, _horner(arith.mulf(z, z), ERF_SERIES))
+    small = arith.cmpf(arith.CmpFPredicate.OLT, z, _const(value, ERF_SERIES_BELOW))
     size = arith.select(small, series, arith.subf(_const(value, 1.0), erfc))
     return arith.select(negative, arith.negf(size), size)
 
 
 def _gelu(value: ir.Value) -> ir.Value:
-    """y·(1 + erf(y/√2))/2, with 1 + erf of a negative argument taken as erfc of its size
-    (1 − (1 − erfc) would cancel)."""
-    negative, small, series, erfc = _erf_pieces(arith.mulf(value, _const(value, 0.7071067811865476)))
-    above = arith.select(small, arith.addf(_const(value, 1.0), series), arith.subf(_const(value, 2.0), erfc))
-    below = arith.select(small, arith.subf(_const(value, 1.0), series), erfc)
-    return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.select(negative, below, above))
+    """y·(1 + erf(y/√2))/2 as y·(2 − erfc(z))/2 for z = y/√2 >= 0, y·erfc(|z|)/2 below:
+    no cancellation either way (1 + erf is near 1 where erf is small), so no series."""
+    negative, _, erfc = _erfc_of_size(arith.mulf(value, _const(value, 0.7071067811865476)))
+    factor = arith.select(negative, erfc, arith.subf(_const(value, 2.0), erfc))
+    return arith.mulf(arith.mulf(value, _const(value, 0.5)), factor)
 
 
 def _gelu_tanh(value: ir.Value) -> ir.Value:
@@ -427,11 +440,12 @@ KINDS: dict[str, Kind] = {
                          lambda op, y, r: np.clip(op.alpha * y + op.beta, 0, 1), 3, shown=("alpha", "beta")),
     "hard_swish": Kind(lambda op, y, r: arith.mulf(y, _hard_sigmoid(y, 1 / 6, 0.5)),
                        lambda op, y, r: y * np.clip(y / 6 + 0.5, 0, 1), 5),
-    # erf: its pieces (41: exp 17, the two polynomials 15, the argument's size, square,
-    # t (an FMA and a divide), erfc, the series' product, two compares), then 1 − erfc,
-    # two selects and a negation (4); gelu: the same pieces on y/√2 (42), 1 ± the series,
-    # 2 − erfc, two selects (5), the half, the product (3); gelu_tanh: tanh (23), the
-    # cube, the FMA and scale of its argument (4), 1 +, the half, the product (3)
+    # erfc of the size (36: exp 17, the polynomial in t by Estrin's scheme 12, the
+    # size, t (an FMA and a divide), the square, the difference, the product by t, the
+    # sign's compare); erf: that, the series and its product (7),
+    # its compare, 1 − erfc, two selects and a negation (5); gelu: the scale to y/√2,
+    # erfc of its size, 2 − erfc, a select, the half, the product (5); gelu_tanh: tanh
+    # (23), the cube, the FMA and scale of its argument (4), 1 +, the half, the product (3)
     # sqrt: one vector square root (LLVM's intrinsic: vsqrtps, fsqrt, vfsqrt), whose
     # throughput is about an eighth of an add's
     "sqrt": Kind(lambda op, y, r: math.sqrt(y), lambda op, y, r: _np_sqrt(y), 8),
@@ -455,8 +469,8 @@ KINDS: dict[str, Kind] = {
                       lambda op, y, r: np.where(y != 0, r, op.alpha), 2, "output", shown=("alpha",)),
     "else_then": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), r),
                       lambda op, y, r: np.where(y != 0, op.alpha, r), 2, "output", shown=("alpha",)),
-    "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 45),
-    "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 50),
+    "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 48),
+    "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 41),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),
                       lambda op, y, r: y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3))) / 2, 30),
 }  # fmt: skip
