@@ -4,7 +4,7 @@
     for row in [begin, end):
         m = max over the row                        # vectors, the last masked to −inf
         s = Σ e^(x − m);  Y[row] = e^(x − m)        # exp by the epilogue's polynomial
-        Y[row] *= 1/s
+        Y[row] = epilogue(Y[row] · 1/s)             # ops without operands (a NaN cleanup)
 
 Subtracting the maximum keeps every exponent <= 0, so nothing overflows.
 """
@@ -12,7 +12,7 @@ Subtracting the maximum keeps every exponent <= 0, so nothing overflows.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernels.errors import KernelError
 from kernels import epilogue as ep
@@ -31,6 +31,7 @@ class SoftmaxConfig:
     rows: int
     length: int
     lanes: int
+    epilogue: ep.Epilogue = field(default=())  # ops without operands on each value stored
 
     @property
     def symbol(self) -> str:
@@ -46,7 +47,12 @@ class SoftmaxConfig:
         size = self.rows * self.length
         return KernelSignature(self.symbol, (Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,)),
                                              Param("row_begin", Role.SIZE), Param("row_end", Role.SIZE)),
-                               f"softmax of {self.rows} rows of {self.length}, rows [row_begin, row_end).")  # fmt: skip
+                               f"softmax of {self.rows} rows of {self.length}, then {ep.describe(self.epilogue)}, "
+                               "rows [row_begin, row_end).")  # fmt: skip
+
+
+def _no_operand(i: int) -> ir.Value:
+    raise KernelError(f"a softmax's epilogue takes no operand (op {i} asks for one)")
 
 
 def generate(config: SoftmaxConfig, target: Target) -> KernelModule:
@@ -91,8 +97,12 @@ def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
         one = arith.constant(ir.F32Type.get(), 1.0)
         inverse = vector.broadcast(vec, arith.divf(one, vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD,
                                                                          total)))  # fmt: skip
-        for_range(0, whole, 1, lambda v: store(arith.mulf(load(vec, y, column(v)), inverse), y, column(v)))
+        def normalized(at: list[ir.Value], lane_mask: ir.Value | None) -> None:
+            value = ep.apply(cfg.epilogue, arith.mulf(load(vec, y, at, lane_mask), inverse), _no_operand)
+            store(value, y, at, lane_mask)
+
+        for_range(0, whole, 1, lambda v: normalized(column(v), None))
         if tail:
-            store(arith.mulf(load(vec, y, [r, tail_at], mask), inverse), y, [r, tail_at], mask)
+            normalized([r, tail_at], mask)
 
     for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), 1, row)

@@ -116,7 +116,25 @@ def masked_softmax(seed: int = 13, rows: int = 6, width: int = 8) -> onnx.ModelP
 
 def test_masks_and_bools_match_onnxruntime(tmp_path):
     require_runnable(get_target("avx2"))
-    build_and_compare(masked_softmax(), "avx2", tmp_path / "built")
+    manifest = build_and_compare(masked_softmax(), "avx2", tmp_path / "built")
+    softmax = next(k for k in manifest["kernels"] if k["kind"] == "softmax")
+    assert [op.split()[-1] for op in softmax["ops"]] == ["(Softmax)", "(IsNaN)", "(Where)"], softmax["ops"]
+
+
+def softmax_tails(seed: int = 15) -> onnx.ModelProto:
+    """A Softmax over a middle axis, then Sqrt (its epilogue, applied before the axis is
+    moved back); one over the last axis times another tensor (an operand: not one)."""
+    b = zoo.Builder("softmax_tails", seed)
+    inner = b.op("Sqrt", [b.op("Softmax", ["input"], axis=1)])
+    outer = b.op("Mul", [b.op("Softmax", ["input"], axis=-1), b.op("Relu", ["input"])])
+    return b.model("input", [2, 5, 7], [(inner, None), (outer, None)], opset=17)
+
+
+def test_a_softmax_runs_the_ops_after_it_that_take_no_operand(tmp_path):
+    require_runnable(get_target("avx2"))
+    manifest = build_and_compare(softmax_tails(), "avx2", tmp_path / "built")
+    groups = sorted([op.split()[-1] for op in k["ops"]] for k in manifest["kernels"] if k["kind"] == "softmax")
+    assert groups == [["(Softmax)"], ["(Softmax)", "(Sqrt)"]], groups
 
 
 def tiny_bert(seed: int = 14, tokens: int = 8, width: int = 16, heads: int = 2, vocab: int = 50) -> onnx.ModelProto:

@@ -1,5 +1,6 @@
 """The softmax family's lowering: Softmax on any axis (a gather moves the axis last
-where it is not).
+where it is not), and the ops after it that take no other operand (a masked softmax's
+NaN cleanup) as its epilogue.
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ import math
 
 import numpy as np
 
-from autoconfig.builder import Builder, KernelGroup, Lowering, ops_of, permuted, streaming
+from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming
 from autoconfig.graph.ir import Node
 from autoconfig.runtime import Call, Part, split
+from kernels import epilogue as ep
 from kernels import softmax as sm
 
 
@@ -26,10 +28,13 @@ def _softmax(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
         axis = node.attrs.get("axis", -1) % len(shape)
         perm = (*(a for a in range(len(shape)) if a != axis), axis)
         rows, length = math.prod(shape) // shape[axis], shape[axis]
-    config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes)
+    chain = match_epilogue(b, node.outputs[0], after, channel_axis=len(shape) - 1)
+    if chain.operands:  # (the planner proposes none: classify.emittable)
+        raise fail(after[0], "an op after a softmax with another operand is not its epilogue")
+    config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes, tuple(chain.ops))
     threads = min(b.threads, rows)
     x = b.read(node.inputs[0])
-    y = b.write(node.outputs[0])
+    y = b.write(chain.end)
     source, calls, modules = permuted(b, x, shape, perm)
     last = perm == tuple(range(len(shape)))
     result = y if last else b.scratch(rows * length)
@@ -39,8 +44,10 @@ def _softmax(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
         moved = tuple(shape[a] for a in perm)
         _, back, back_modules = permuted(b, result, moved, tuple(int(i) for i in np.argsort(perm)), into=y)
         calls, modules = calls + back, modules + back_modules
-    return streaming(b, node.name, ops_of([node]), "softmax", calls, modules,
-                      8 * rows * length * (1 if last else 3), f"{rows} rows of {length}, {threads} thread(s)")
+    return streaming(b, node.name, ops_of([node, *after]), "softmax", calls, modules,
+                      8 * rows * length * (1 if last else 3),
+                      f"{rows} rows of {length}{', then ' + ep.describe(config.epilogue) if after else ''}, "
+                      f"{threads} thread(s)")  # fmt: skip
 
 
 LOWERINGS = {"Softmax": Lowering(_softmax)}

@@ -69,9 +69,20 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
     if used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR):
         return prologue_edge(graph, producer, consumer)
     if made is Kernel.ANCHOR:
-        return False  # no epilogue on pooling, softmax, reductions
+        return False  # no epilogue on pooling, reductions
+    if producer.op == "Softmax" and not _reads_alone(graph, producer.outputs[0], consumer):
+        return False  # a softmax's epilogue takes no operand
     shape = graph.types[producer.outputs[0]].shape
     return all(graph.types[out].shape == shape for out in consumer.outputs if out)
+
+
+def _reads_alone(graph: Graph, value: str, consumer: Node) -> bool:
+    """Whether `consumer` computes from `value` alone: its other inputs scalar constants
+    or a test of `value` (IsNaN, Not), as a masked softmax's cleanup is."""
+    producers = {out: n for n in graph.nodes for out in n.outputs}
+    return all(i == value or (graph.is_constant(i) and graph.constants[i].size == 1)
+               or (i in producers and producers[i].op in ("IsNaN", "Not") and producers[i].inputs == [value])
+               for i in consumer.inputs if i)  # fmt: skip
 
 
 def prologue_edge(graph: Graph, producer: Node, consumer: Node) -> bool:

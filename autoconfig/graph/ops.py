@@ -106,7 +106,7 @@ OPERATORS: dict[str, OpInfo] = {
     "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads, _A),
     "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads, _A),
     "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool, kernel=_A),
-    "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_A),
+    "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_EA),
     "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean, kernel=_A, parameters=(1,)),
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
