@@ -226,3 +226,22 @@ def test_a_scale_after_the_heads_split_runs_in_their_product(tmp_path):
     manifest = build_and_compare(b.model("input", [1, 8, 16], [(y, None)]), "avx2", tmp_path / "built")
     assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "gather"]
     assert "(Mul)" in " ".join(manifest["kernels"][0]["ops"]) and "(Div)" in " ".join(manifest["kernels"][0]["ops"])
+
+
+def test_a_scale_on_a_split_query_runs_in_the_product_it_feeds(tmp_path):
+    """The query and key split from one product by gathers, each scaled (ViT's exports),
+    then split into heads: the gathers take no epilogue, so the scales move after Q·Kᵀ
+    (s·Q·(t·K)ᵀ = s·t·Q·Kᵀ), its epilogue: no kernel of their own."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("split_query", 16)
+    packed = b.op("Reshape", [linear(b, "input", 16, 48), b.const("s", np.array([1, 8, 3, 16], np.int64))])
+    q, k = (b.op("Mul", [b.op("Gather", [packed, b.const("i", np.array(i, np.int64))], axis=2),
+                         b.const("c", np.float32(0.5))]) for i in (0, 1))  # fmt: skip
+
+    def heads(value: str, perm: list[int]) -> str:
+        return b.op("Transpose", [b.op("Reshape", [value, b.const("h", np.array([1, 8, 2, 8], np.int64))])], perm=perm)
+
+    y = b.op("Softmax", [b.op("MatMul", [heads(q, [0, 2, 1, 3]), heads(k, [0, 2, 3, 1])])], axis=-1)
+    manifest = build_and_compare(b.model("input", [1, 8, 16], [(y, None)]), "avx2", tmp_path / "built")
+    scaled = [k for k in manifest["kernels"] if "(Mul)" in " ".join(k["ops"])]
+    assert [k["kind"] for k in scaled] == ["matmul"] and " ".join(scaled[0]["ops"]).count("(Mul)") == 2, scaled

@@ -30,6 +30,7 @@ import onnx
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.graph.ops import Kernel, info
 from autoconfig.graph.reference import resize_axis, resize_shape
 
 
@@ -56,6 +57,7 @@ def simplify(graph: Graph) -> Graph:
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     _fold_batchnorm(graph)
     _gelu_as_one(graph)
+    _scales_after_products(graph)
     _drop_unused_constants(graph)
     return graph
 
@@ -141,6 +143,16 @@ MOVES = VIEWS | {"Transpose"}
 """Operators that only move elements: a scalar factor commutes with them."""
 
 
+def _scalar_scale(graph: Graph, node: Node) -> str | None:
+    """The scalar constant `node` multiplies its other input by (or divides it by), if it
+    is such a scale."""
+    scalar = [i for i in node.inputs if graph.is_constant(i) and graph.constants[i].size == 1]
+    if node.op not in ("Mul", "Div") or len(node.inputs) != 2 or len(scalar) != 1 or \
+            (node.op == "Div" and node.inputs[1] != scalar[0]):  # fmt: skip
+        return None
+    return scalar[0]
+
+
 def _scales_before_moves(graph: Graph) -> None:
     """A Mul or Div by a scalar constant after reshapes and transposes (attention's
     query and key scaled after being split into heads) moves before them, onto the value
@@ -148,11 +160,10 @@ def _scales_before_moves(graph: Graph) -> None:
     now right after their producer, which applies them as its epilogue."""
     producers, consumers = graph.producers(), graph.consumers()
     for node in list(graph.nodes):
-        scalar = [i for i in node.inputs if graph.is_constant(i) and graph.constants[i].size == 1]
-        if node.op not in ("Mul", "Div") or len(node.inputs) != 2 or len(scalar) != 1 or \
-                (node.op == "Div" and node.inputs[1] != scalar[0]):  # fmt: skip
+        scalar = _scalar_scale(graph, node)
+        if scalar is None:
             continue
-        chain, at = [], next(i for i in node.inputs if i != scalar[0])
+        chain, at = [], next(i for i in node.inputs if i != scalar)
         while (move := producers.get(at)) is not None and move.op in MOVES and \
                 _only_consumer(graph, consumers, at) is (chain[0] if chain else node):  # fmt: skip
             chain.insert(0, move)
@@ -161,12 +172,43 @@ def _scales_before_moves(graph: Graph) -> None:
             continue
         scaled = f"{at}.scaled"
         graph.types[scaled] = graph.types[at]
-        inputs = [at if i != scalar[0] else i for i in node.inputs]
+        inputs = [at if i != scalar else i for i in node.inputs]
         graph.nodes.insert(graph.nodes.index(chain[0]), Node(node.name, node.op, inputs, [scaled], {}))
         chain[0].inputs[0] = scaled
         graph.nodes[graph.nodes.index(node)] = Node(f"{node.name}.moved", "Identity", [chain[-1].outputs[0]],
                                                     node.outputs, {})  # fmt: skip
         producers, consumers = graph.producers(), graph.consumers()  # as this move left them
+
+
+def _scales_after_products(graph: Graph) -> None:
+    """A Mul or Div by a scalar constant that no epilogue or elementwise chain computes
+    (its producer takes none: the query and key split from one product by gathers,
+    then scaled) moves after the MatMul its value reaches through reshapes and
+    transposes alone, each read only by the next: (s·A)·B = s·(A·B), A·(B/s) =
+    (A·B)/s, now that product's epilogue. After GELU is matched: its own halving may
+    precede a product directly."""
+    producers, consumers = graph.producers(), graph.consumers()
+    for node in list(graph.nodes):
+        scalar = _scalar_scale(graph, node)
+        if scalar is None:
+            continue
+        x = next(i for i in node.inputs if i != scalar)
+        if x in producers and info(producers[x]).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ELEMENTWISE):
+            continue  # an epilogue, or a chain of elementwise ops, computes it already
+        at, moves = node.outputs[0], 0
+        while (reader := _only_consumer(graph, consumers, at)) is not None and reader.op in MOVES:
+            at, moves = reader.outputs[0], moves + 1
+        if not moves or reader is None or reader.op != "MatMul":
+            continue
+        out = reader.outputs[0]
+        graph.types[f"{out}.unscaled"] = graph.types[out]
+        reader.outputs[0] = f"{out}.unscaled"
+        after = Node(f"{node.name}.after", node.op, [reader.outputs[0] if i == x else i for i in node.inputs], [out], {})
+        graph.nodes.insert(graph.nodes.index(reader) + 1, after)
+        consumers[node.outputs[0]][0].inputs = [x if i == node.outputs[0] else i
+                                                for i in consumers[node.outputs[0]][0].inputs]  # fmt: skip
+        graph.nodes.remove(node)
+        producers, consumers = graph.producers(), graph.consumers()
 
 
 def _power(graph: Graph, node: Node) -> list[Node]:
