@@ -242,7 +242,8 @@ class BlockedDepthwiseConfig:
         means = (Param("m", Role.OUT, extent=(s.batch * s.channels,)),) if self.mean else ()
         return _signature(self, f"depthwise convolution {s.describe()} on {held}"
                                 f"{', and each channel mean into m' if self.mean else ''}",
-                          s.channels * s.taps, means)  # fmt: skip
+                          s.channels * s.taps, means, "(image, channel tile)" if self.mean else
+                          "(image, channel tile, output row)")  # fmt: skip
 
 
 def _check_registers(config: BlockedConfig, target: Target) -> None:
@@ -255,9 +256,10 @@ def _check_registers(config: BlockedConfig, target: Target) -> None:
                               f"{target.name} has {target.vector_registers}")  # fmt: skip
 
 
-def _signature(config: BlockedConfig, what: str, weights: int, more: tuple[Param, ...] = ()) -> KernelSignature:
+def _signature(config: BlockedConfig, what: str, weights: int, more: tuple[Param, ...] = (),
+               unit: str = "(image, channel tile, output row)") -> KernelSignature:  # fmt: skip
     """The kernels' common signature: output, input, weights, epilogue operands, `more`
-    outputs, units."""
+    outputs, units (each `unit`)."""
     s = config.shape
     outputs = math.prod(s.output_shape)
     params = [Param("y", Role.OUT, extent=(outputs,)), Param("x", Role.IN, extent=(math.prod(s.input_shape),)),
@@ -265,7 +267,6 @@ def _signature(config: BlockedConfig, what: str, weights: int, more: tuple[Param
     for _, name, operand in ep.operand_names(config.epilogue):
         params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
     params += [*more, Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)]
-    unit = "(image, channel tile)" if getattr(config, "mean", False) else "(image, channel tile, output row)"
     return KernelSignature(config.symbol, tuple(params),
                            f"{what}, then {ep.describe(config.epilogue)}: tiles of {config.tile}, "
                            f"units [unit_begin, unit_end) of {unit}.")  # fmt: skip

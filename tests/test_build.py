@@ -280,9 +280,10 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
 
 
 def transposed_net(shape: list[int], perm: list[int]) -> onnx.ModelProto:
-    """A Relu (so the Transpose reads a computed tensor), the Transpose, a Relu."""
+    """A Tanh (so the Transpose reads a computed tensor, of both signs), the Transpose, a
+    Relu."""
     b = zoo.Builder("transposed", 4)
-    y = b.op("Relu", [b.op("Transpose", [b.op("Relu", ["input"])], perm=perm)])
+    y = b.op("Relu", [b.op("Transpose", [b.op("Tanh", ["input"])], perm=perm)])
     return b.model("input", shape, [(y, [shape[p] for p in perm])])
 
 

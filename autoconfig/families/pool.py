@@ -14,6 +14,7 @@ from autoconfig.builder import (
 )  # fmt: skip
 from autoconfig.conv import pool_config, pool_shape
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.ops import reduced_axes
 from autoconfig.lowering import pool_calls
 from autoconfig.models import conv as conv_model
 from kernels import pool as pl
@@ -114,16 +115,11 @@ def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
 
 
 def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
-    """The axes ReduceMean averages over (an attribute before opset 18, an input since)."""
-    rank = len(graph.types[node.inputs[0]].shape)
-    axes = node.attrs.get("axes")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        if not graph.is_constant(node.inputs[1]):
-            raise fail(node, "axes computed at run time are not generated")
-        axes = graph.constants[node.inputs[1]].reshape(-1).tolist()
-    if axes is None or len(axes) == 0:
-        return tuple(range(rank)) if not node.attrs.get("noop_with_empty_axes", 0) else ()
-    return tuple(sorted(int(a) % rank for a in axes))
+    """The axes ReduceMean averages over (`ops.reduced_axes`), constant ones only."""
+    axes = reduced_axes(node, graph)
+    if axes is None:
+        raise fail(node, "axes computed at run time are not generated")
+    return axes
 
 
 def _reduce_mean(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:

@@ -22,7 +22,7 @@ from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.families.elementwise import UNARY
-from autoconfig.graph.ops import Kernel, Mapping, info
+from autoconfig.graph.ops import Kernel, Mapping, info, reduced_axes
 from kernels import epilogue as ep
 
 __all__ = ["LEGALITY", "Legality", "Mapping", "along_channels", "emittable", "emittable_groups", "gated", "mapping",
@@ -79,7 +79,7 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
 def _reads_alone(graph: Graph, value: str, consumer: Node) -> bool:
     """Whether `consumer` computes from `value` alone: its other inputs scalar constants
     or a test of `value` (IsNaN, Not), as a masked softmax's cleanup is."""
-    producers = {out: n for n in graph.nodes for out in n.outputs}
+    producers = graph.producers()
     return all(i == value or (graph.is_constant(i) and graph.constants[i].size == 1)
                or (i in producers and producers[i].op in ("IsNaN", "Not") and producers[i].inputs == [value])
                for i in consumer.inputs if i)  # fmt: skip
@@ -106,12 +106,7 @@ def mean_tail(graph: Graph, node: Node) -> bool:
     shape = graph.types[node.inputs[0]].shape
     if len(shape) != 4 or node.op not in ("GlobalAveragePool", "ReduceMean"):
         return False
-    if node.op == "GlobalAveragePool":
-        return True
-    axes = node.attrs.get("axes")
-    if len(node.inputs) > 1 and node.inputs[1]:
-        axes = graph.constants[node.inputs[1]].reshape(-1).tolist() if graph.is_constant(node.inputs[1]) else None
-    return axes is not None and sorted(int(a) % 4 for a in axes) == [2, 3]
+    return node.op == "GlobalAveragePool" or reduced_axes(node, graph) == (2, 3)
 
 
 def mean_host(graph: Graph, node: Node) -> bool:

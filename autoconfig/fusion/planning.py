@@ -292,7 +292,8 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
 
 
 def _conv_shape(graph: Graph, node: Node) -> ConvShape:
-    """A 1x1 layer's shape (the only kind a prologue joins: `classify.prologue_edge`)."""
+    """A layer's channels and kernel, unstrided and unpadded: enough for a 1x1 layer (the
+    only kind a prologue joins: `classify.prologue_edge`) and for a mean host's fit."""
     return conv_shape(graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape,
                       group=node.attrs.get("group", 1))  # fmt: skip
 

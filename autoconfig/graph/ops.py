@@ -68,6 +68,20 @@ def reads_once(node: Node, graph: Graph) -> float:
     return 1.0
 
 
+def reduced_axes(node: Node, graph: Graph) -> tuple[int, ...] | None:
+    """The axes a Reduce* node reduces (an attribute before opset 18, an input since),
+    or None where they are computed at run time."""
+    rank = len(graph.types[node.inputs[0]].shape)
+    axes = node.attrs.get("axes")
+    if len(node.inputs) > 1 and node.inputs[1]:
+        if not graph.is_constant(node.inputs[1]):
+            return None
+        axes = graph.constants[node.inputs[1]].reshape(-1).tolist()
+    if axes is None or len(axes) == 0:
+        return tuple(range(rank)) if not node.attrs.get("noop_with_empty_axes", 0) else ()
+    return tuple(sorted(int(a) % rank for a in axes))
+
+
 def window_reads(node: Node, graph: Graph) -> float:
     """A sliding window reads each input element (window taps / stride product) times."""
     kernel = node.attrs.get("kernel_shape") or graph.types[node.inputs[1]].shape[2:]
