@@ -27,6 +27,7 @@ from autoconfig.builder import (
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
 from autoconfig.families import conv, matmul, movement, normalization, pool, softmax
+from autoconfig.fusion import addressing
 from autoconfig.fusion import plan as fusion_plan
 from autoconfig.fusion.classify import streamed_input
 from autoconfig.fusion.planning import Plan
@@ -66,6 +67,17 @@ def _lower_group(b: Builder, members: list[Node]) -> KernelGroup | None:
         for out in outputs:
             b.write(out)
         return None
+    absorbed = b.absorbed.get(members[0].name, set())
+    group = _lower_computed(b, [n for n in members if n.name not in absorbed])  # the product addresses those
+    if group is not None:
+        if absorbed:
+            group.ops = ops_of([n for n in members if n.name in absorbed]) + group.ops
+        _check_escapes(b, members, group)
+    return group
+
+
+def _lower_computed(b: Builder, members: list[Node]) -> KernelGroup | None:
+    """`_lower_group` of the nodes that are not the data movement a product addresses."""
     kinds = [info(n).kernel for n in members]
     views = [n for n, k in zip(members, kinds) if k is Kernel.VIEW]
     anchors = [n for n, k in zip(members, kinds) if k in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)]
@@ -86,7 +98,6 @@ def _lower_group(b: Builder, members: list[Node]) -> KernelGroup | None:
     for v in views:
         if v not in head:  # the kernel's output in another shape
             b.alias(v.outputs[0], v.inputs[0])
-    _check_escapes(b, members, group)
     return group
 
 
@@ -176,7 +187,14 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = Builder(graph, profile, target, threads, cache, FAMILIES)
     plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
+    chains = addressing.chains(graph)
     for members in plan.groups:
+        runs = addressing.absorbed(graph, members, chains)
+        if runs:
+            absorbed = {graph.nodes[u].name for chain, length in runs for u in chain.nodes[:length]}
+            b.absorbed[graph.nodes[min(members)].name] = absorbed
+            b.addressed[graph.nodes[runs[0][0].anchor].name] = addressing.maps_of(graph, runs)
+            members = [v for v in members if graph.nodes[v].name not in absorbed]
         nodes = [graph.nodes[v] for v in members]
         kinds = {info(n).kernel for n in nodes}
         anchor = next((n.op for n in nodes if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)),

@@ -20,7 +20,7 @@ import numpy as np
 
 from autoconfig import movement
 from autoconfig.decisions import ask, decisions_of
-from autoconfig.errors import AutoconfigError
+from autoconfig.errors import AutoconfigError, fail
 from autoconfig.families import elementwise
 from autoconfig.fusion.classify import along_channels, gated
 from autoconfig.graph.ir import Graph, Node, TensorType
@@ -107,11 +107,6 @@ class BuiltModel:
         return 4 * sum(int(w.size) for w in self.weights)
 
 
-def fail(node: Node, why: str) -> AutoconfigError:
-    """A node the code generator cannot emit (yet): the build stops, naming it."""
-    return AutoconfigError(f"node {node.name!r} ({node.op}): {why}")
-
-
 class Builder:
     """What every family's lowering reads and writes while a model is lowered: the
     graph, profile, target and threads; each value's buffer and layout; constants,
@@ -137,6 +132,9 @@ class Builder:
         self.anchor_of: dict[str, str] = {}  # node -> its group's anchor op, ELEMENTWISE_GROUP or "" (build_model)
         self.group_ops: dict[str, list[Node]] = {}  # an anchor -> the other ops of its group (build_model)
         self.prologue_of: dict[str, Node] = {}  # an op of an anchor's prologue (before it in its group) -> the anchor
+        self.absorbed: dict[str, set[str]] = {}  # a group's first node -> the nodes its product addresses
+        self.addressed: dict[str, tuple] = {}  # a product -> the values it reads and writes through data
+        # movement in its group, and their index maps (`fusion.addressing.maps_of`; build_model)
         self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
         self.transforming = False  # lowering a transform: its buffers are not the kernel's (finish_step)
         self.touched: set[int] = set()  # buffers the kernel being lowered uses

@@ -36,3 +36,8 @@ def reraised(function: F) -> F:
             raise AutoconfigError(str(err)) from None
 
     return entry  # type: ignore[return-value]
+
+
+def fail(node, why: str) -> AutoconfigError:
+    """A node the code generator cannot emit (yet): the build stops, naming it."""
+    return AutoconfigError(f"node {node.name!r} ({node.op}): {why}")

@@ -152,10 +152,11 @@ def index(value: int | ir.Value) -> ir.Value:
     return arith.index_cast(idx, value)
 
 
-def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
-    """A dense row-major ``memref<?x...xf32>`` over `pointer` with sizes `dims`
-    (i64 values or constants)."""
-    return typed_memref(pointer, dims, ir.F32Type.get())
+def f32_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], row_stride: int = 0) -> ir.Value:
+    """A row-major ``memref<?x...xf32>`` over `pointer` with sizes `dims` (i64 values or
+    constants); with `row_stride`, a 2-D one whose rows lie that many floats apart (a
+    strided view of a wider matrix: one head of a [tokens, heads x width] tensor)."""
+    return typed_memref(pointer, dims, ir.F32Type.get(), row_stride)
 
 
 def i64_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
@@ -163,8 +164,10 @@ def i64_memref(pointer: ir.Value, dims: Sequence[ir.Value | int]) -> ir.Value:
     return typed_memref(pointer, dims, ir.IntegerType.get_signless(64))
 
 
-def typed_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], element: ir.Type) -> ir.Value:
-    """A dense row-major ``memref<?x...x element>`` over `pointer` with sizes `dims`.
+def typed_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], element: ir.Type,
+                 row_stride: int = 0) -> ir.Value:  # fmt: skip
+    """A row-major ``memref<?x...x element>`` over `pointer` with sizes `dims`, dense
+    unless a 2-D memref's rows are `row_stride` apart (its type then strided).
 
     Builds the memref descriptor (allocated and aligned pointer, offset 0, sizes,
     row-major strides) in the LLVM dialect and casts it to the memref type; the
@@ -183,6 +186,10 @@ def typed_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], element: ir.
         else:
             no_wrap = ir.Attribute.parse("#llvm.overflow<none>")
             strides.insert(0, llvm.mul(value(inner), value(dim), no_wrap))
+    if row_stride:
+        if len(dims) != 2:
+            raise KernelError(f"a row stride is for a 2-D memref, not {len(dims)}-D")
+        strides[0] = row_stride
     rank = len(dims)
     desc_type = ir.Type.parse(
         f"!llvm.struct<(ptr, ptr, i64, array<{rank} x i64>, array<{rank} x i64>)>"
@@ -194,7 +201,9 @@ def typed_memref(pointer: ir.Value, dims: Sequence[ir.Value | int], element: ir.
     for axis, (dim, stride) in enumerate(zip(dims, strides, strict=True)):
         desc = llvm.insertvalue(desc, value(dim), [3, axis])
         desc = llvm.insertvalue(desc, value(stride), [4, axis])
-    memref_type = ir.MemRefType.get([ir.ShapedType.get_dynamic_size()] * rank, element)
+    dynamic = ir.ShapedType.get_dynamic_size()
+    layout = ir.StridedLayoutAttr.get(0, [dynamic, 1]) if row_stride else None
+    memref_type = ir.MemRefType.get([dynamic] * rank, element, layout=layout)
     cast = ir.Operation.create(
         "builtin.unrealized_conversion_cast", results=[memref_type], operands=[desc]
     )

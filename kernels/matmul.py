@@ -62,7 +62,7 @@ from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f
 from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
 from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
 from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum
-from kernels.loops import less, load, offset, sized_tile, store, when
+from kernels.loops import less, load, offset, sized_tile, store, strided_load, when
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div, round_up
 from kernels.target import Target
@@ -133,6 +133,12 @@ class MatmulConfig:
     # and only stored as an edge: it has no micro-kernel of its own
     full_column_edge: bool = False  # packed only: the same for the last column tile
     # (columns past N read the zero-padded B panels)
+    leading: tuple[int, int, int] = (0, 0, 0)  # the row strides (floats) of A, B and C as
+    # stored; 0: dense (K, N, N — K for a b_transposed B). A strided view of a wider
+    # matrix (one attention head of a [tokens, heads·width] tensor) read or written in
+    # place instead of copied out or in by a transpose kernel
+    b_transposed: bool = False  # packed only: B stored as Bᵀ (N×K, read in place), each
+    # call's B panels gathered from it (a product with Kᵀ, K as its producer wrote it)
     prologue: ep.Epilogue = field(default=())  # ops applied to each element of B as it
     # is read, their operands one value per row of B (`prologue_names`): a producer's
     # per-channel ops computed by a 1×1 convolution instead of in a pass of its own —
@@ -191,17 +197,29 @@ class MatmulConfig:
         kc, _, nc = self.packed_blocks()
         return 0 if self.b_packed else kc * nc
 
+    def rows_apart(self) -> tuple[int, int, int]:
+        """The row strides of A, B (of Bᵀ when `b_transposed`) and C in floats."""
+        s, (a, b, c) = self.shape, self.leading
+        return a or s.k, b or (s.k if self.b_transposed else s.n), c or s.n
+
     def a_size(self) -> int:
-        """f32 elements of one product's A as the kernel reads it: M×K, or packed (every
-        row tile a full mr high, zeros past the last row)."""
+        """f32 elements of one product's A as the kernel reads it: M×K (its last row
+        ends the span when strided), or packed (every row tile a full mr high, zeros
+        past the last row)."""
         s = self.shape
-        return s.k * (self.row_tiles() * self.mr if self.a_packed else s.m)
+        if self.a_packed:
+            return s.k * self.row_tiles() * self.mr
+        return (s.m - 1) * self.rows_apart()[0] + s.k
 
     def b_size(self) -> int:
-        """f32 elements of one product's B as the kernel reads it: K×N, or packed when
+        """f32 elements of one product's B as the kernel reads it: K×N (N×K when
+        `b_transposed`; the last row ends the span when strided), or packed when
         transposed (every column tile a full nr wide, zeros past the last column)."""
         s = self.shape
-        return s.k * (self.col_tiles() * self.nr if self.transposed or self.b_packed else s.n)
+        if self.transposed or self.b_packed:
+            return s.k * self.col_tiles() * self.nr
+        rows, width = (s.n, s.k) if self.b_transposed else (s.k, s.n)
+        return (rows - 1) * self.rows_apart()[1] + width
 
     def pack_a(self, a: np.ndarray) -> np.ndarray:
         """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
@@ -272,6 +290,7 @@ class MatmulConfig:
         if (self.a_nhwc or self.c_nhwc) and not self.blocked:
             raise KernelError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         self._validate_prologue()
+        self._validate_strides()
         if self.blocked:
             if not self.transposed:
                 raise KernelError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
@@ -290,6 +309,26 @@ class MatmulConfig:
         if any(op.operand == "output" for op in self.prologue):
             raise KernelError(f"a prologue's operands hold one value per row of B, not {ep.describe(self.prologue)}")
 
+    def _validate_strides(self) -> None:
+        if self.leading == (0, 0, 0) and not self.b_transposed:
+            return
+        if self.transposed or self.blocked or self.batch > 1:
+            raise KernelError("strided or transposed-in-place operands are for one product read and written in "
+                              "place: not transposed, blocked or batched")
+        if (self.a_packed and self.leading[0]) or (self.b_packed and (self.leading[1] or self.b_transposed)):
+            raise KernelError("an operand packed when built is not read in place: it has no row stride")
+        if self.b_transposed and self.prologue:
+            raise KernelError("a B stored transposed is gathered without a prologue")
+        if self.b_transposed and self.algorithm != "packed":
+            raise KernelError(f"a B stored transposed is gathered as it is packed: the packed algorithm, "
+                              f"not {self.algorithm}")  # fmt: skip
+        if self.algorithm == "dot" and self.leading[1]:
+            raise KernelError("dot reads B's one column contiguous: no B row stride")
+        s = self.shape
+        widths = (s.k, s.k if self.b_transposed else s.n, s.n)
+        if any(0 < stride < width for stride, width in zip(self.leading, widths, strict=True)):
+            raise KernelError(f"row strides {self.leading} are shorter than the rows ({widths})")
+
     def c_shape(self) -> list[int]:
         """C (and an output-shaped operand) as the kernel addresses it: M×N, or Cᵀ flat."""
         s = self.shape
@@ -300,8 +339,8 @@ class MatmulConfig:
         return self.product_strides[0] or self.shape.k * self.shape.n
 
     def c_stride(self) -> int:
-        """Floats from one product's C (or residual) to the next."""
-        return self.product_strides[1] or self.shape.m * self.shape.n
+        """Floats from one product's C (or residual) to the next: its span."""
+        return self.product_strides[1] or (self.shape.m - 1) * self.rows_apart()[2] + self.shape.n
 
     def channel_count(self) -> int:
         """Values a channel operand (bias) holds: one per column, or one per row."""
@@ -429,14 +468,17 @@ class _Kernel:
     @classmethod
     def of(cls, config: MatmulConfig, target: Target, args: dict) -> _Kernel:
         s = config.shape
-        operands = {i: f32_memref(args[name], [config.channel_count()] if kind == "channel" else config.c_shape())
+        operands = {i: f32_memref(args[name], [config.channel_count()]) if kind == "channel" else
+                    f32_memref(args[name], config.c_shape(), config.leading[2])
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
         a_shape = ([config.a_size()] if config.a_packed or config.blocked else [s.k, s.m] if config.transposed
                    else [s.m, s.k])  # fmt: skip
+        a_rows, b_rows, c_rows = config.leading
         return cls(config, target, f32_vector_type(target, config.lanes),
-                   f32_memref(args["c"], config.c_shape()), f32_memref(args["a"], a_shape),
-                   f32_memref(args["b"], [s.k, s.n]), f32_memref(args["b"], [config.b_size()]), operands,
+                   f32_memref(args["c"], config.c_shape(), c_rows), f32_memref(args["a"], a_shape, a_rows),
+                   f32_memref(args["b"], [s.n, s.k] if config.b_transposed else [s.k, s.n], b_rows),
+                   f32_memref(args["b"], [config.b_size()]), operands,
                    {i: f32_memref(args[name], [s.k]) for i, name in prologue_names(config.prologue)}, work,
                    (index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(config.row_tiles()))),
                    (index(args["col_begin"]), arith.minsi(index(args["col_end"]), index(config.col_tiles()))),
@@ -457,7 +499,10 @@ class _Kernel:
 
     def read_b(self, k: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
         """B's vector at (k, col) as the product reads it: through the prologue, whose
-        operands hold one value for the whole row k."""
+        operands hold one value for the whole row k; a B stored transposed gathered."""
+        if self.config.b_transposed:
+            stride = self.config.rows_apart()[1]
+            return strided_load(self.vec, self.b_flat, [arith.addi(arith.muli(col, index(stride)), k)], stride, mask)
         value = load(self.vec, self.b, [k, col], mask)
         if not self.config.prologue:
             return value

@@ -227,3 +227,41 @@ def test_dp_sums_a_squeeze_in_the_depthwise_kernel_that_stores_its_input():
     rest = [[v] for v in range(len(raw.nodes)) if v not in (conv, pool, relu)]
     assert is_legal(raw, [[conv, pool], [relu], *rest]) is None
     assert "mean tail" in is_legal(raw, [sorted([conv, relu, pool]), *rest])
+
+
+def two_heads() -> Graph:
+    """Q and K projected, split into two heads by Reshape and Transpose (K straight to
+    Kᵀ), Q·Kᵀ per head, the scores transposed to [tokens, heads, tokens]: 8 ops."""
+    from autoconfig.graph import zoo
+    from autoconfig.graph.onnx_import import import_model
+
+    b = zoo.Builder("two_heads", 4)
+
+    def heads(perm: list[int]) -> str:
+        w = b.const("w", b.rng.standard_normal((8, 8)))
+        return b.op("Transpose", [b.op("Reshape", [b.op("MatMul", ["input", w]),
+                                                   b.const("s", np.array([1, 6, 2, 4], np.int64))])], perm=perm)
+
+    scores = b.op("MatMul", [heads([0, 2, 1, 3]), heads([0, 2, 3, 1])])
+    y = b.op("Transpose", [scores], perm=[0, 2, 1, 3])
+    return import_model(b.model("input", [1, 6, 8], [(y, [1, 6, 2, 6])]))
+
+
+def test_dp_reads_and_writes_the_heads_through_the_products_addressing():
+    """The heads' transposes join Q·Kᵀ's group (read as strided rows, Kᵀ in place; the
+    scores written into their columns): the DP finds it and is the brute-force optimum
+    among legal plans; TVM's rules keep every transpose apart; data movement in a group
+    whose product does not address it is no legal group."""
+    graph = two_heads()
+    dp = plan_dp(graph, COST)
+    ops = [[graph.nodes[v].op for v in g] for g in dp.groups]
+    assert any(o.count("MatMul") == 1 and o.count("Transpose") == 3 for o in ops), ops
+    greedy = plan_greedy(graph, COST)
+    assert all(len(g) == 1 for g in greedy.groups if any(graph.nodes[v].op == "Transpose" for v in g))
+    best = min(plan_cost(graph, [sorted(g) for g in p], COST)[0] for p in partitions(list(range(len(graph.nodes))))
+               if is_legal(graph, [sorted(g) for g in p]) is None)  # fmt: skip
+    assert dp.cost_ns == pytest.approx(best, rel=1e-9)
+    split = next(v for v, n in enumerate(graph.nodes) if n.op == "Reshape")
+    moved = next(v for v, n in enumerate(graph.nodes) if n.inputs[0] == graph.nodes[split].outputs[0])
+    rest = [[v] for v in range(len(graph.nodes)) if v not in (split, moved)]
+    assert "does not address" in is_legal(graph, [[split, moved], *rest])

@@ -523,3 +523,41 @@ def test_streamed_k_blocks_are_packed_and_cut_the_c_passes(name, lanes):
     assert c_passes(shape.k).ns == 0
     for kc in (shape.k // 2, streamed[0][0], l1_kc):
         assert c_passes(kc).ns > 0 and c_passes(kc).why.startswith(f"{-(-shape.k // kc) - 1} more K block(s)")
+
+
+IN_PLACE = [
+    mm.MatmulConfig(ANY, "broadcast", 8, unroll=4, leading=(23, 41, 37)),
+    mm.MatmulConfig(ANY, "tiled", 8, mr=3, nv=2, kc=8, mc=6, unroll=2, leading=(23, 41, 37)),
+    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=5, mc=8, nc=16, unroll=2, leading=(0, 41, 37),
+                    full_row_edge=True, full_column_edge=True),
+    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=5, mc=8, nc=16, unroll=2, leading=(23, 29, 37),
+                    b_transposed=True),
+    mm.MatmulConfig(ANY, "packed", 8, mr=3, nv=1, b_transposed=True),
+]
+
+
+@pytest.mark.parametrize("config", IN_PLACE, ids=lambda c: f"{c.algorithm}-{c.leading}-{c.b_transposed}")
+@pytest.mark.parametrize("dims", [(13, 17, 19), (9, 33, 7), (1, 1, 1)], ids=lambda d: "x".join(map(str, d)))
+def test_operands_read_and_written_in_place_through_row_strides(config, dims):
+    """A, B (or Bᵀ) and C as strided views of wider matrices (one attention head of a
+    [tokens, heads x width] tensor): the product lands in C's columns, the rest of each
+    row is untouched."""
+    target = target_for("avx2")
+    require_runnable(target)
+    config = at(config, dims)
+    m, n, k = dims
+    rows = config.rows_apart()
+    rng = np.random.default_rng(1)
+    a_wide = rng.standard_normal((m, rows[0]), dtype=np.float32)
+    b_wide = rng.standard_normal((n, rows[1]) if config.b_transposed else (k, rows[1]), dtype=np.float32)
+    c_wide = rng.standard_normal((m, rows[2]), dtype=np.float32)
+    b = b_wide[:, :k].T if config.b_transposed else b_wide[:, :n]
+    expected = c_wide.copy()
+    expected[:, :n] = reference(a_wide[:, :k], b)
+    args = [c_wide.reshape(-1), a_wide.reshape(-1), b_wide.reshape(-1)]
+    if config.workspace():
+        args.append(np.full(config.workspace(), np.nan, np.float32))
+    kernel = build(config, target)
+    for row_range in ((0, config.row_tiles() // 2), (config.row_tiles() // 2, config.row_tiles())):
+        kernel(*args, *row_range, 0, config.col_tiles())
+    np.testing.assert_allclose(c_wide, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))

@@ -245,3 +245,43 @@ def test_a_scale_on_a_split_query_runs_in_the_product_it_feeds(tmp_path):
     manifest = build_and_compare(b.model("input", [1, 8, 16], [(y, None)]), "avx2", tmp_path / "built")
     scaled = [k for k in manifest["kernels"] if "(Mul)" in " ".join(k["ops"])]
     assert [k["kind"] for k in scaled] == ["matmul"] and " ".join(scaled[0]["ops"]).count("(Mul)") == 2, scaled
+
+
+def split_heads(seed: int = 17, tokens: int = 7, width: int = 12, heads: int = 3) -> onnx.ModelProto:
+    """Self-attention with the heads split and merged by Reshape and Transpose as the two
+    exporters write it: Q and V [0, 2, 1, 3]; K either straight to Kᵀ ([0, 2, 3, 1]) or
+    through a [heads, tokens, size] reshape and a last-two-axes transpose; the context
+    transposed back and merged. Odd sizes: masked vectors on every side."""
+    b = zoo.Builder("split_heads", seed)
+    size = width // heads
+
+    def split(value: str) -> str:
+        return b.op("Reshape", [linear(b, value, width, width), b.const("s", np.array([1, tokens, heads, size], np.int64))])
+
+    q, q_too = (b.op("Transpose", [split("input")], perm=[0, 2, 1, 3]) for _ in range(2))
+    k = b.op("Transpose", [split("input")], perm=[0, 2, 3, 1])
+    k_flat = b.op("Reshape", [b.op("Transpose", [split("input")], perm=[0, 2, 1, 3]),
+                              b.const("s", np.array([heads, tokens, size], np.int64))])  # fmt: skip
+    k_too = b.op("Reshape", [b.op("Transpose", [k_flat], perm=[0, 2, 1]),
+                             b.const("s", np.array([1, heads, size, tokens], np.int64))])  # fmt: skip
+    v = b.op("Transpose", [split("input")], perm=[0, 2, 1, 3])
+    scores = b.op("Add", [b.op("MatMul", [q, k]), b.op("MatMul", [q_too, k_too])])
+    mixed = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    merged = b.op("Reshape", [b.op("Transpose", [mixed], perm=[0, 2, 1, 3]),
+                              b.const("s", np.array([1, tokens, width], np.int64))])  # fmt: skip
+    return b.model("input", [1, tokens, width], [(linear(b, merged, width, width), None)])
+
+
+@pytest.mark.parametrize("fusion", ["dp", "greedy"])
+def test_the_heads_transposes_are_the_products_addressing(tmp_path, fusion):
+    """The DP reads each head's Q, K (as Kᵀ) and V where the projections wrote them and
+    writes each head's context into its columns of the merged tensor: no transpose
+    kernel is left. TVM's rules (greedy) never fuse data movement into a product."""
+    require_runnable(get_target("avx2"))
+    manifest = build_and_compare(split_heads(), "avx2", tmp_path / "built", fusion)
+    moved = [k for k in manifest["kernels"] if "(Transpose)" in " ".join(k["ops"])]
+    if fusion == "greedy":
+        assert {k["kind"] for k in moved} == {"gather"} and len(moved) == 7
+    else:
+        assert {k["kind"] for k in moved} == {"matmul"} and sum(" ".join(k["ops"]).count("(Transpose)")
+                                                               for k in moved) == 7  # fmt: skip

@@ -12,6 +12,7 @@ import numpy as np
 
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, per_channel, permuted
 from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.graph.products import A, B, C, Products, products
 from autoconfig.lowering import matmul_call
 from autoconfig.models import matmul as matmul_model
 from autoconfig.runtime import Call, Ref
@@ -19,34 +20,6 @@ from kernels import epilogue as ep
 from kernels import matmul as mm
 from kernels.emit import KernelModule
 
-
-@dataclass(frozen=True)
-class _Product:
-    """A Gemm or MatMul as `batch` products C[M,N] = A[M,K]·B[K,N] (NumPy's matmul rules:
-    a 1-D A is a row, a 1-D B a column, batch axes broadcast), with each product's
-    offset into A, B and C in elements."""
-
-    m: int
-    n: int
-    k: int
-    offsets: tuple[tuple[int, int, int], ...]
-
-
-def _product(node: Node, graph: Graph, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> _Product:
-    """The products of a MatMul (or a 2-D Gemm, shapes transposed already): a batch of A
-    over one matrix B is one product of all A's rows."""
-    a_shape = (1, *a_shape) if len(a_shape) == 1 else a_shape
-    b_shape = (*b_shape, 1) if len(b_shape) == 1 else b_shape
-    (m, k), (k2, n) = a_shape[-2:], b_shape[-2:]
-    if k != k2:
-        raise fail(node, f"inner sizes differ: {a_shape} times {b_shape}")
-    if len(b_shape) == 2:
-        return _Product(math.prod(a_shape[:-1]), n, k, ((0, 0, 0),))
-    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
-    a_index = np.broadcast_to(np.arange(math.prod(a_shape[:-2])).reshape(a_shape[:-2]), batch).reshape(-1)
-    b_index = np.broadcast_to(np.arange(math.prod(b_shape[:-2])).reshape(b_shape[:-2]), batch).reshape(-1)
-    return _Product(m, n, k, tuple((int(i) * m * k, int(j) * k * n, c * m * n)
-                                   for c, (i, j) in enumerate(zip(a_index, b_index))))  # fmt: skip
 
 
 def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
@@ -56,14 +29,19 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     a_shape, b_shape = g.types[node.inputs[0]].shape, g.types[node.inputs[1]].shape
     trans_a, trans_b = gemm and node.attrs.get("transA", 0), gemm and node.attrs.get("transB", 0)
     alpha = float(node.attrs.get("alpha", 1.0)) if gemm else 1.0
-    a, calls, modules = b.read(node.inputs[0]), [], []
+    values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
+    a, calls, modules = b.read(values[A] or node.inputs[0]), [], []
     if trans_a:
         a, calls, modules = permuted(b, a, a_shape, (1, 0))
         a_shape = a_shape[::-1]
     constant_b = g.is_constant(node.inputs[1])
     if trans_b:
         b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
-    product = _product(node, g, a_shape, b_shape)
+    product = products(node, a_shape, b_shape, g.types[node.outputs[0]].shape, maps)
+    if product is None:
+        raise fail(node, "its operands, as the plan reads them, are not strided matrices")
+    in_place = {"leading": product.leading, "b_transposed": True} if product.b_transposed else (
+        {"leading": product.leading} if any(product.leading) else {})  # fmt: skip
     # One row times a constant transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own
     # layout (a transpose of a large fc layer's weights costs the build seconds); the output,
     # a row, is the same memory as the column W·aᵀ, whose channels run along its rows.
@@ -74,14 +52,14 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     ops, operands = first_ops + ops, first_operands + operands
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
-    choice = b.choose(matmul_model.choose, shape, tuple(ops), b_constant=one_b)
+    choice = b.choose(matmul_model.choose, shape, tuple(ops), b_constant=one_b, **in_place)
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
     plan.config.validate(b.target)
-    w = _right_operand(b, node, trans_b and not as_column, alpha if constant_b else 1.0, calls, modules,
-                       plan.config)  # fmt: skip
-    y = b.write(chain.end)
+    w = _right_operand(b, values[B] or node.inputs[1], trans_b and not as_column, alpha if constant_b else 1.0,
+                       calls, modules, plan.config)  # fmt: skip
+    y = b.write(values[C] or chain.end)
     for a_at, b_at, c_at in product.offsets:
         moved = [Ref(r.space, r.offset + c_at) if op.operand == "output" else r
                  for op, r in zip([o for o in ops if o.operand], operands)]  # fmt: skip
@@ -92,16 +70,23 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     return KernelGroup(node.name, ops_of([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
                        choice.best.total_ns * len(product.offsets), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}"
-                       f"{f' x{len(product.offsets)}' if len(product.offsets) > 1 else ''}, "
+                       f"{f' x{len(product.offsets)}' if len(product.offsets) > 1 else ''}{_in_place(product)}, "
                        f"{plan.threads} thread(s)")  # fmt: skip
 
 
-def _right_operand(b: Builder, node: Node, transpose: bool, alpha: float, calls: list[Call],
+def _in_place(product: Products) -> str:
+    """The operands a product reads or writes in place, for the report."""
+    strided = [f"{side} rows {stride} apart" for side, stride in zip("ABC", product.leading) if stride]
+    if product.b_transposed:
+        strided.append("B read transposed")
+    return f" ({', '.join(strided)})" if strided else ""
+
+
+def _right_operand(b: Builder, name: str, transpose: bool, alpha: float, calls: list[Call],
                    modules: list[KernelModule], config: mm.MatmulConfig) -> Ref:  # fmt: skip
-    """Where the products read B: a constant (scaled by `alpha`, transposed in numpy;
-    packed where the config reads it packed), or a computed tensor (transposed by a
-    gather whose calls and modules are appended)."""
-    name = node.inputs[1]
+    """Where the products read B, the value `name`: a constant (scaled by `alpha`,
+    transposed in numpy; packed where the config reads it packed), or a computed tensor
+    (transposed by a gather whose calls and modules are appended)."""
     if b.graph.is_constant(name):
         weight = np.asarray(b.graph.constants[name], np.float32)
         weight = weight * np.float32(alpha) if alpha != 1.0 else weight
@@ -117,7 +102,7 @@ def _right_operand(b: Builder, node: Node, transpose: bool, alpha: float, calls:
     return w
 
 
-def _gemm_operands(b: Builder, node: Node, product: _Product,
+def _gemm_operands(b: Builder, node: Node, product: Products,
                    alpha: float) -> tuple[list[ep.EpilogueOp], list[Ref]]:  # fmt: skip
     """The epilogue ops a Gemm adds before its chain's: alpha as a scale (where B is
     computed; a constant B is scaled instead), then beta·C — per column as a bias, else

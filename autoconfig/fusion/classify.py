@@ -22,6 +22,7 @@ from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.families.elementwise import UNARY
+from autoconfig.fusion import addressing
 from autoconfig.graph.ops import Kernel, Mapping, info, reduced_axes
 from kernels import epilogue as ep
 
@@ -193,11 +194,17 @@ def _nan_replaced(graph: Graph, value: str, readers: list[Node]) -> tuple[list[N
 def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
     """`groups` with each group the code generator cannot emit as one kernel cut in two
     at its first break (`_cut`), until none is left."""
-    consumers = graph.consumers()
+    consumers, chains = graph.consumers(), addressing.chains(graph)
     result, todo = [], [sorted(g) for g in groups]
     while todo:
         members = todo.pop()
-        cut = _cut(graph, [graph.nodes[v] for v in members], consumers)
+        runs = addressing.absorbed(graph, members, chains)
+        if runs is None:  # data movement no product addresses: on its own
+            moving = next(i for i, v in enumerate(members) if info(graph.nodes[v]).kernel is Kernel.MOVEMENT)
+            todo += [part for part in (members[:moving], [members[moving]], members[moving + 1:]) if part]
+            continue
+        passive = {graph.nodes[u].name for chain, length in runs for u in chain.nodes[:length]}
+        cut = _cut(graph, [graph.nodes[v] for v in members], consumers, passive)
         if cut is None:
             result.append(members)
         else:
@@ -213,25 +220,30 @@ def streamed_input(graph: Graph, node: Node) -> str | None:
     return next((i for i in computed if graph.types[i].shape == shape), computed[0] if computed else None)
 
 
-def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> int | None:
+def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]], passive: set[str]) -> int | None:
     """Where a group must be cut (the length of its first part), or None. A kernel
     computes one chain of values (the anchor's output, or the streamed input, then each
     op's) and writes only the last: a chain value read by two ops of the group (but a
     gate and the Mul by it: `gated`) starts a new kernel at the second,
     and one read outside the group (or a graph output) ends the kernel. A mean tail
-    last reads the value written, of a mean host's kernel."""
+    last reads the value written, of a mean host's kernel. Views, and the `passive`
+    data movement the group's product addresses, compute nothing."""
     if len(nodes) > 1 and mean_tail(graph, nodes[-1]):
         head = nodes[:-1]
         hosted = mean_host(graph, head[0]) and nodes[-1].inputs[0] == head[-1].outputs[0]
-        return _cut(graph, head, consumers) if hosted else len(head)
+        return _cut(graph, head, consumers, passive) if hosted else len(head)
     inside = {n.name for n in nodes}
+
+    def computes(n: Node) -> bool:
+        return info(n).kernel is not Kernel.VIEW and n.name not in passive
+
     anchor = next((i for i, n in enumerate(nodes) if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)), 0)
-    before = [n for n in nodes[:anchor] if info(n).kernel is not Kernel.VIEW]
+    before = [n for n in nodes[:anchor] if computes(n)]
     leading = {n.name for n in before} | {nodes[anchor].name}
     if before and not all(prologue_op(graph, n) and all(c.name in leading for c in consumers.get(n.outputs[0], []))
                           for n in before):  # fmt: skip
         return anchor  # ops before the anchor that are not its prologue
-    first = next((n for n in nodes if info(n).kernel is not Kernel.VIEW), None)
+    first = next((n for n in nodes if computes(n)), None)
     chain = {streamed_input(graph, first)} if first is not None and info(first).kernel is Kernel.ELEMENTWISE else set()
     readers: dict[str, list[Node]] = {}
     for i, node in enumerate(nodes):
@@ -240,7 +252,7 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]]) -> i
             seen.append(node)
             if len(seen) > 1 and gated(graph, value, seen) is None:
                 return i
-        if info(node).kernel is Kernel.VIEW or i == len(nodes) - 1:
+        if not computes(node) or i == len(nodes) - 1:
             continue
         for out in node.outputs:
             if out in graph.outputs or any(r.name not in inside for r in consumers.get(out, [])):

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from autoconfig.conv import conv_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
+from autoconfig.fusion import addressing
 from autoconfig.fusion.classify import (
     LEGALITY, Legality, Mapping, emittable, mapping, mean_host, mean_tail, prologue_op, streamed_input,
 )  # fmt: skip
@@ -179,6 +180,16 @@ class Analysis:
         target = target_for_profile(cost.profile) if cost else None
         self.hosts = sum(1 << v for v, node in enumerate(self.nodes) if mean_host(graph, node) and (
             target is None or conv_model.mean_fits(_conv_shape(graph, node), target)))  # fmt: skip
+        self.chains = addressing.chains(graph)
+        self.chain_edges: set[tuple[int, int]] = set()  # producer -> consumer along a run a product may address
+        self.chain_nodes = 0
+        for chain in (c for found in self.chains.values() for c in found):
+            run = chain.nodes[:max(chain.valid)]
+            path = [chain.anchor, *chain.through, *run] if chain.side == addressing.C else [*run[::-1], chain.anchor]
+            self.chain_edges |= set(zip(path, path[1:]))
+            self.chain_nodes |= _or(1 << u for u in run)
+        self.chain_movers = self.chain_nodes & _or(1 << v for v, node in enumerate(self.nodes)
+                                                   if info(node).kernel is Kernel.MOVEMENT)  # fmt: skip
         self.consumer_mask = [sum(1 << v for v in self.consumers[u]) for u in range(n)]
         self.prologue_cache: dict[int, float] = {}
         self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
@@ -191,7 +202,7 @@ class Analysis:
         if not anchored:
             return True
         anchor = anchored.bit_length() - 1
-        before = members & ((1 << anchor) - 1) & ~self.views
+        before = members & ((1 << anchor) - 1) & ~self.views & ~self.chain_nodes  # chains: `addressing_fits`
         if before & ~(self.prologue_ops & self.anc[anchor]):
             return False
         while before:
@@ -200,6 +211,15 @@ class Analysis:
                 return False
             before &= ~(1 << u)
         return True
+
+    def addressing_fits(self, members: int, final: bool = True) -> bool:
+        """Whether the data movement in a group (`members`, a bitset) is runs of chains its
+        product addresses, or a movement kernel alone; a group still growing (not
+        `final`), whether it can become so (`addressing.absorbed`)."""
+        if not members & self.chain_movers:
+            return True
+        inside = [v for v in range(members.bit_length()) if members >> v & 1]
+        return addressing.absorbed(self.graph, inside, self.chains, final) is not None
 
     def hosts_tail(self, members: int) -> bool:
         """Whether a group's (`members`, a bitset, no tail yet) kernel can also write a
@@ -232,7 +252,10 @@ class Analysis:
         return not any(self.prologue_ops >> w & 1 and self.consumers[w] == {u} for w in before)
 
     def legality(self, u: int, v: int) -> Legality:
-        """The table's verdict on edge u -> v, NO where the code generator cannot emit it."""
+        """The table's verdict on edge u -> v, NO where the code generator cannot emit it;
+        data movement a product addresses fuses, recomputing nothing."""
+        if (u, v) in self.chain_edges:
+            return Legality.FUSE
         if not self.emittable[u][v]:
             return Legality.NO
         if self.tail[v]:  # a reduction the kernel computes as it stores, not a second anchor
@@ -326,6 +349,8 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
             return f"group {members} has ops before its anchor that are not its prologue"
         if not a.tail_fits(mask):
             return f"group {members} has a mean tail its kernel does not write"
+        if not a.addressing_fits(mask):
+            return f"group {members} holds data movement its product does not address"
         for v in members:
             for u, _ in a.in_edges[v]:
                 if mask >> u & 1 and a.legality(u, v) is Legality.NO:
@@ -388,7 +413,7 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
         candidates: dict[tuple, _State] = {}
         for state in states:
             for new in _extend(a, state, v):
-                key = _signature(new)
+                key = _signature(a, new)
                 if key not in candidates or new.cost < candidates[key].cost:
                     candidates[key] = new
         states = sorted(candidates.values(), key=lambda s: s.cost)[:BEAM]
@@ -429,7 +454,7 @@ def _extend(a: Analysis, state: _State, v: int):
         if len(merged) + a.anchor[v] > 1 and not a.prologue_fits(members):
             continue  # ops before the group's anchor that its kernel cannot compute first
         inside = [(u, t) for u, t in a.in_edges[v] if members >> u & 1]
-        if any(a.legality(u, v) is Legality.NO for u, _ in inside):
+        if any(a.legality(u, v) is Legality.NO for u, _ in inside) or not a.addressing_fits(members, final=False):
             continue
         reach = a.desc[v] | _or(g.reach for g in merged)
         ancestors = a.anc[v] | _or(g.ancestors for g in merged)
@@ -458,8 +483,8 @@ def _extend(a: Analysis, state: _State, v: int):
         group_of[v] = gid
         new = _State(state.cost + extra, groups, group_of, frozenset(written),
                      (state.history, (v, gid, merge)), state.next_id + (not merge))  # fmt: skip
-        _retire(a, new, v)
-        yield new
+        if _retire(a, new, v):
+            yield new
 
 
 def _or(values) -> int:
@@ -469,9 +494,10 @@ def _or(values) -> int:
     return out
 
 
-def _retire(a: Analysis, state: _State, v: int) -> None:
+def _retire(a: Analysis, state: _State, v: int) -> bool:
     """Charge v's write if it is a graph output; drop nodes no later node reads; close
-    the groups left without a live member, charging their register pressure."""
+    the groups left without a live member, charging their register pressure. False
+    if a group closed holding data movement its product does not address."""
     if a.is_graph_output[v]:
         state.cost += a.cost.machine.traffic_ns(a.output_bytes[v])
     for node in [n for n in state.group_of if a.last_use[n] <= v and not (n == v and a.consumers[v])]:
@@ -481,9 +507,12 @@ def _retire(a: Analysis, state: _State, v: int) -> None:
     for gid in [g for g in state.groups if g not in live]:
         closed = state.groups.pop(gid)
         state.cost += a.pressure_ns(closed.reads, closed.largest)
+        if not a.addressing_fits(closed.members):
+            return False
+    return True
 
 
-def _signature(state: _State) -> tuple:
+def _signature(a: Analysis, state: _State) -> tuple:
     """What the future depends on, and nothing more (so equivalent states merge):
     the live nodes' groups and written flags; per open group its counters, the live
     nodes outside it that it reaches, the live member a tail may read and whether a
@@ -500,7 +529,8 @@ def _signature(state: _State) -> tuple:
     live_mask = _or(1 << n for n in state.group_of)
     groups = tuple(sorted(
         (relabel[g], grp.anchors, grp.reads, grp.largest, grp.reach & live_mask & ~grp.members,
-         grp.tail_reads if grp.tail_reads in state.group_of else -1, grp.sealed) for g, grp in state.groups.items()
+         grp.tail_reads if grp.tail_reads in state.group_of else -1, grp.sealed, grp.members & a.chain_nodes)
+        for g, grp in state.groups.items()
     ))  # fmt: skip
     reaching = tuple(sorted(
         (relabel[g], relabel[h]) for g, gg in state.groups.items() for h, hh in state.groups.items()

@@ -495,6 +495,8 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
     b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
+    if c.b_transposed:  # gathered: a load slot per element, as A's broadcasts
+        b_ns = max(b_ns, b_pack / m.broadcast_loads_per_ns())
     a_ns = max(a_pack * F32 * (1 / m.bandwidth_one[a_held] + 1 / m.bandwidth_one[a_level]),
                a_pack / m.broadcast_loads_per_ns())
     b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
@@ -637,7 +639,8 @@ def _threads_reason(p: MatmulPlan) -> str:
 def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
                blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
-               prologue: ep.Epilogue = (), b_constant: bool = False) -> list[MatmulPlan]:  # fmt: skip
+               prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
+               b_transposed: bool = False) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call; with `b_constant`, B likewise. With `transposed` (operands stored
@@ -646,8 +649,11 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`),
     or, where `nhwc` says so for Aᵀ and for Cᵀ, in one block of all channels; with both
     so, at any width. With a `prologue` (ops on B as it is read), only tiled and packed
-    plans (transposed: a scale of the weights' rows)."""
+    plans (transposed: a scale of the weights' rows). `leading` and `b_transposed`: operands
+    read and written in place (`MatmulConfig.leading`): a B stored transposed only packed,
+    a strided B not by dot."""
     registers = min(machine.registers, target.vector_registers)
+    in_place = {"leading": leading, "b_transposed": b_transposed}
     configs = []
     for lanes in vector_widths(machine, target):
         m = machine.at(lanes, threads)
@@ -661,11 +667,11 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                         for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
                         if tile_registers(mr, nv) <= registers]  # fmt: skip
             continue
-        if not prologue:
+        if not prologue and not b_transposed:
             configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
-                                        epilogue=epilogue))
-        if shape.n == 1 and not prologue:  # matrix times vector: rows x partial sums along K
-            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue)
+                                        epilogue=epilogue, **in_place))
+        if shape.n == 1 and not prologue and not (b_transposed or leading[1]):  # rows x partial sums along K
+            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue, **in_place)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
@@ -676,9 +682,9 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                     configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
                                              epilogue=epilogue, a_packed=a_constant and kind == "packed",
                                              b_packed=b_constant and kind == "packed" and not prologue,
-                                             prologue=prologue,
+                                             prologue=prologue, **in_place,
                                              **full_edges(shape, mr, nv, lanes, kind == "packed"))
-                                for kind in kinds]  # fmt: skip
+                                for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
@@ -748,19 +754,20 @@ class Choice:
 def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
-           prologue: ep.Epilogue = (), b_constant: bool = False) -> Choice:  # fmt: skip
+           prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
+           b_transposed: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
     weights), so packed plans read it packed once, `b_constant` likewise for B;
     `transposed`, `blocked`, `nhwc`:
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
-    as it is read (see `candidates`)."""
+    as it is read; `leading`, `b_transposed`: operands in place (see `candidates`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue, b_constant)]  # fmt: skip
+                                    prologue, b_constant, leading, b_transposed)]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
     # one may not. Tiled candidates come first, and a packed floor is never below the
