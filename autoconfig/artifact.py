@@ -41,6 +41,7 @@ import numpy as np
 from autoconfig.builder import BuiltModel
 from autoconfig.errors import AutoconfigError, reraised
 from autoconfig.loader import ARCHIVE, DRIVER, FORMAT, LIBRARY, sha256_file
+from autoconfig.machine import Machine
 from autoconfig.probe.host import this_host
 from autoconfig.runtime import POOL_SOURCE, encode, widest
 from kernels.abi import c_header, c_tasks
@@ -166,7 +167,8 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> di
     kernels, step = [], 0
     for k in model.kernels:
         kernels.append({"name": k.name, "kind": k.kind, "ops": k.ops, "choice": k.summary,
-                        "predicted_ns": round(k.predicted_ns, 1), "steps": [step, step + len(k.calls)]})  # fmt: skip
+                        "predicted_ns": round(k.predicted_ns, 1), "steps": [step, step + len(k.calls)],
+                        **({"flops": k.flops} if k.flops else {})})  # fmt: skip
         step += len(k.calls)
     return {
         "format": FORMAT,
@@ -182,6 +184,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> di
         "weights_bytes": model.weights_bytes,
         "predicted_ns": round(sum(k.predicted_ns for k in model.kernels), 1),
         "profile": model.profile.name,
+        "peak_gflops": round(Machine.of(model.profile).peak_gflops(model.threads), 1),  # the products' yardstick
         "target": model.target.name,
         "vector_bits": model.target.vector_bits,
         "native": native,

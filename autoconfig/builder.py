@@ -83,6 +83,7 @@ class KernelGroup:
     predicted_ns: float
     explain: str
     summary: str  # the algorithm and parameters in a few words
+    flops: int = 0  # a matrix product's multiply-adds x 2 (0: not a product kernel)
 
 
 @dataclass
@@ -145,14 +146,16 @@ class Builder:
         for name in graph.converted:  # written by the runner before the first kernel
             self.where[name] = (self._buffer(graph.types[name].elements), 0)
 
-    def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue, **options: object):
-        """`model.choose` for this build's profile, target and threads, once per distinct
-        (shape, epilogue, options): a model's layers repeat (EfficientNet-B0's 82
-        convolutions and matmuls are 47 distinct ones), and its choice depends on nothing
-        else; with a decision cache, once across builds."""
-        key = (model, shape, epilogue, *sorted(options.items()))
+    def choose(self, model: Callable, shape: object, epilogue: ep.Epilogue, threads: int | None = None,
+               **options: object):  # fmt: skip
+        """`model.choose` for this build's profile, target and threads (or fewer), once per
+        distinct (shape, epilogue, threads, options): a model's layers repeat
+        (EfficientNet-B0's 82 convolutions and matmuls are 47 distinct ones), and its
+        choice depends on nothing else; with a decision cache, once across builds."""
+        threads = threads or self.threads
+        key = (model, shape, epilogue, threads, *sorted(options.items()))
         if key not in self.choices:
-            self.choices[key] = ask(self.decisions, model, shape, self.profile, self.target, self.threads, epilogue,
+            self.choices[key] = ask(self.decisions, model, shape, self.profile, self.target, threads, epilogue,
                                     **options)  # fmt: skip
         return self.choices[key]
 

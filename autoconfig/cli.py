@@ -290,6 +290,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"{'kernel':<28} {'choice':<44} {'measured µs':>12} {'predicted µs':>13}   (median of {runs} run(s))")
         for k, measured in zip(model.manifest["kernels"], kernel_ns):
             print(f"{k['name'][:28]:<28} {k['choice'][:44]:<44} {measured / 1e3:>12.1f} {k['predicted_ns'] / 1e3:>13.1f}")
+        print(model.products_share(kernel_ns))
         print(model.prediction_accuracy(kernel_ns, median_ns))
     return 0
 
@@ -542,7 +543,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--bench", type=int, default=0, metavar="N", help="run N times and print the median time")
     run.add_argument("--per-kernel", action="store_true",
                      help="each kernel's measured time (median of the runs) next to its predicted time, "
-                     "their rank correlation and the totals' ratio")  # fmt: skip
+                     "their rank correlation and the totals' ratio, and the matrix products' share of "
+                     "the time and GFLOP/s against the profile's peak")  # fmt: skip
     run.set_defaults(run=_cmd_run)
 
 

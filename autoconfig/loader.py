@@ -192,6 +192,19 @@ class LoadedModel:
         tens of percent for the shortest kernels."""
         return np.median([self.kernel_times(self.run(inputs)[2]) for _ in range(max(1, runs))], axis=0).tolist()
 
+    def products_share(self, kernel_ns: list[float]) -> str:
+        """The matrix products' share of the kernels' time and their rate against the
+        profile's peak at the model's threads, in one line."""
+        kernels = self.manifest["kernels"]
+        timed = [(k["flops"], ns) for k, ns in zip(kernels, kernel_ns) if k.get("flops")]
+        if not timed:
+            return "matrix products: none"
+        flops, ns = sum(f for f, _ in timed), sum(t for _, t in timed)
+        peak = self.manifest["peak_gflops"]
+        return (f"matrix products: {len(timed)} kernels, {ns / sum(kernel_ns):.0%} of the kernels' time, "
+                f"{flops / ns:.1f} GFLOP/s = {flops / ns / peak:.2f}x the profile's {self.manifest['threads']}-thread "
+                f"peak ({peak:.1f} GFLOP/s)")  # fmt: skip
+
     def prediction_accuracy(self, kernel_ns: list[float], total_ns: float) -> str:
         """The models' accuracy on this model in one line: Spearman's rank correlation
         of predicted and measured kernel times, and the predicted total over the measured."""

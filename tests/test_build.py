@@ -459,9 +459,13 @@ def test_run_checks_inputs_and_files(tmp_path, capsys):
         model({"input": np.zeros((5, 37))})
     x = tmp_path / "x.npy"
     np.save(x, np.ones((5, 37), np.float32))
+    capsys.readouterr()
     assert main(["run", str(out), "--input", f"input={x}", "--output", str(tmp_path / "y.npz"), "--bench", "3",
                  "--per-kernel"]) == 0  # fmt: skip
     assert np.load(tmp_path / "y.npz")[model.outputs[0][0]].shape == (5, 10)
+    assert sum(k.get("flops", 0) for k in model.manifest["kernels"]) == 2 * 5 * (37 * 64 + 64 * 48 + 48 * 10)
+    assert re.search(r"matrix products: 3 kernels, \d+% of the kernels' time, [\d.]+ GFLOP/s = [\d.]+x the "
+                     r"profile's \d+-thread peak \([\d.]+ GFLOP/s\)", capsys.readouterr().out)
     weights = out / "weights.bin"
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
     capsys.readouterr()

@@ -53,6 +53,11 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     choice = b.choose(matmul_model.choose, shape, tuple(ops), b_constant=one_b, **in_place)
+    count, at_once = len(product.offsets), 1
+    if count > 1 and b.threads > 1:  # products side by side, one per thread, or each one split
+        alone = b.choose(matmul_model.choose, shape, tuple(ops), threads=1, b_constant=one_b, **in_place)
+        if alone.best.total_ns * math.ceil(count / b.threads) < choice.best.total_ns * count:
+            choice, at_once = alone, b.threads
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
@@ -60,18 +65,21 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     w = _right_operand(b, values[B] or node.inputs[1], trans_b and not as_column, alpha if constant_b else 1.0,
                        calls, modules, plan.config)  # fmt: skip
     y = b.write(values[C] or chain.end)
+    each = []
     for a_at, b_at, c_at in product.offsets:
         moved = [Ref(r.space, r.offset + c_at) if op.operand == "output" else r
                  for op, r in zip([o for o in ops if o.operand], operands)]  # fmt: skip
         left, right = Ref(a.space, a.offset + a_at), Ref(w.space, w.offset + b_at)
         out = Ref(y.space, y.offset + c_at)
-        calls.append(matmul_call(plan, out, right, left, moved, b) if as_column else
-                     matmul_call(plan, out, left, right, moved, b))  # fmt: skip
+        each.append(matmul_call(plan, out, right, left, moved, b) if as_column else
+                    matmul_call(plan, out, left, right, moved, b))  # fmt: skip
+    calls += [Call(plan.config.symbol, tuple(p for call in each[i:i + at_once] for p in call.parts))
+              for i in range(0, count, at_once)]  # fmt: skip
+    threads = f"{at_once} at once on 1 thread each" if at_once > 1 else f"{plan.threads} thread(s)"
     return KernelGroup(node.name, ops_of([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
-                       choice.best.total_ns * len(product.offsets), choice.explain(),
-                       f"{plan.config.algorithm} {plan.config.tile}"
-                       f"{f' x{len(product.offsets)}' if len(product.offsets) > 1 else ''}{_in_place(product)}, "
-                       f"{plan.threads} thread(s)")  # fmt: skip
+                       choice.best.total_ns * math.ceil(count / at_once), choice.explain(),
+                       f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
+                       f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
 
 
 def _in_place(product: Products) -> str:
