@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kernels.emit import index
 from kernels.loops import Sized, equal, for_range, for_tile_trips, for_tiles, for_unrolled, load, offset, store
-from kernels.loops import if_values, strided_load, strided_store
+from kernels.loops import if_values, strided_load, strided_store, transpose_square
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 
@@ -282,20 +282,48 @@ class PackedB:
 
         def band(k_band: ir.Value) -> None:
             def panel(col: ir.Value, count: int) -> None:
-                def row(k: ir.Value) -> None:
-                    for v in range(ceil_div(count, self.lanes)):
-                        left = count - v * self.lanes
-                        edge = mask(left) if left < self.lanes else None
-                        column = offset(col, v * self.lanes)
-                        store(read(k, column, edge), self.work, [self.at(col, k, v)])
-
                 # not unrolled to its 8 rows: that made the panel loop LLVM's slowest to compile
-                for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), self.k_hi), 1, row, llvm_unrolls=False)
+                for_range(k_band, arith.minsi(offset(k_band, PACK_B_ROWS), self.k_hi), 1,
+                          lambda k: self._pack_row(col, count, k, read, mask), llvm_unrolls=False)  # fmt: skip
 
             # nor the panels: unrolled, they cost LLVM time and ran no faster
             for_tiles(*tiles, self.nr, columns, panel, llvm_unrolls=False)
 
         for_range(self.k0, self.k_hi, PACK_B_ROWS, band)
+
+    def _pack_row(self, col: ir.Value, count: int, k: ir.Value,
+                  read: Callable[[ir.Value, ir.Value, ir.Value | None], ir.Value],
+                  mask: Callable[[int], ir.Value]) -> None:  # fmt: skip
+        """Row k of the panel at `col` of `count` columns, as `pack` fills it."""
+        for v in range(ceil_div(count, self.lanes)):
+            left = count - v * self.lanes
+            edge = mask(left) if left < self.lanes else None
+            store(read(k, offset(col, v * self.lanes), edge), self.work, [self.at(col, k, v)])
+
+    def pack_transposed(self, tiles: tuple[ir.Value, ir.Value], columns: int,
+                        row: Callable[[ir.Value, ir.Value], ir.Value],
+                        read: Callable[[ir.Value, ir.Value, ir.Value | None], ir.Value],
+                        mask: Callable[[int], ir.Value]) -> None:  # fmt: skip
+        """`pack` from Bᵀ as stored (B's columns its rows, along k): squares of L columns
+        by L k's, loaded as L vectors (`row(n, k)`: Bᵀ[n, k .. k + L)), transposed in
+        registers and stored as L rows of the panel — L·log2 L shuffles where gathering
+        takes a load slot per element; the k's past the last whole square by `read`, as
+        `pack` reads them."""
+        lanes, zero = self.lanes, vector.broadcast(self.vec, arith.constant(ir.F32Type.get(), 0.0))
+        squares_end = arith.subi(self.k_hi, arith.remsi(arith.subi(self.k_hi, self.k0), index(lanes)))
+
+        def panel(col: ir.Value, count: int) -> None:
+            def square(k: ir.Value) -> None:
+                for v in range(ceil_div(count, lanes)):
+                    rows = [row(offset(col, v * lanes + i), k) if v * lanes + i < count else zero for i in range(lanes)]
+                    for j, value in enumerate(transpose_square(rows)):
+                        store(value, self.work, [self.at(col, offset(k, j), v)])
+
+            for_range(self.k0, squares_end, lanes, square, llvm_unrolls=False)
+            for_range(squares_end, self.k_hi, 1, lambda k: self._pack_row(col, count, k, read, mask),
+                      llvm_unrolls=False)  # fmt: skip
+
+        for_tiles(*tiles, self.nr, columns, panel, llvm_unrolls=False)
 
 
 @dataclass(frozen=True)

@@ -281,3 +281,22 @@ def _as_index(value: ir.Value | int) -> ir.Value:
 
 def _compare(predicate: str, x: ir.Value, y: ir.Value) -> ir.Value:
     return arith.cmpi(getattr(arith.CmpIPredicate, predicate), x, y)
+
+
+def transpose_square(rows: list[ir.Value]) -> list[ir.Value]:
+    """The L×L matrix held as L vectors of L lanes, transposed in registers: for each bit
+    h of the lane index, rows i and i + h (bit h clear in i) swap their off-diagonal
+    h-wide blocks, two two-source shuffles per pair (vpermt2ps on AVX-512): L·log2 L
+    shuffles for L² floats, where gathering one element at a time costs a load slot each."""
+    lanes = len(rows)
+    rows = list(rows)
+    h = lanes // 2
+    while h:
+        for i in range(lanes):
+            if i & h:
+                continue
+            a, b = rows[i], rows[i + h]
+            rows[i] = vector.shuffle(a, b, [lane if not lane & h else lanes + lane - h for lane in range(lanes)])
+            rows[i + h] = vector.shuffle(a, b, [lane + h if not lane & h else lanes + lane for lane in range(lanes)])
+        h //= 2
+    return rows

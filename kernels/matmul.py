@@ -509,6 +509,10 @@ class _Kernel:
         return ep.apply(self.config.prologue, value,
                         lambda i: vector.broadcast(self.vec, memref.load(self.row_operands[i], [k])))
 
+    def read_b_row(self, n: ir.Value, k: ir.Value) -> ir.Value:
+        """A B stored transposed: a vector of its row n (B's column n) from k on."""
+        return load(self.vec, self.b_flat, [arith.addi(arith.muli(n, index(self.config.rows_apart()[1])), k)])
+
     def finish(self, value: ir.Value, row: ir.Value, col: ir.Value, mask: ir.Value | None,
                read_output: Callable[[ir.Value], ir.Value] | None = None) -> ir.Value:  # fmt: skip
         """`value` (C at row, col: a vector, or a scalar for dot) with the epilogue; an
@@ -632,7 +636,10 @@ def _blocked(kn: _Kernel) -> None:
                     k0, k1, t0, t1 = extra
                     first_column = arith.muli(t0, index(cfg.nr))
                     panels = PackedB(inner.work, inner.vec, inner.lanes, cfg.nv, pkc, k0, k1, first_column)
-                    panels.pack((t0, t1), shape.n, inner.read_b, inner.mask)
+                    if cfg.b_transposed and not inner.target.scalable:
+                        panels.pack_transposed((t0, t1), shape.n, inner.read_b_row, inner.read_b, inner.mask)
+                    else:
+                        panels.pack((t0, t1), shape.n, inner.read_b, inner.mask)
 
                 _outlined(kn, "pack_b", [pc, pc_end, jt, jt_end], pack_b)
 

@@ -61,7 +61,8 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel
 from kernels.gemm import PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY
-from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, when_else
+from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, transpose_square
+from kernels.loops import when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -598,25 +599,6 @@ class Reblock:
                                              Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)),
                                f"{self.batch}x{self.channels}x{self.pixels} from {way}: "
                                f"(image, {self.lanes} channels) [unit_begin, unit_end).")  # fmt: skip
-
-
-def transpose_square(rows: list[ir.Value]) -> list[ir.Value]:
-    """The L×L matrix held as L vectors of L lanes, transposed in registers: for each bit
-    h of the lane index, rows i and i + h (bit h clear in i) swap their off-diagonal
-    h-wide blocks, two two-source shuffles per pair (vpermt2ps on AVX-512): L·log2 L
-    shuffles for L² floats, where gathering one element at a time costs a load slot each."""
-    lanes = len(rows)
-    rows = list(rows)
-    h = lanes // 2
-    while h:
-        for i in range(lanes):
-            if i & h:
-                continue
-            a, b = rows[i], rows[i + h]
-            rows[i] = vector.shuffle(a, b, [lane if not lane & h else lanes + lane - h for lane in range(lanes)])
-            rows[i + h] = vector.shuffle(a, b, [lane + h if not lane & h else lanes + lane for lane in range(lanes)])
-        h //= 2
-    return rows
 
 
 def _reblock(cfg: Reblock, target: Target, args: dict) -> None:

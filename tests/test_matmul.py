@@ -528,23 +528,25 @@ def test_streamed_k_blocks_are_packed_and_cut_the_c_passes(name, lanes):
 IN_PLACE = [
     mm.MatmulConfig(ANY, "broadcast", 8, unroll=4, leading=(23, 41, 37)),
     mm.MatmulConfig(ANY, "tiled", 8, mr=3, nv=2, kc=8, mc=6, unroll=2, leading=(23, 41, 37)),
-    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=5, mc=8, nc=16, unroll=2, leading=(0, 41, 37),
+    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=5, mc=8, unroll=2, leading=(0, 41, 37),
                     full_row_edge=True, full_column_edge=True),
-    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=5, mc=8, nc=16, unroll=2, leading=(23, 29, 37),
-                    b_transposed=True),
+    mm.MatmulConfig(ANY, "packed", 8, mr=4, nv=2, kc=11, mc=8, unroll=2, leading=(23, 29, 37), b_transposed=True),
     mm.MatmulConfig(ANY, "packed", 8, mr=3, nv=1, b_transposed=True),
 ]
 
 
+@pytest.mark.parametrize("case_id", ["avx2", pytest.param("neon", marks=pytest.mark.slow),
+                                     pytest.param("rvv128", marks=pytest.mark.slow)])  # fmt: skip
 @pytest.mark.parametrize("config", IN_PLACE, ids=lambda c: f"{c.algorithm}-{c.leading}-{c.b_transposed}")
 @pytest.mark.parametrize("dims", [(13, 17, 19), (9, 33, 7), (1, 1, 1)], ids=lambda d: "x".join(map(str, d)))
-def test_operands_read_and_written_in_place_through_row_strides(config, dims):
-    """A, B (or Bᵀ) and C as strided views of wider matrices (one attention head of a
-    [tokens, heads x width] tensor): the product lands in C's columns, the rest of each
-    row is untouched."""
-    target = target_for("avx2")
+def test_operands_read_and_written_in_place_through_row_strides(case_id, config, dims):
+    """A, B (or Bᵀ: packed by squares transposed in registers, the k's past the last
+    square by gathers) and C as strided views of wider matrices (one attention head of
+    a [tokens, heads x width] tensor): the product lands in C's columns, the rest of
+    each row is untouched."""
+    target = target_for(case_id)
     require_runnable(target)
-    config = at(config, dims)
+    config = at(replace(config, lanes=target.f32_lanes), dims)
     m, n, k = dims
     rows = config.rows_apart()
     rng = np.random.default_rng(1)

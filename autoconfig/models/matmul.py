@@ -495,8 +495,8 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
     b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
-    if c.b_transposed:  # gathered: a load slot per element, as A's broadcasts
-        b_ns = max(b_ns, b_pack / m.broadcast_loads_per_ns())
+    if c.b_transposed:  # from Bᵀ by squares transposed in registers: log2 L shuffles per L elements
+        b_ns += b_pack * math.log2(c.lanes) / m.elementwise_per_ns()
     a_ns = max(a_pack * F32 * (1 / m.bandwidth_one[a_held] + 1 / m.bandwidth_one[a_level]),
                a_pack / m.broadcast_loads_per_ns())
     b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
