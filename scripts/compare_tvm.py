@@ -512,6 +512,7 @@ def main() -> int:
             print("\nkernels per inference and fusion ratio")
             print("\n".join(fusion_table(rows)), flush=True)
             report.tables.append({"title": "fusion", "rows": rows})
+            report.summary += ["kernels per inference and fusion ratio", *fusion_table(rows)]
         for threads in threads_list:
             if "operators" in args.parts:
                 tasks = operator_tasks(QUICK["matmuls"] if args.quick else MATMULS,
