@@ -265,3 +265,17 @@ def test_dp_reads_and_writes_the_heads_through_the_products_addressing():
     moved = next(v for v, n in enumerate(graph.nodes) if n.inputs[0] == graph.nodes[split].outputs[0])
     rest = [[v] for v in range(len(graph.nodes)) if v not in (split, moved)]
     assert "does not address" in is_legal(graph, [[split, moved], *rest])
+
+
+def test_products_of_one_dimensional_operands_keep_their_axes():
+    """A 1-D A is one row per product, a 1-D B one column: each product's C is its row
+    (or column) of the output, the batch of A over one B is one product of all rows."""
+    from autoconfig.graph.products import products
+
+    node = Node("mm", "MatMul", ["a", "b"], ["c"])
+    row = products(node, (4,), (3, 4, 5))
+    assert (row.m, row.n, row.k) == (1, 5, 4) and row.offsets == ((0, 0, 0), (0, 20, 5), (0, 40, 10))
+    column = products(node, (2, 3, 4), (4,))
+    assert (column.m, column.n, column.k) == (6, 1, 4) and column.offsets == ((0, 0, 0),)
+    batched = products(node, (2, 1, 3, 4), (5, 4, 6))
+    assert len(batched.offsets) == 10 and batched.offsets[6] == (12, 24, 108)

@@ -37,7 +37,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     constant_b = g.is_constant(node.inputs[1])
     if trans_b:
         b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
-    product = products(node, a_shape, b_shape, g.types[node.outputs[0]].shape, maps)
+    product = products(node, a_shape, b_shape, maps)
     if product is None:
         raise fail(node, "its operands, as the plan reads them, are not strided matrices")
     in_place = {"leading": product.leading, "b_transposed": True} if product.b_transposed else (

@@ -122,7 +122,7 @@ def _layout(graph: Graph, anchor: Node, side: int, nodes: list[Node]):
     if anchor.op == "Gemm" and (anchor.attrs.get("transA", 0) or anchor.attrs.get("transB", 0)):
         a_shape, b_shape = a_shape[::-1] if anchor.attrs.get("transA", 0) else a_shape, (
             b_shape[::-1] if anchor.attrs.get("transB", 0) else b_shape)
-    return products(anchor, a_shape, b_shape, graph.types[anchor.outputs[0]].shape, tuple(maps))
+    return products(anchor, a_shape, b_shape, tuple(maps))
 
 
 def read_map(graph: Graph, nodes: list[Node]) -> tuple[str, np.ndarray]:

@@ -35,7 +35,7 @@ Maps = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]
 index array of the operand's shape; None: the operand itself, dense)."""
 
 
-def products(node: Node, a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
+def products(node: Node, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
              maps: Maps = (None, None, None)) -> Products | None:  # fmt: skip
     """The products of a MatMul (or a 2-D Gemm, shapes transposed already), or None where
     an operand's `maps` place its matrices other than as strided rows: a batch of A over
@@ -47,8 +47,9 @@ def products(node: Node, a_shape: tuple[int, ...], b_shape: tuple[int, ...], out
         raise fail(node, f"inner sizes differ: {a_shape} times {b_shape}")
     merged = len(b_shape) == 2
     batch = () if merged else np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    c_shape = (math.prod(a_shape[:-1]), n) if merged else (*batch, m, n)  # the output, 1-D operands' axes kept
     layouts = [_matrices(where, shape, batch, merged, side == 1)
-               for side, (where, shape) in enumerate(zip(maps, (a_shape, b_shape, out_shape)))]  # fmt: skip
+               for side, (where, shape) in enumerate(zip(maps, (a_shape, b_shape, c_shape)))]  # fmt: skip
     if any(x is None for x in layouts):
         return None
     (a_at, a_rows, _), (b_at, b_rows, b_t), (c_at, c_rows, _) = layouts
