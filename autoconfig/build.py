@@ -191,7 +191,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     for members in plan.groups:
         runs = addressing.absorbed(graph, members, chains)
         if runs:
-            absorbed = {graph.nodes[u].name for chain, length in runs for u in chain.nodes[:length]}
+            absorbed = {graph.nodes[u].name for u in addressing.run_members(runs)}
             b.absorbed[graph.nodes[min(members)].name] = absorbed
             b.addressed[graph.nodes[runs[0][0].anchor].name] = addressing.maps_of(graph, runs)
             members = [v for v in members if graph.nodes[v].name not in absorbed]

@@ -12,7 +12,7 @@ import numpy as np
 
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, per_channel, permuted
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.products import A, B, C, Products, products
+from autoconfig.graph.products import A, B, C, Products, operand_shapes, products
 from autoconfig.lowering import matmul_call
 from autoconfig.models import matmul as matmul_model
 from autoconfig.runtime import Call, Ref
@@ -26,22 +26,17 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     """Gemm (alpha, beta, transA, transB, any C broadcast to the output) and MatMul (any
     ranks), B a constant or computed: one matrix kernel, called once per product."""
     g, gemm = b.graph, node.op == "Gemm"
-    a_shape, b_shape = g.types[node.inputs[0]].shape, g.types[node.inputs[1]].shape
     trans_a, trans_b = gemm and node.attrs.get("transA", 0), gemm and node.attrs.get("transB", 0)
     alpha = float(node.attrs.get("alpha", 1.0)) if gemm else 1.0
     values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
     a, calls, modules = b.read(values[A] or node.inputs[0]), [], []
     if trans_a:
-        a, calls, modules = permuted(b, a, a_shape, (1, 0))
-        a_shape = a_shape[::-1]
+        a, calls, modules = permuted(b, a, g.types[node.inputs[0]].shape, (1, 0))
     constant_b = g.is_constant(node.inputs[1])
-    if trans_b:
-        b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
+    a_shape, b_shape = operand_shapes(node, g)
     product = products(node, a_shape, b_shape, maps)
     if product is None:
         raise fail(node, "its operands, as the plan reads them, are not strided matrices")
-    in_place = {"leading": product.leading, "b_transposed": True} if product.b_transposed else (
-        {"leading": product.leading} if any(product.leading) else {})  # fmt: skip
     # One row times a constant transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own
     # layout (a transpose of a large fc layer's weights costs the build seconds); the output,
     # a row, is the same memory as the column W·aᵀ, whose channels run along its rows.
@@ -52,12 +47,8 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     ops, operands = first_ops + ops, first_operands + operands
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
-    choice = b.choose(matmul_model.choose, shape, tuple(ops), b_constant=one_b, **in_place)
-    count, at_once = len(product.offsets), 1
-    if count > 1 and b.threads > 1:  # products side by side, one per thread, or each one split
-        alone = b.choose(matmul_model.choose, shape, tuple(ops), threads=1, b_constant=one_b, **in_place)
-        if alone.best.total_ns * math.ceil(count / b.threads) < choice.best.total_ns * count:
-            choice, at_once = alone, b.threads
+    count = len(product.offsets)
+    choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, **product.options())
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
@@ -80,6 +71,18 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                        choice.best.total_ns * math.ceil(count / at_once), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
+
+
+def _side_by_side(b: Builder, shape: mm.MatmulShape, ops: ep.Epilogue, count: int, **options: object):
+    """The matmul model's choice for `count` products, and how many run at once: one per
+    thread, each on one thread, where that is predicted faster than each split across
+    the threads (a batch of attention heads), else one at a time."""
+    choice = b.choose(matmul_model.choose, shape, ops, **options)
+    if count > 1 and b.threads > 1:
+        alone = b.choose(matmul_model.choose, shape, ops, threads=1, **options)
+        if alone.best.total_ns * math.ceil(count / b.threads) < choice.best.total_ns * count:
+            return alone, b.threads
+    return choice, 1
 
 
 def _in_place(product: Products) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoconfig.graph.products import A, B, C, Maps, products
+from autoconfig.graph.products import A, B, C, Maps, operand_shapes, products
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.movement import source_maps
@@ -62,7 +62,7 @@ def _chains_of(graph: Graph, v: int, producers: dict[str, Node], consumers: dict
     found = []
     for side in sides:
         nodes, value = [], node.inputs[side]
-        while (value in producers and _sole_reader(graph, value, consumers, graph.nodes[nodes[-1]] if nodes else node)
+        while (value in producers and _next(graph, value, consumers) is (graph.nodes[nodes[-1]] if nodes else node)
                and _link(graph, producers[value], READ_THROUGH)):  # fmt: skip
             nodes.append(index[producers[value].name])
             value = producers[value].inputs[0]
@@ -70,9 +70,9 @@ def _chains_of(graph: Graph, v: int, producers: dict[str, Node], consumers: dict
     if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] and not graph.is_constant(node.inputs[2]):
         return found  # its computed C is read in the output's layout
     through, value = [], node.outputs[0]
-    while _next(graph, value, consumers) is not None and _epilogue_op(graph, _next(graph, value, consumers), value):
-        through.append(index[_next(graph, value, consumers).name])
-        value = graph.nodes[through[-1]].outputs[0]
+    while (reader := _next(graph, value, consumers)) is not None and _epilogue_op(graph, reader, value):
+        through.append(index[reader.name])
+        value = reader.outputs[0]
     nodes = []
     while (reader := _next(graph, value, consumers)) is not None and _link(graph, reader, WRITE_THROUGH):
         nodes.append(index[reader.name])
@@ -87,14 +87,10 @@ def _chain(graph: Graph, v: int, side: int, nodes: tuple[int, ...], through: tup
     return Chain(v, side, nodes, through, valid | {0})
 
 
-def _sole_reader(graph: Graph, value: str, consumers: dict[str, list[Node]], reader: Node) -> bool:
-    return value not in graph.outputs and {c.name for c in consumers.get(value, [])} == {reader.name}
-
-
 def _next(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
-    """The one node reading `value` (None: several, none, or a graph output)."""
+    """The one node reading `value`, once or more (None: several, none, or a graph output)."""
     readers = consumers.get(value, [])
-    return readers[0] if len(readers) == 1 and value not in graph.outputs else None
+    return readers[0] if len({r.name for r in readers}) == 1 and value not in graph.outputs else None
 
 
 def _link(graph: Graph, node: Node, movers: tuple[str, ...]) -> bool:
@@ -117,12 +113,13 @@ def _layout(graph: Graph, anchor: Node, side: int, nodes: list[Node]):
     """The anchor's products with `nodes` of one side absorbed, or None."""
     maps: list = [None, None, None]
     if nodes:
-        maps[side] = (write_map if side == C else read_map)(graph, nodes)[1]
-    a_shape, b_shape = (graph.types[i].shape for i in anchor.inputs[:2])
-    if anchor.op == "Gemm" and (anchor.attrs.get("transA", 0) or anchor.attrs.get("transB", 0)):
-        a_shape, b_shape = a_shape[::-1] if anchor.attrs.get("transA", 0) else a_shape, (
-            b_shape[::-1] if anchor.attrs.get("transB", 0) else b_shape)
-    return products(anchor, a_shape, b_shape, tuple(maps))
+        maps[side] = _map(graph, side, nodes)[1]
+    return products(anchor, *operand_shapes(anchor, graph), tuple(maps))
+
+
+def _map(graph: Graph, side: int, nodes: list[Node]) -> tuple[str, np.ndarray]:
+    """`write_map` for the output's chain, `read_map` for an operand's."""
+    return (write_map if side == C else read_map)(graph, nodes)
 
 
 def read_map(graph: Graph, nodes: list[Node]) -> tuple[str, np.ndarray]:
@@ -219,6 +216,10 @@ def maps_of(graph: Graph, runs: list[tuple[Chain, int]]) -> tuple[list[str | Non
     values: list[str | None] = [None, None, None]
     maps: list = [None, None, None]
     for chain, length in runs:
-        nodes = [graph.nodes[u] for u in chain.nodes[:length]]
-        values[chain.side], maps[chain.side] = (write_map if chain.side == C else read_map)(graph, nodes)
+        values[chain.side], maps[chain.side] = _map(graph, chain.side, [graph.nodes[u] for u in chain.nodes[:length]])
     return values, tuple(maps)
+
+
+def run_members(runs: list[tuple[Chain, int]]) -> set[int]:
+    """The nodes of a group's absorbed runs: its product's addressing, no kernel of their own."""
+    return {u for chain, length in runs for u in chain.nodes[:length]}

@@ -203,7 +203,7 @@ def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:
             moving = next(i for i, v in enumerate(members) if info(graph.nodes[v]).kernel is Kernel.MOVEMENT)
             todo += [part for part in (members[:moving], [members[moving]], members[moving + 1:]) if part]
             continue
-        passive = {graph.nodes[u].name for chain, length in runs for u in chain.nodes[:length]}
+        passive = {graph.nodes[u].name for u in addressing.run_members(runs)}
         cut = _cut(graph, [graph.nodes[v] for v in members], consumers, passive)
         if cut is None:
             result.append(members)

@@ -8,7 +8,9 @@ one-to-one ops), no edge inside it is "no" in the legality table
 (classify.LEGALITY) or one the code generator cannot emit (classify.emittable), and
 any ops before its anchor are a prologue the anchor computes as it reads its input
 (`Analysis.prologue_fits`); a mean tail (`classify.mean_tail`) may end a group whose
-anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`).
+anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`); data
+movement shares a group only as runs of chains its product reads or writes through
+(`Analysis.addressing_fits`, `addressing`).
 
 Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a

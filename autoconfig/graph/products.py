@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoconfig.errors import fail
-from autoconfig.graph.ir import Node
+from autoconfig.graph.ir import Graph, Node
 
 A, B, C = 0, 1, 2  # a product's operands and its output
 
@@ -28,6 +28,23 @@ class Products:
     offsets: tuple[tuple[int, int, int], ...]
     leading: tuple[int, int, int] = (0, 0, 0)
     b_transposed: bool = False
+
+
+    def options(self) -> dict:
+        """The matmul model's in-place options where they are not the default (a dense
+        product is asked as before, its choice kept under the same key)."""
+        return {**({"leading": self.leading} if any(self.leading) else {}),
+                **({"b_transposed": True} if self.b_transposed else {})}
+
+
+def operand_shapes(node: Node, graph: Graph) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A's and B's shapes as the products read them: a Gemm's transA and transB applied."""
+    a_shape, b_shape = (graph.types[i].shape for i in node.inputs[:2])
+    if node.op == "Gemm" and node.attrs.get("transA", 0):
+        a_shape = a_shape[::-1]
+    if node.op == "Gemm" and node.attrs.get("transB", 0):
+        b_shape = (*b_shape[:-2], b_shape[-1], b_shape[-2])
+    return a_shape, b_shape
 
 
 Maps = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]
