@@ -13,7 +13,9 @@
   flipped filters (s² the multiply-adds of the scatter form at stride s);
 - a convolution's taps that read only padding at every output position (a dilated
   window wider than its input, as in DeepLab's atrous pyramid) are dropped, with the
-  pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds;
+  pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds; and
+  where most of the rest would still read padding, the outputs split into regions that
+  read the same taps, each region an unpadded convolution of its own (`_tap_regions`);
 - GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
   Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
 - InstanceNormalization, and LayerNormalization whose mean or inverse deviation is
@@ -24,6 +26,8 @@
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -356,6 +360,7 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 4 and graph.is_constant(node.inputs[1]):
         _live_taps(graph, node)
+        return _tap_regions(graph, node)
     return [node]
 
 
@@ -382,6 +387,81 @@ def _live_taps(graph: Graph, node: Node) -> None:
     kept = _Made(graph, node.name).constant("live_taps", np.ascontiguousarray(weight[tuple(crop)]))
     node.inputs = [node.inputs[0], kept, *node.inputs[2:]]
     node.attrs = {**a, "pads": pads, "kernel_shape": list(graph.types[kept].shape[2:])}
+
+
+REGION_WORK_SHARE = 0.5
+"""A convolution splits into its regions of live taps (`_tap_regions`) only where they
+hold at most this share of its multiply-adds: each region costs a kernel call, a slice
+and a concatenation of its own."""
+
+
+def _tap_runs(k: int, d: int, s: int, pad: int, size: int, out: int) -> list[tuple[int, int, int, int]]:
+    """Along one axis: runs (y0, y1, t0, t1) of output positions [y0, y1) whose filter
+    taps inside the input are [t0, t1) (a contiguous range: the position a tap reads
+    grows with it)."""
+    runs: list[tuple[int, int, int, int]] = []
+    for y in range(out):
+        live = [t for t in range(k) if 0 <= y * s - pad + t * d < size]
+        taps = (live[0], live[-1] + 1) if live else (0, 0)
+        if runs and runs[-1][2:] == taps:
+            runs[-1] = (runs[-1][0], y + 1, *taps)
+        else:
+            runs.append((y, y + 1, *taps))
+    return runs
+
+
+def _tap_regions(graph: Graph, node: Node) -> list[Node]:
+    """`node`, or (where most of its multiply-adds would read padding: a window dilated
+    nearly past a small input, as DeepLab's atrous pyramid) one unpadded convolution per
+    region of outputs that read the same taps inside the input, by those taps only, of
+    the input's slice they read; the regions concatenated along the width, then the
+    height."""
+    a, weight = node.attrs, graph.constants[node.inputs[1]]
+    if a.get("auto_pad", "NOTSET") != "NOTSET" or not np.isfinite(weight).all():
+        return [node]
+    x, out_shape = node.inputs[0], graph.types[node.outputs[0]].shape
+    pads, dilations, strides = a.get("pads", [0] * 4), a.get("dilations", [1, 1]), a.get("strides", [1, 1])
+    runs = [_tap_runs(weight.shape[2 + i], dilations[i], strides[i], pads[i], graph.types[x].shape[2 + i],
+                      out_shape[2 + i]) for i in range(2)]  # fmt: skip
+    work = math.prod(sum((y1 - y0) * (t1 - t0) for y0, y1, t0, t1 in axis) for axis in runs)
+    if work > REGION_WORK_SHARE * math.prod(out_shape[2:]) * math.prod(weight.shape[2:]) or any(
+            t0 == t1 for axis in runs for *_, t0, t1 in axis):  # fmt: skip
+        return [node]
+    made, slices = _Made(graph, node.name), {}
+    rows = [[_region(made, slices, node, (r, c), (strides, dilations, pads)) for c in runs[1]] for r in runs[0]]
+    bands = [row[0] if len(row) == 1 else made.op("Concat", row, _joined(graph, row, 3), axis=3) for row in rows]
+    if len(bands) == 1:
+        made.nodes[-1].outputs = node.outputs
+    else:
+        made.op("Concat", bands, out_shape, out=node.outputs[0], axis=2)
+    return made.nodes
+
+
+def _joined(graph: Graph, values: list[str], axis: int) -> tuple[int, ...]:
+    shapes = [graph.types[v].shape for v in values]
+    return (*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1:])
+
+
+def _region(made: _Made, slices: dict, node: Node, runs: tuple, window: tuple) -> str:
+    """The convolution of one region (a row run and a column run of `_tap_runs`): its
+    taps' filters over the input's slice they read (made once per slice), unpadded."""
+    graph, (x, weight), (strides, dilations, pads) = made.graph, node.inputs[:2], window
+    shape = graph.types[x].shape
+    begins = [y0 * s - p + t0 * d for (y0, _, t0, _), s, d, p in zip(runs, strides, dilations, pads)]
+    ends = [(y1 - 1) * s - p + (t1 - 1) * d + 1 for (_, y1, _, t1), s, d, p in zip(runs, strides, dilations, pads)]
+    if (begins, ends) != ([0, 0], list(shape[2:])):
+        if (tuple(begins), tuple(ends)) not in slices:
+            slices[tuple(begins), tuple(ends)] = made.op(
+                "Slice", [x, *(made.constant(what, np.array(v, np.int64)) for what, v in
+                               (("starts", begins), ("ends", ends), ("axes", [2, 3])))],
+                (*shape[:2], *(e - b for b, e in zip(begins, ends))))  # fmt: skip
+        x = slices[tuple(begins), tuple(ends)]
+    (_, _, h0, h1), (_, _, w0, w1) = runs
+    taps = made.constant("taps", np.ascontiguousarray(graph.constants[weight][:, :, h0:h1, w0:w1]))
+    out = (shape[0], graph.types[node.outputs[0]].shape[1], runs[0][1] - runs[0][0], runs[1][1] - runs[1][0])
+    return made.op("Conv", [x, taps, *node.inputs[2:]], out, kernel_shape=[h1 - h0, w1 - w0],
+                   dilations=list(dilations), strides=list(strides), group=node.attrs.get("group", 1),
+                   pads=[0, 0, 0, 0])  # fmt: skip
 
 
 def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
