@@ -526,6 +526,24 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
     assert choose(shape, profile, get_target("avx512"), 2).best.plan.split != "rows"
 
 
+def test_a_blocked_pointwise_layer_stalls_reading_its_input_again_per_channel_tile():
+    """Through a 1x1 window on a small map (ResNet-50's last stride-2 downsample: rows of
+    448 bytes per channel block), each channel tile reads the whole input again in runs
+    the prefetchers never get ahead of: a stall on the FMAs, which leaves the layer to
+    im2col; a 3x3 window reads each line for several taps, and its re-reads overlap."""
+    from autoconfig.models.cost import STALL_TERM
+    from autoconfig.models.conv import predict
+
+    profile = load_profile(AVX2)
+    pointwise = ConvShape(1, 1024, 14, 14, 2048, (1, 1), strides=(2, 2))
+    window = ConvShape(1, 1024, 14, 14, 2048, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    stalls = {s.kernel: predict(ConvPlan(BlockedDirectConfig(s, 8, 2, 4), 1), profile).term(STALL_TERM)
+              for s in (pointwise, window)}  # fmt: skip
+    assert stalls[(1, 1)] > 0.1 * predict(ConvPlan(BlockedDirectConfig(pointwise, 8, 2, 4), 1), profile).total_ns
+    assert stalls[(3, 3)] == 0.0
+    assert choose(pointwise, profile, get_target("avx2"), 1).best.config.algorithm == "im2col"
+
+
 def test_the_model_prices_channel_blocked_layouts():
     """On MobileNet-V1's first depthwise layer the model prefers channel blocks (aligned
     whole-vector loads, no input transform); a layer on its own, which takes and returns

@@ -56,7 +56,7 @@ from autoconfig.models.cost import (
     OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, epilogue_term, fma_floor_ns,
     microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
-from autoconfig.models.matmul import MAX_MR, MAX_NV, Choice, MatmulPlan, choose as choose_matmul
+from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, choose as choose_matmul
 from autoconfig.models.matmul import predict as predict_matmul
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
@@ -474,6 +474,7 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     streamed = (level, tiles * tile_weights, f"{tile_weights / 1e3:.0f} kB of weights per channel tile for every "
                                              f"pixel tile from {level}")  # fmt: skip
     terms = [
+        _input_again(c, m, share, tile_weights),
         Term("fma", issue * units, f"tiles of {c.tile}, {s.channels} channels x {s.taps} taps, at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
         Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
@@ -484,6 +485,23 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     source, result = layout_name(c.layout if c.blocked_input else "nchw", c.lanes), layout_name(c.layout, c.lanes)
     return terms, _blocked_params(p, m, f"direct to {result}: output pixels x vectors of output channels per "
                                         "register tile", f"input {source}, output {result}")  # fmt: skip
+
+
+def _input_again(c: BlockedDirectConfig, m: Machine, share: float, tile_weights: float) -> Term:
+    """Every channel tile after a thread's first reads the whole input again, a run of
+    each channel block's (or NCHW channel's) row at a time. Through a 1x1 window each
+    line is read once per tile, and runs shorter than a page are fresh streams the
+    prefetchers never get ahead of: a stall on the FMAs. Longer runs they follow, and a
+    wider window reads each line for several taps: those re-reads overlap."""
+    s = c.shape
+    image = math.prod(s.input_shape) * F32
+    run = s.width * F32 * (1 if not c.blocked_input else s.channels if c.layout == "nhwc" else c.lanes)
+    stalls = run < PAGE_BYTES and s.kernel == (1, 1)
+    again = max(0.0, c.channel_tiles() * share - 1) * image if stalls else 0.0
+    level = m.holding_level(image + tile_weights)
+    head = f"the {image / 1e3:.0f} kB input read again by each more channel tile in runs of {run} B"
+    return Term(STALL_TERM, again / m.bandwidth[level], f"{head}: {again / 1e6:.1f} MB from {level}" if again else
+                f"{head}, overlapping the FMAs")  # fmt: skip
 
 
 def mean_ns(outputs: int, m: Machine) -> float:

@@ -106,7 +106,8 @@ def epilogue_term(epilogue: ep.Epilogue, vectors: int, outputs: int, m: Machine,
 
 
 STALL_TERM = "l1 misses"
-"""Traffic that does not overlap the kernel: an evicted B micro-panel's reloads."""
+"""Traffic that does not overlap the kernel: an evicted B micro-panel's reloads; a
+blocked direct convolution's input read again per channel tile."""
 
 
 C_PASSES_TERM = "c passes"
