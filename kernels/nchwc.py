@@ -22,15 +22,17 @@ for 3·nv FMAs)::
           for kw (unrolled):  acc[j] += X[n, cb, ih, ow0 + j·sw + kw·dw − left, :] · W[cb, kh, kw, :]
         Y[n, cb, oh, ow0 + j, :] = epilogue(acc[j])
 
-direct (dense, group 1): a register tile of nv output pixels of one row × mv vectors
-of output channels; each input channel's value is broadcast and multiplies a vector
+direct (dense, or grouped where each group's output channels fill vectors: a tile lies
+in one group and reads its input channels only): a register tile of nv output pixels
+of one row × mv vectors of output channels; each input channel's value is broadcast
+and multiplies a vector
 of weights (the channels-in-lanes structure of oneDNN's direct kernels; Georganas et
 al., SC'18). The input may be plain NCHW (a model's first layer: 3 channels do not
 fill a block) or blocked; the output is blocked::
 
     for (n, output-channel tile, oh) in units:
       for ow0 in pixel tiles:
-        for c in input channels:  for kh in the rows inside:  for kw (unrolled):
+        for c in the tile's group's input channels:  for kh in the rows inside:  for kw (unrolled):
           acc[j][v] += X[n, c, ih, iw(j, kw)] · W[c, kh, kw, co0 + v·L : +L]
         Y[n, co0/L + v, oh, ow0 + j, :] = epilogue(acc[j][v])
 
@@ -380,9 +382,9 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
 
 @dataclass(frozen=True)
 class BlockedDirectConfig:
-    """Direct convolution (group 1) writing NCHW[c] (or NHWC, `layout`): tiles of nv
-    output pixels × mv vectors of `lanes` output channels; the input plain NCHW or in
-    the output's layout."""
+    """Direct convolution writing NCHW[c] (or NHWC, `layout`): tiles of nv output pixels
+    × mv vectors of `lanes` output channels of one group (a group's output channels
+    fill whole vectors); the input plain NCHW or in the output's layout."""
 
     shape: ConvShape
     lanes: int
@@ -398,8 +400,17 @@ class BlockedDirectConfig:
     def tile(self) -> str:
         return f"{self.nv} pixels x {self.mv * self.lanes} channels"
 
+    def group_tiles(self) -> int:
+        """Channel tiles per group: its vectors mv at a time, the last may hold fewer."""
+        return ceil_div(self.shape.out_per_group // self.lanes, self.mv)
+
     def channel_tiles(self) -> int:
-        return ceil_div(self.shape.out_channels // self.lanes, self.mv)
+        return self.shape.group * self.group_tiles()
+
+    def tile_starts(self) -> list[int]:
+        """The first output channel of each channel tile, group by group."""
+        s, width = self.shape, self.mv * self.lanes
+        return [g * s.out_per_group + t for g in range(s.group) for t in range(0, s.out_per_group, width)]
 
     def units(self) -> int:
         """(image, output-channel tile, output row) triples: what threads divide."""
@@ -426,8 +437,9 @@ class BlockedDirectConfig:
 
     def validate(self, target: Target) -> None:
         s = self.shape
-        if s.group != 1:
-            raise KernelError(f"the channel-blocked direct convolution is for group 1, got {s.describe()}")
+        if s.group > 1 and s.out_per_group % self.lanes:
+            raise KernelError(f"the channel-blocked direct convolution needs each group's output channels to fill "
+                              f"vectors of {self.lanes}, got {s.describe()}")  # fmt: skip
         # each input value is broadcast: an NHWC input may hold any number of channels
         check_blocked(target, self.lanes, {"the output channels": s.out_channels,
                                            **({"the input channels": s.channels}
@@ -439,10 +451,11 @@ class BlockedDirectConfig:
         last may hold fewer), [C, KH, KW, its channels], one tile after another, so a
         pixel tile streams its weights from one contiguous run. Read as [C, KH, KW, Cout]
         instead, a step's vectors sat Cout floats apart: 1024 output channels put every
-        step in one L1 set and a new 4 KiB page, out of the prefetchers' reach."""
-        width = self.mv * self.lanes
-        return np.concatenate([weight[t:t + width].transpose(1, 2, 3, 0).ravel()
-                               for t in range(0, weight.shape[0], width)])
+        step in one L1 set and a new 4 KiB page, out of the prefetchers' reach. (C: a
+        group's input channels; a tile lies in one group.)"""
+        width, per_group = self.mv * self.lanes, self.shape.out_per_group
+        return np.concatenate([weight[t:min(t + width, (t // per_group + 1) * per_group)].transpose(1, 2, 3, 0).ravel()
+                               for t in self.tile_starts()])  # fmt: skip
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
@@ -450,7 +463,7 @@ class BlockedDirectConfig:
         source = layout_name(self.layout if self.blocked_input else "nchw", self.lanes)
         result = layout_name(self.layout, self.lanes)
         return _signature(self, f"direct convolution {s.describe()}, {source} to {result}",
-                          s.out_channels * s.channels * s.taps)  # fmt: skip
+                          s.out_channels * s.in_per_group * s.taps)  # fmt: skip
 
 
 def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
@@ -458,21 +471,24 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
     out = _Output.of(cfg, target, args)
     vec = out.vec
     x = f32_memref(args["x"], [math.prod(s.input_shape)])
-    w = f32_memref(args["w"], [s.out_channels * s.channels * s.taps])
+    w = f32_memref(args["w"], [s.out_channels * s.in_per_group * s.taps])
     (_, kw_count), (sw, dw) = s.kernel, (s.strides[1], s.dilations[1])
     columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
-    tiles, blocks = cfg.channel_tiles(), s.out_channels // lanes
+    tiles, per_group, blocks = cfg.channel_tiles(), cfg.group_tiles(), s.out_per_group // lanes
     source = Blocks.of(cfg.layout if cfg.blocked_input else "nchw", s.input_shape, lanes)
     result = Blocks.of(cfg.layout, s.output_shape, lanes)
 
     def unit(u: ir.Value) -> None:
         n = arith.divsi(u, index(tiles * s.out_height))
         oh = arith.remsi(u, index(s.out_height))
-        first_block = arith.muli(arith.remsi(arith.divsi(u, index(s.out_height)), index(tiles)), index(mv))
-        vectors = min(mv, blocks)  # the last tile may hold fewer: a static count per tile kind
+        tile = arith.remsi(arith.divsi(u, index(s.out_height)), index(tiles))
+        group, in_group = _group_of(tile, s.group, per_group)  # the tile's group, its tile within it
+        first_block = arith.addi(arith.muli(group, index(blocks)), arith.muli(in_group, index(mv)))
+        first_channel = arith.muli(group, index(s.in_per_group))
+        vectors = min(mv, blocks)  # a group's last tile may hold fewer: a static count per tile kind
         top, kh_begin, kh_end = _row_taps(s, oh)
         co0 = arith.muli(first_block, index(lanes))
-        tile_weights = arith.muli(co0, index(s.channels * s.taps))  # every tile before it is whole
+        tile_weights = arith.muli(co0, index(s.in_per_group * s.taps))  # each tile before it: its width of filters
         if not cfg.blocked_input:
             _prefetch_next_rows(cfg, x, n, top)
 
@@ -487,10 +503,10 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
             def tile(ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> None:
                 left = arith.subi(arith.muli(ow0, index(sw)), index(s.pads[1]))
 
-                def channel(c: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                def channel(c: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:  # c: within the group
                     def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                         ih = arith.addi(top, arith.muli(kh, index(s.dilations[0])))
-                        start, step = source.at(n, c, ih, left), source.step
+                        start, step = source.at(n, arith.addi(first_channel, c), ih, left), source.step
                         taps = arith.muli(arith.addi(arith.muli(c, index(s.kernel[0])), kh), index(kw_count))
                         acc = list(acc)
                         for kw in kws or range(kw_count):
@@ -504,7 +520,7 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
 
                     return for_carry(kh_begin, kh_end, 1, acc, filter_row)
 
-                acc = for_carry(0, s.channels, 1, [f32_splat(target, lanes, 0.0)] * (pixels * count), channel)
+                acc = for_carry(0, s.in_per_group, 1, [f32_splat(target, lanes, 0.0)] * (pixels * count), channel)
                 for j in range(pixels):
                     for v in range(count):
                         out.store(acc[j * count + v], output_at(v, offset(ow0, j)), channel_of(v))
@@ -514,14 +530,21 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
                 for v in range(count):
                     out.store(f32_splat(target, lanes, 0.0), output_at(v, index(ow)), channel_of(v))
 
-        last = blocks - (tiles - 1) * mv
+        last = blocks - (per_group - 1) * mv
         if last == vectors:
             with_vectors(vectors)
         else:
-            is_last = arith.cmpi(arith.CmpIPredicate.eq, first_block, index((tiles - 1) * mv))
+            is_last = arith.cmpi(arith.CmpIPredicate.eq, in_group, index(per_group - 1))
             when_else(is_last, lambda: with_vectors(last), lambda: with_vectors(vectors))
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+
+
+def _group_of(tile: ir.Value, groups: int, per_group: int) -> tuple[ir.Value, ir.Value]:
+    """(group, tile within it) of a channel tile; ungrouped, (0, the tile)."""
+    if groups == 1:
+        return index(0), tile
+    return arith.divsi(tile, index(per_group)), arith.remsi(tile, index(per_group))
 
 
 PREFETCH_ROWS_AHEAD = 2

@@ -195,6 +195,8 @@ BLOCKED_LAYERS = [
     ConvShape(1, 16, 2, 2, 16, (3, 3), (1, 1), (3, 3, 3, 3)),
     ConvShape(1, 32, 5, 7, 16, (1, 1)),
     ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
+    ConvShape(1, 64, 7, 9, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # grouped: 32 channels per group
+    ConvShape(2, 32, 6, 5, 64, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 4),  # 8 in, 16 out per group
 ]
 
 

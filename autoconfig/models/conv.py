@@ -462,20 +462,21 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
 def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], list[tuple[str, str]]]:
     c: BlockedDirectConfig = p.config
     s = c.shape
-    vectors = min(c.mv, s.out_channels // c.lanes)
-    # per (channel, tap): an FMA per pixel and vector, mv weight loads, a broadcast per pixel
+    vectors = min(c.mv, s.out_per_group // c.lanes)
+    # per (channel of the group, tap): an FMA per pixel and vector, mv weight loads, a
+    # broadcast per pixel
     issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels))
-    units = c.units() * share * s.channels
-    weights = s.out_channels * s.channels * s.taps
+    units = c.units() * share * s.in_per_group
+    weights = s.out_channels * s.in_per_group * s.taps
     # every pixel tile streams its channel tile's weights from the level that holds them
-    tile_weights = s.channels * s.taps * vectors * c.lanes * F32
+    tile_weights = s.in_per_group * s.taps * vectors * c.lanes * F32
     level = m.holding_level(tile_weights)
     tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
     streamed = (level, tiles * tile_weights, f"{tile_weights / 1e3:.0f} kB of weights per channel tile for every "
                                              f"pixel tile from {level}")  # fmt: skip
     terms = [
         _input_again(c, m, share, tile_weights),
-        Term("fma", issue * units, f"tiles of {c.tile}, {s.channels} channels x {s.taps} taps, at "
+        Term("fma", issue * units, f"tiles of {c.tile}, {s.in_per_group} channels x {s.taps} taps, at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
         Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
         Term("loads", loads * units, f"{vectors} weight loads and a broadcast per pixel per step beyond the FMA time"),
@@ -488,7 +489,7 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
 
 
 def _input_again(c: BlockedDirectConfig, m: Machine, share: float, tile_weights: float) -> Term:
-    """Every channel tile after a thread's first reads the whole input again, a run of
+    """Every channel tile after a thread's first reads its group's input again, a run of
     each channel block's (or NCHW channel's) row at a time. Through a 1x1 window each
     line is read once per tile, and runs shorter than a page are fresh streams the
     prefetchers never get ahead of: a stall on the FMAs. Longer runs they follow, and a
@@ -497,7 +498,7 @@ def _input_again(c: BlockedDirectConfig, m: Machine, share: float, tile_weights:
     image = math.prod(s.input_shape) * F32
     run = s.width * F32 * (1 if not c.blocked_input else s.channels if c.layout == "nhwc" else c.lanes)
     stalls = run < PAGE_BYTES and s.kernel == (1, 1)
-    again = max(0.0, c.channel_tiles() * share - 1) * image if stalls else 0.0
+    again = max(0.0, c.group_tiles() - 1) * image * share if stalls else 0.0
     level = m.holding_level(image + tile_weights)
     head = f"the {image / 1e3:.0f} kB input read again by each more channel tile in runs of {run} B"
     return Term(STALL_TERM, again / m.bandwidth[level], f"{head}: {again / 1e6:.1f} MB from {level}" if again else
@@ -529,9 +530,9 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
     configs: list[BlockedConfig] = []
     if shape.depthwise:
         configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean) for nv in range(1, MAX_PIXELS + 1)]
-    elif shape.group == 1 and not shape.pointwise:  # a pointwise layer is gemm1x1's, blocked or not
-        configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue)
-                   for nv in range(1, MAX_PIXELS + 1) for mv in range(1, min(MAX_NV, shape.out_channels // lanes) + 1)]
+    elif shape.out_per_group % lanes == 0 and not shape.pointwise:  # a pointwise layer is gemm1x1's
+        configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue) for nv in range(1, MAX_PIXELS + 1)
+                   for mv in range(1, min(MAX_NV, shape.out_per_group // lanes) + 1)]  # fmt: skip
     plans = [ConvPlan(c, threads, "units") for c in configs if c.registers_needed()[0] <= registers]
     return [p for p in plans if threads == 1 or p.split_units() > 1]
 
@@ -939,10 +940,11 @@ def _kind(config: ConvConfig) -> tuple:
 def reads_blocked(shape: ConvShape, machine: Machine, target: Target) -> bool:
     """Whether some plan of the layer reads channel blocks (`kernels.nchwc`): blocks of
     the target's widest vectors, fixed-length, measured by the profile, filled by the
-    input and output channels, of a dense or depthwise layer."""
+    input and output channels, of a depthwise layer or one whose groups' output channels
+    fill vectors."""
     lanes = target.f32_lanes
     return (not target.scalable and lanes in machine.fma_by_lanes and shape.channels % lanes == 0
-            and shape.out_channels % lanes == 0 and (shape.group == 1 or shape.depthwise))
+            and shape.out_channels % lanes == 0 and (shape.depthwise or shape.out_per_group % lanes == 0))
 
 
 def _best(predictions: list[Prediction]) -> Prediction:
