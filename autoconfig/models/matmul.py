@@ -847,16 +847,20 @@ def memory_bound(prediction: Prediction) -> bool:
     return memory > kernel
 
 
+PREFERRED_STREAMS = 4
+"""Rows a kernel bound by memory best reads at once: each is a stream the hardware
+prefetchers follow within its page; one alone leaves the bandwidth of the level past L2
+idle, and many contend for the prefetchers' trackers."""
+
+
 def preference(p: Prediction) -> tuple:
     """How the matmul model breaks a tie (`cost.best_of`): the fewest micro-kernels, then
-    (where memory bounds the time) the fewest rows streamed at once, then the fewest
-    instructions per flop, then a split by rows.
+    (where memory bounds the time) rows streamed at once nearest PREFERRED_STREAMS, then
+    the fewest instructions per flop, then a split by rows.
 
     Micro-kernels: an edge tile's costs build time, and ties without one mostly ran
-    faster too. Rows streamed: each row a kernel reads at once is a stream the hardware
-    prefetchers follow within its page, and concurrent ones ramp up side by side.
-    Instructions per flop: the FMA-bound terms hide that advantage. A split by rows:
-    each thread's rows of A and C are its own contiguous block, where a split by columns
-    has every thread read all of A."""
-    return (micro_kernels(p.config), rows_streamed(p.config) if memory_bound(p) else 0,
+    faster too. Instructions per flop: the FMA-bound terms hide that advantage. A split
+    by rows: each thread's rows of A and C are its own contiguous block, where a split
+    by columns has every thread read all of A."""
+    return (micro_kernels(p.config), abs(rows_streamed(p.config) - PREFERRED_STREAMS) if memory_bound(p) else 0,
             instructions_per_flop(p.config), p.plan.split != "rows")  # fmt: skip
