@@ -60,6 +60,7 @@ def simplify(graph: Graph) -> Graph:
     graph.nodes = [lowered for node in nodes for lowered in _lowered(graph, node)]
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     _fold_batchnorm(graph)
+    graph.nodes = [region for node in graph.nodes for region in _tap_regions(graph, node)]
     _gelu_as_one(graph)
     _scales_after_products(graph)
     _drop_unused_constants(graph)
@@ -360,7 +361,6 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 4 and graph.is_constant(node.inputs[1]):
         _live_taps(graph, node)
-        return _tap_regions(graph, node)
     return [node]
 
 
@@ -415,7 +415,9 @@ def _tap_regions(graph: Graph, node: Node) -> list[Node]:
     nearly past a small input, as DeepLab's atrous pyramid) one unpadded convolution per
     region of outputs that read the same taps inside the input, by those taps only, of
     the input's slice they read; the regions concatenated along the width, then the
-    height."""
+    height. After BatchNormalization is folded, which the split would keep apart."""
+    if node.op != "Conv" or len(graph.types[node.inputs[0]].shape) != 4 or not graph.is_constant(node.inputs[1]):
+        return [node]
     a, weight = node.attrs, graph.constants[node.inputs[1]]
     if a.get("auto_pad", "NOTSET") != "NOTSET" or not np.isfinite(weight).all():
         return [node]
