@@ -407,10 +407,11 @@ class BlockedDirectConfig:
     def channel_tiles(self) -> int:
         return self.shape.group * self.group_tiles()
 
-    def tile_starts(self) -> list[int]:
-        """The first output channel of each channel tile, group by group."""
+    def tile_channels(self) -> list[tuple[int, int]]:
+        """Each channel tile's output channels [begin, end), group by group."""
         s, width = self.shape, self.mv * self.lanes
-        return [g * s.out_per_group + t for g in range(s.group) for t in range(0, s.out_per_group, width)]
+        return [(g * s.out_per_group + t, g * s.out_per_group + min(t + width, s.out_per_group))
+                for g in range(s.group) for t in range(0, s.out_per_group, width)]  # fmt: skip
 
     def units(self) -> int:
         """(image, output-channel tile, output row) triples: what threads divide."""
@@ -453,9 +454,7 @@ class BlockedDirectConfig:
         instead, a step's vectors sat Cout floats apart: 1024 output channels put every
         step in one L1 set and a new 4 KiB page, out of the prefetchers' reach. (C: a
         group's input channels; a tile lies in one group.)"""
-        width, per_group = self.mv * self.lanes, self.shape.out_per_group
-        return np.concatenate([weight[t:min(t + width, (t // per_group + 1) * per_group)].transpose(1, 2, 3, 0).ravel()
-                               for t in self.tile_starts()])  # fmt: skip
+        return np.concatenate([weight[begin:end].transpose(1, 2, 3, 0).ravel() for begin, end in self.tile_channels()])
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""

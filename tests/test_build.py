@@ -614,32 +614,41 @@ def test_taps_that_read_only_padding_are_dropped(tmp_path):
     build_and_compare(atrous_net(), "avx2", tmp_path / "net")
 
 
-def pyramid_net() -> onnx.ModelProto:
-    """Windows dilated nearly past a small map: most outputs read one tap inside the
-    input, the border ones two or more (dilation 6 on 8 rows; 5 at stride 2 and pad 4 on
-    11 columns, grouped), with a bias, a BatchNormalization and a ReLU after."""
+PYRAMIDS = {"rows and columns": ([6, 5], [6, 4, 6, 4], 5), "columns only": ([1, 9], [0, 9, 0, 9], 11)}
+"""Windows dilated nearly past a small map (grouped, 8x11 input): dilation 6 on 8 rows
+and 5 at stride 2 and pad 4 on 11 columns; or every row tap inside and dilation 9 at
+stride 1 on the columns (one band of regions)."""
+
+
+def pyramid_net(dilations: list[int], pads: list[int], width: int) -> onnx.ModelProto:
+    """Most outputs read one tap inside the input, the border ones two or more, with a
+    bias, a BatchNormalization and a ReLU after."""
     b = zoo.Builder("pyramid_net", 12)
     rng = np.random.default_rng(12)
     w = b.const("w", rng.standard_normal((16, 4, 3, 3), dtype=np.float32))
     bias = b.const("bias", rng.standard_normal(16, dtype=np.float32))
-    y = b.op("Conv", ["input", w, bias], kernel_shape=[3, 3], dilations=[6, 5], pads=[6, 4, 6, 4],
-             strides=[1, 2], group=2)  # fmt: skip
+    y = b.op("Conv", ["input", w, bias], kernel_shape=[3, 3], dilations=dilations, pads=pads,
+             strides=[1, 2 if width == 5 else 1], group=2)  # fmt: skip
     stats = [b.const(name, values.astype(np.float32)) for name, values in
              (("gamma", rng.uniform(0.5, 2, 16)), ("beta", rng.standard_normal(16)), ("mean", rng.standard_normal(16)),
               ("var", rng.uniform(0.5, 2, 16)))]  # fmt: skip
     y = b.op("BatchNormalization", [y, *stats])
-    return b.model("input", [1, 8, 8, 11], [(b.op("Relu", [y]), [1, 16, 8, 5])])
+    height = 8 if dilations[0] > 1 else 6
+    return b.model("input", [1, 8, 8, 11], [(b.op("Relu", [y]), [1, 16, height, width])])
 
 
-def test_outputs_that_read_few_taps_are_convolved_by_region(tmp_path):
+@pytest.mark.parametrize("case", PYRAMIDS)
+def test_outputs_that_read_few_taps_are_convolved_by_region(tmp_path, case):
     """A convolution whose outputs mostly read padding runs as one unpadded convolution
     per region of outputs reading the same taps, concatenated (on the profile's two
     cores), its BatchNormalization folded first: the same answer."""
-    graph = import_model(pyramid_net())
+    model = pyramid_net(*PYRAMIDS[case])
+    graph = import_model(model)
     convs = [n for n in graph.nodes if n.op == "Conv"]
     assert len(convs) > 1 and all(n.attrs["pads"] == [0, 0, 0, 0] for n in convs)
     assert not [n for n in graph.nodes if n.op == "BatchNormalization"]  # folded before the split
+    out = graph.types[graph.outputs[0]].shape
     taps = sum(np.prod(graph.types[n.outputs[0]].shape[2:]) * np.prod(n.attrs["kernel_shape"]) for n in convs)
-    assert taps <= 0.5 * 8 * 5 * 9  # the regions' multiply-adds per channel pair against the padded window's
+    assert taps <= 0.5 * out[2] * out[3] * 9  # the regions' multiply-adds per channel pair against the padded window's
     require_runnable(get_target("avx2"))
-    build_and_compare(pyramid_net(), "avx2", tmp_path / "net")
+    build_and_compare(model, "avx2", tmp_path / "net")

@@ -429,24 +429,23 @@ def _tap_regions(graph: Graph, node: Node) -> list[Node]:
     if work > REGION_WORK_SHARE * math.prod(out_shape[2:]) * math.prod(weight.shape[2:]) or any(
             t0 == t1 for axis in runs for *_, t0, t1 in axis):  # fmt: skip
         return [node]
-    made, slices = _Made(graph, node.name), {}
-    rows = [[_region(made, slices, node, (r, c), (strides, dilations, pads)) for c in runs[1]] for r in runs[0]]
-    bands = [row[0] if len(row) == 1 else made.op("Concat", row, _joined(graph, row, 3), axis=3) for row in rows]
-    if len(bands) == 1:
-        made.nodes[-1].outputs = node.outputs
-    else:
+    made, slices, window = _Made(graph, node.name), {}, (strides, dilations, pads)
+    one_band, one_column = len(runs[0]) == 1, len(runs[1]) == 1  # the last op made writes the node's output
+    bands = []
+    for r in runs[0]:
+        into = node.outputs[0] if one_band else ""
+        row = [_region(made, slices, node, (r, c), window, into if one_column else "") for c in runs[1]]
+        bands.append(row[0] if one_column else
+                     made.op("Concat", row, (*out_shape[:2], r[1] - r[0], out_shape[3]), out=into, axis=3))
+    if not one_band:
         made.op("Concat", bands, out_shape, out=node.outputs[0], axis=2)
     return made.nodes
 
 
-def _joined(graph: Graph, values: list[str], axis: int) -> tuple[int, ...]:
-    shapes = [graph.types[v].shape for v in values]
-    return (*shapes[0][:axis], sum(s[axis] for s in shapes), *shapes[0][axis + 1:])
-
-
-def _region(made: _Made, slices: dict, node: Node, runs: tuple, window: tuple) -> str:
+def _region(made: _Made, slices: dict, node: Node, runs: tuple, window: tuple, into: str) -> str:
     """The convolution of one region (a row run and a column run of `_tap_runs`): its
-    taps' filters over the input's slice they read (made once per slice), unpadded."""
+    taps' filters over the input's slice they read (made once per slice), unpadded,
+    written to `into` (else a new value)."""
     graph, (x, weight), (strides, dilations, pads) = made.graph, node.inputs[:2], window
     shape = graph.types[x].shape
     begins = [y0 * s - p + t0 * d for (y0, _, t0, _), s, d, p in zip(runs, strides, dilations, pads)]
@@ -460,8 +459,8 @@ def _region(made: _Made, slices: dict, node: Node, runs: tuple, window: tuple) -
         x = slices[tuple(begins), tuple(ends)]
     (_, _, h0, h1), (_, _, w0, w1) = runs
     taps = made.constant("taps", np.ascontiguousarray(graph.constants[weight][:, :, h0:h1, w0:w1]))
-    out = (shape[0], graph.types[node.outputs[0]].shape[1], runs[0][1] - runs[0][0], runs[1][1] - runs[1][0])
-    return made.op("Conv", [x, taps, *node.inputs[2:]], out, kernel_shape=[h1 - h0, w1 - w0],
+    region = (shape[0], graph.types[node.outputs[0]].shape[1], runs[0][1] - runs[0][0], runs[1][1] - runs[1][0])
+    return made.op("Conv", [x, taps, *node.inputs[2:]], region, out=into, kernel_shape=[h1 - h0, w1 - w0],
                    dilations=list(dilations), strides=list(strides), group=node.attrs.get("group", 1),
                    pads=[0, 0, 0, 0])  # fmt: skip
 
