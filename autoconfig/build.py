@@ -7,6 +7,8 @@ for a view or a concatenation its producers write into), in dependency order:
   gathered from `autoconfig.families`: convolution, matrix product, pooling, softmax,
   normalization, data movement), the elementwise ops after the anchor its epilogue
   (`builder.match_epilogue`);
+- an attention core (two products and the softmax between them) is one
+  `kernels.attention` kernel (`families.attention`);
 - a group of elementwise ops alone is one `kernels.elementwise` kernel: the same
   epilogue on a tensor streamed from memory;
 - Reshape, Flatten, Squeeze, Unsqueeze are views: the same buffer;
@@ -26,10 +28,11 @@ from autoconfig.builder import (
     elementwise_kernel, fail, match_epilogue, ops_of, plane_axis, reads_any_layout, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
-from autoconfig.families import conv, matmul, movement, normalization, pool, softmax
+from autoconfig.families import attention, conv, matmul, movement, normalization, pool, softmax
+from autoconfig.families.attention import ATTENTION
 from autoconfig.fusion import addressing
 from autoconfig.fusion import plan as fusion_plan
-from autoconfig.fusion.classify import streamed_input
+from autoconfig.fusion.classify import attention_cores, streamed_input
 from autoconfig.fusion.planning import Plan
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
@@ -41,7 +44,7 @@ from kernels.cache import KernelCache
 from kernels.target import Target
 
 FAMILIES: dict[str, Lowering] = {**conv.LOWERINGS, **matmul.LOWERINGS, **pool.LOWERINGS, **softmax.LOWERINGS,
-                                 **normalization.LOWERINGS, **movement.LOWERINGS,
+                                 **normalization.LOWERINGS, **movement.LOWERINGS, **attention.LOWERINGS,
                                  ELEMENTWISE_GROUP: Lowering(None, reads_any_layout)}  # fmt: skip
 """The lowering registry: each family's operators, and the group of elementwise ops
 alone (lowered by `_elementwise`, reading any layout)."""
@@ -94,7 +97,12 @@ def _lower_computed(b: Builder, members: list[Node]) -> KernelGroup | None:
         for v in views:
             b.alias(v.outputs[0], v.inputs[0])
         return None
-    group = _anchor(b, anchors[0], [n for n in compute if n is not anchors[0]]) if anchors else _elementwise(b, compute)
+    if not anchors:
+        group = _elementwise(b, compute)
+    elif b.anchor_of[anchors[0].name] == ATTENTION:  # `fusion.classify.attention_cores`
+        group = FAMILIES[ATTENTION].lower(b, anchors[0], [n for n in compute if n is not anchors[0]])
+    else:
+        group = _anchor(b, anchors[0], [n for n in compute if n is not anchors[0]])
     for v in views:
         if v not in head:  # the kernel's output in another shape
             b.alias(v.outputs[0], v.inputs[0])
@@ -187,18 +195,19 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = Builder(graph, profile, target, threads, cache, FAMILIES)
     plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
-    chains = addressing.chains(graph)
+    chains, cores = addressing.chains(graph), attention_cores(graph)
     for members in plan.groups:
         runs = addressing.absorbed(graph, members, chains)
         if runs:
             absorbed = {graph.nodes[u].name for u in addressing.run_members(runs)}
             b.absorbed[graph.nodes[min(members)].name] = absorbed
-            b.addressed[graph.nodes[runs[0][0].anchor].name] = addressing.maps_of(graph, runs)
+            b.addressed |= {graph.nodes[v].name: maps for v, maps in addressing.maps_of(graph, runs).items()}
             members = [v for v in members if graph.nodes[v].name not in absorbed]
         nodes = [graph.nodes[v] for v in members]
         kinds = {info(n).kernel for n in nodes}
-        anchor = next((n.op for n in nodes if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)),
-                      ELEMENTWISE_GROUP if kinds == {Kernel.ELEMENTWISE} else "")  # fmt: skip
+        anchor = ATTENTION if any(set(core.nodes) <= set(members) for core in cores) else next(
+            (n.op for n in nodes if info(n).kernel in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)),
+            ELEMENTWISE_GROUP if kinds == {Kernel.ELEMENTWISE} else "")  # fmt: skip
         b.anchor_of |= {n.name: anchor for n in nodes}
         compute = [n for n in nodes if info(n).kernel is not Kernel.VIEW]
         for i, n in enumerate(compute):

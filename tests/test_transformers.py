@@ -16,7 +16,8 @@ from autoconfig.loader import LIBRARY
 from autoconfig.cli import main
 from autoconfig.graph import zoo
 from kernels.target import get_target
-from tests.conftest import require_runnable
+from kernels import epilogue as ep
+from tests.conftest import require_runnable, target_for
 from tests.test_build import PROFILES, build_and_compare, onnxruntime_outputs
 
 
@@ -184,6 +185,7 @@ def test_a_language_model_takes_ids_and_a_padded_mask(tmp_path):
     assert [(i["dtype"], i.get("ids_below")) for i in manifest["inputs"]] == [("int64", 50), ("int64", None)]
     feeds = sample_inputs(manifest["inputs"])
     assert feeds["attention_mask"][0, -1] == 0 and feeds["attention_mask"][0, 0] == 1
+    assert [k["kind"] for k in manifest["kernels"]].count("attention") == 1  # the mask and NaN cleanup inside
     feeds["input_ids"][0, :2] = [-1, -50]
     (ours,) = autoconfig.load(tmp_path / "built")(feeds).values()
     expected = onnxruntime_outputs(tiny_bert(), feeds)[0]
@@ -275,10 +277,10 @@ def split_heads(seed: int = 17, tokens: int = 7, width: int = 12, heads: int = 3
 @pytest.mark.parametrize("fusion", ["dp", "greedy"])
 def test_the_heads_transposes_are_the_products_addressing(tmp_path, fusion):
     """The DP reads each head's Q, K (as Kᵀ) and V where the projections wrote them and
-    writes each head's context into its columns of the merged tensor: no transpose
-    kernel is left. TVM's rules (greedy) never fuse data movement into a product. The
-    heads' products, too small to split, run side by side, one per thread (the last
-    call of an odd count on one)."""
+    writes each head's context into its columns of the merged tensor — in its products'
+    kernels or in the fused attention's — no transpose kernel is left. TVM's rules
+    (greedy) never fuse data movement into a product. The heads' products, too small to
+    split, run side by side, one per thread (the last call of an odd count on one)."""
     require_runnable(get_target("avx2"))
     manifest = build_and_compare(split_heads(), "avx2", tmp_path / "built", fusion)
     moved = [k for k in manifest["kernels"] if "(Transpose)" in " ".join(k["ops"])]
@@ -287,5 +289,91 @@ def test_the_heads_transposes_are_the_products_addressing(tmp_path, fusion):
     if fusion == "greedy":
         assert {k["kind"] for k in moved} == {"gather"} and len(moved) == 7
     else:
-        assert {k["kind"] for k in moved} == {"matmul"} and sum(" ".join(k["ops"]).count("(Transpose)")
-                                                               for k in moved) == 7  # fmt: skip
+        assert {k["kind"] for k in moved} <= {"matmul", "attention"} and sum(" ".join(k["ops"]).count("(Transpose)")
+                                                                            for k in moved) == 7  # fmt: skip
+
+
+def _attention_reference(q, k, v, epilogue, operands, cleanup):
+    """softmax(epilogue(Q·Kᵀ))·V in float64, the cleanup on the probabilities."""
+    scores = ep.reference(epilogue, q.astype(np.float64) @ k.T.astype(np.float64), operands)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - scores.max(axis=1, keepdims=True))
+        p = ep.reference(cleanup, e / e.sum(axis=1, keepdims=True), [None] * len(cleanup))
+    return p @ v.astype(np.float64)
+
+
+ATTENTION_CASES = {
+    "odd sizes, dense": dict(shape=(13, 11, 5, 7), strides=(0, 0, 0, 0)),
+    "strided, masked rows, a row range": dict(shape=(37, 29, 16, 24), strides=(40, 20, 30, 50), rows=(5, 31),
+                                              epilogue=(ep.residual(),), cleanup=(ep.EpilogueOp("replace_nan"),)),
+    "K given transposed, per-key operands, 6x2 tiles": dict(shape=(30, 50, 12, 64), strides=(0, 60, 64, 70),
+                                                            k_transposed=True, epilogue=(ep.scale(), ep.bias()),
+                                                            tile=(6, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_the_attention_kernel_matches_numpy(target, case):
+    """One head's fused attention on odd sizes (masked key and column vectors), strided
+    Q, K, V and O, K given either way, operands per score or per key, a fully masked
+    row (NaN replaced by 0), and a range of rows: the rows outside it are not written."""
+    from kernels import attention as ak
+    from kernels.library import build_library
+    from autoconfig.probe.host import this_host
+
+    t = target_for(target)
+    require_runnable(t)
+    spec = ATTENTION_CASES[case]
+    (queries, keys, width, v_width), strides = spec["shape"], spec["strides"]
+    rows, vectors, tiles = spec.get("tile", (4, 3, 2))
+    config = ak.AttentionConfig(queries, keys, width, v_width, t.f32_lanes, rows, vectors, tiles, strides,
+                                spec.get("epilogue", ()), spec.get("cleanup", ()), spec.get("k_transposed", False))
+    kernel = build_library(ak.generate(config, t), this_host()).kernel(config.symbol)
+    rng = np.random.default_rng(21)
+    q_rows, k_rows, v_rows, o_rows = (config.row_stride(i) for i in range(4))
+    q = rng.standard_normal((queries, q_rows), dtype=np.float32)
+    k = rng.standard_normal((width if config.k_transposed else keys, k_rows), dtype=np.float32)
+    v = rng.standard_normal((keys, v_rows), dtype=np.float32)
+    out = np.full((queries, o_rows), 7.0, np.float32)
+    operands = []
+    for op in config.epilogue:
+        if op.operand == "channel":
+            operands.append(rng.standard_normal(keys, dtype=np.float32))
+        else:
+            mask = np.where(rng.random((queries, keys)) < 0.3, -np.inf, 0.0).astype(np.float32)
+            mask[9] = -np.inf  # a query that sees no key
+            operands.append(mask)
+    begin, end = spec.get("rows", (0, queries))
+    kernel(out, q, k, v, *operands, np.empty(config.workspace(), np.float32), begin, end)
+    keys_matrix = k[:, :keys].T if config.k_transposed else k[:, :width]
+    expected = _attention_reference(q[:, :width], keys_matrix, v[:, :v_width], config.epilogue, operands,
+                                    config.cleanup)  # fmt: skip
+    np.testing.assert_allclose(out[begin:end, :v_width], expected[begin:end], rtol=1e-4, atol=1e-5)
+    written = np.zeros_like(out, bool)
+    written[begin:end, :v_width] = True
+    assert (out[~written] == 7.0).all()
+    if config.cleanup:
+        assert (out[9, :v_width] == 0).all()
+
+
+@pytest.mark.parametrize("target, heads", [("avx2", 1), ("avx2", 4),
+                                           pytest.param("neon", 4, marks=pytest.mark.slow),
+                                           pytest.param("rvv128", 4, marks=pytest.mark.slow)])  # fmt: skip
+def test_the_dp_runs_an_attention_core_as_one_kernel(tmp_path, target, heads):
+    """Q·Kᵀ, the Add on the scores, the Softmax and the product by V are one kernel in the
+    DP's plan (the attention model's price against the three kernels and the score
+    tensors between them), reading Q, K and V and writing the context through the heads'
+    transposes; TVM's rules (greedy) never fuse two many-to-many ops. Both match
+    onnxruntime; two threads take a head each, or split a single head's rows."""
+    t = target_for(target)
+    require_runnable(t)
+    model = split_heads(tokens=97, width=64, heads=heads)
+    vlen = t.vector_bits if t.scalable else None
+    dp = build_and_compare(model, t.name, tmp_path / "dp", vlen=vlen)
+    greedy = build_and_compare(model, t.name, tmp_path / "greedy", "greedy", vlen=vlen)
+    (fused,) = [k for k in dp["kernels"] if k["kind"] == "attention"]
+    ops = [op.split(" ")[-1] for op in fused["ops"]]
+    assert ops.count("(MatMul)") == 2 and {"(Add)", "(Softmax)", "(Transpose)"} <= set(ops), ops
+    assert f"x{heads}" in fused["choice"] and (target != "avx2" or "2 thread(s)" in fused["choice"])
+    assert "attention" not in {k["kind"] for k in greedy["kernels"]} and len(dp["kernels"]) < len(greedy["kernels"])

@@ -13,4 +13,6 @@ gathers each module's `LOWERINGS` into its registry, and the layout plan
 - `softmax`: Softmax.
 - `normalization`: LayerNormalization.
 - `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.
+- `attention`: a group of several operators, an attention core the fusion plan made
+  one kernel (`fusion.classify.attention_cores`): registered under `ATTENTION`.
 """

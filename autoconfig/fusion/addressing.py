@@ -165,20 +165,24 @@ def absorbed(graph: Graph, members: list[int], found: dict[int, list[Chain]],
         return []
     if not anchors:
         return [] if not final and any(_run_of(c, inside) for cs in found.values() for c in cs) else None
-    if len(anchors) != 1 or anchors[0] not in found:
+    products = [v for v in anchors if v in found]
+    if not products:
         return None
     runs, covered = [], set()
-    for chain in found[anchors[0]]:
-        run = [u for u in chain.nodes if u in inside]
-        growing = not final and chain.side == C and len(run) <= max(chain.valid)
-        if run != list(chain.nodes[:len(run)]) or not (growing or len(run) in chain.valid):
+    for product in products:  # one, or an attention core's two
+        mine = []
+        for chain in found[product]:
+            run = [u for u in chain.nodes if u in inside]
+            growing = not final and chain.side == C and len(run) <= max(chain.valid)
+            if run != list(chain.nodes[:len(run)]) or not (growing or len(run) in chain.valid):
+                return None
+            if run:
+                mine.append((chain, len(run)))
+                covered |= set(run)
+        if not _writes_last(graph, product, inside, mine):
             return None
-        if run:
-            runs.append((chain, len(run)))
-            covered |= set(run)
-    if movers - covered or not _writes_last(graph, anchors[0], inside, runs):
-        return None
-    return runs
+        runs += mine
+    return None if movers - covered else runs
 
 
 def _run_of(chain: Chain, inside: set[int]) -> bool:
@@ -210,14 +214,14 @@ def _writes_last(graph: Graph, v: int, inside: set[int], runs: list[tuple[Chain,
     return True
 
 
-def maps_of(graph: Graph, runs: list[tuple[Chain, int]]) -> tuple[list[str | None], Maps]:
-    """The values a product reads (A, B) and writes (C) through its absorbed runs (None:
-    its own input or epilogue's end), with their index maps."""
-    values: list[str | None] = [None, None, None]
-    maps: list = [None, None, None]
+def maps_of(graph: Graph, runs: list[tuple[Chain, int]]) -> dict[int, tuple[list[str | None], Maps]]:
+    """By product: the values it reads (A, B) and writes (C) through its absorbed runs
+    (None: its own input or epilogue's end), with their index maps."""
+    found: dict[int, tuple[list[str | None], list]] = {}
     for chain, length in runs:
+        values, maps = found.setdefault(chain.anchor, ([None, None, None], [None, None, None]))
         values[chain.side], maps[chain.side] = _map(graph, chain.side, [graph.nodes[u] for u in chain.nodes[:length]])
-    return values, tuple(maps)
+    return {v: (values, tuple(maps)) for v, (values, maps) in found.items()}
 
 
 def run_members(runs: list[tuple[Chain, int]]) -> set[int]:

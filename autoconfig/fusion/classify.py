@@ -13,11 +13,14 @@ a shift, a BatchNorm, an activation) on the input of an ungrouped 1x1 convolutio
 applied by its product as it reads the input (`prologue_edge`, `prologue_op`); and a
 tail: the mean over each channel's plane of what a depthwise convolution's kernel
 stores (a squeeze-excitation's squeeze), summed as it stores it (`mean_tail`,
-`mean_host`)."""
+`mean_host`); and an attention core (`attention_cores`): the scores' product, the ops
+on the scores, their softmax and its cleanup, and the product with V, in one kernel
+(`kernels.attention`) — the one group holding more than one many-to-many op."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import Enum
 
 from autoconfig.graph.ir import Graph, Node
@@ -26,8 +29,9 @@ from autoconfig.fusion import addressing
 from autoconfig.graph.ops import Kernel, Mapping, info, reduced_axes
 from kernels import epilogue as ep
 
-__all__ = ["LEGALITY", "Legality", "Mapping", "along_channels", "emittable", "emittable_groups", "gated", "mapping",
-           "mean_host", "mean_tail", "prologue_edge", "prologue_op", "streamed_input"]
+__all__ = ["LEGALITY", "AttentionCore", "Legality", "Mapping", "along_channels", "attention_cores", "emittable",
+           "emittable_groups", "gated", "mapping", "mean_host", "mean_tail", "prologue_edge", "prologue_op",
+           "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -189,6 +193,67 @@ def _nan_replaced(graph: Graph, value: str, readers: list[Node]) -> tuple[list[N
                                                                            graph.constants[k].size == 1):  # fmt: skip
         return None
     return [test, where], ep.EpilogueOp("replace_nan", alpha=float(graph.constants[k].reshape(-1)[0]))
+
+
+@dataclass(frozen=True)
+class AttentionCore:
+    """Node indices of an attention block one kernel can compute: the scores' product,
+    the elementwise ops on the scores (`between`), the softmax over the keys, the ops
+    without operands on the probabilities (`cleanup`), and their product with V."""
+
+    scores: int
+    between: tuple[int, ...]
+    softmax: int
+    cleanup: tuple[int, ...]
+    output: int
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return (self.scores, *self.between, self.softmax, *self.cleanup, self.output)
+
+
+def attention_cores(graph: Graph) -> list[AttentionCore]:
+    """Every MatMul of two computed operands, then epilogue ops of its shape, a Softmax
+    over the last axis, a NaN cleanup or none, and a MatMul reading the probabilities
+    as its left operand (V computed), each value in between read by the next op alone."""
+    consumers = graph.consumers()
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    cores = []
+    for q, node in enumerate(graph.nodes):
+        if node.op != "MatMul" or any(graph.is_constant(i) for i in node.inputs):
+            continue
+        between, value, previous = [], node.outputs[0], node
+        while (reader := _sole_reader(graph, value, consumers)) is not None and reader.op != "Softmax":
+            if info(reader).kernel is not Kernel.ELEMENTWISE or not emittable(graph, previous, reader):
+                break
+            between.append(index[reader.name])
+            value, previous = reader.outputs[0], reader
+        if reader is None or reader.op != "Softmax" or not _over_last_axis(graph, reader):
+            continue
+        softmax, value = reader, reader.outputs[0]
+        cleanup: list[Node] = []
+        readers = consumers.get(value, [])
+        if len(readers) == 2 and value not in graph.outputs and (nan := gated(graph, value, readers)):
+            if nan[1].kind == "replace_nan":
+                cleanup, value = nan[0], nan[0][-1].outputs[0]
+        output = _sole_reader(graph, value, consumers)
+        if output is None or output.op != "MatMul" or output.inputs[0] != value or graph.is_constant(output.inputs[1]):
+            continue
+        cores.append(AttentionCore(q, tuple(between), index[softmax.name], tuple(index[n.name] for n in cleanup),
+                                   index[output.name]))  # fmt: skip
+    return cores
+
+
+def _sole_reader(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
+    """The one node reading `value` (None: several, none, or a graph output)."""
+    readers = consumers.get(value, [])
+    return readers[0] if len(readers) == 1 and value not in graph.outputs else None
+
+
+def _over_last_axis(graph: Graph, softmax: Node) -> bool:
+    """A Softmax (opset 13 on) over its input's last axis."""
+    rank = len(graph.types[softmax.inputs[0]].shape)
+    return "legacy_axis" not in softmax.attrs and rank >= 2 and softmax.attrs.get("axis", -1) % rank == rank - 1
 
 
 def emittable_groups(graph: Graph, groups: list[list[int]]) -> list[list[int]]:

@@ -4,7 +4,8 @@ A plan partitions the graph's nodes into groups; each group becomes one kernel. 
 group is legal when it is weakly connected, convex (no path leaves it and comes
 back, so groups form a DAG), holds at most one many-to-many "anchor" (one kernel of
 an allowed shape: an anchor with an elementwise epilogue, or a chain of
-one-to-one ops), no edge inside it is "no" in the legality table
+one-to-one ops) — or a whole attention core (`classify.attention_cores`: two products
+and the softmax between them, one `kernels.attention` kernel; `Analysis.core_fits`), no edge inside it is "no" in the legality table
 (classify.LEGALITY) or one the code generator cannot emit (classify.emittable), and
 any ops before its anchor are a prologue the anchor computes as it reads its input
 (`Analysis.prologue_fits`); a mean tail (`classify.mean_tail`) may end a group whose
@@ -14,8 +15,9 @@ movement shares a group only as runs of chains its product reads or writes throu
 
 Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a
-  matmul or Gemm, the FMA peak for a convolution's multiply-adds, the elementwise
-  rate for the rest — the same whatever the grouping, so it moves no decision, but a
+  matmul or Gemm (per product of a batch), the FMA peak for a convolution's
+  multiply-adds, a softmax's vector ops, the elementwise rate for the rest — the same
+  whatever the grouping but an attention core's (below), so it moves no decision, but a
   plan's cost is then the predicted time of the model, not only its overheads;
 - launch: one kernel call per group;
 - traffic: a tensor is written once if any consumer is in another group (or it is
@@ -26,6 +28,10 @@ Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`
   r−1 more times;
 - tail: a channel mean summed by the kernel that stores its input adds a load and a
   store of the sums per stored vector (`models.conv.mean_ns`);
+- attention: a core in one group adds the attention model's time less its ops' own
+  compute (`Analysis.core_ns`; a batched product's compute is the matmul model's per
+  product, a Softmax's its three passes' vector ops), charged on the edge into its
+  last product; the score tensors it no longer writes are the traffic saved;
 - prologue: per-channel ops fused into the 1x1 layer that reads their result add what
   the convolution model says the layer loses by computing them as it reads
   (`FusionCost.prologue_ns`: its product in NCHW against its best plan);
@@ -60,11 +66,14 @@ from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import addressing
 from autoconfig.fusion.classify import (
-    LEGALITY, Legality, Mapping, emittable, mapping, mean_host, mean_tail, prologue_op, streamed_input,
+    LEGALITY, AttentionCore, Legality, Mapping, attention_cores, emittable, mapping, mean_host, mean_tail, prologue_op,
+    streamed_input,
 )  # fmt: skip
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.machine import Machine
+from autoconfig.models import attention as attention_model
+from autoconfig.models.attention import AttentionShape
 from autoconfig.models.cost import Prediction
 from autoconfig.models import conv as conv_model
 from autoconfig.models.matmul import choose
@@ -193,6 +202,12 @@ class Analysis:
         self.chain_movers = self.chain_nodes & _or(1 << v for v, node in enumerate(self.nodes)
                                                    if info(node).kernel is Kernel.MOVEMENT)  # fmt: skip
         self.consumer_mask = [sum(1 << v for v in self.consumers[u]) for u in range(n)]
+        self.cores = attention_cores(graph)
+        self.core_masks = [_or(1 << v for v in core.nodes) for core in self.cores]
+        self.core_of = {v: c for c, core in enumerate(self.cores) for v in core.nodes}
+        self.core_edges = {(u, v) for core in self.cores for v in core.nodes for u, _ in self.in_edges[v]
+                           if self.core_of.get(u) == self.core_of[v]}  # fmt: skip
+        self.core_cache: dict[int, float] = {}
         self.prologue_cache: dict[int, float] = {}
         self.compute_ns = [compute_ns(node, graph, cost) for node in self.nodes] if cost else [0.0] * n
 
@@ -203,6 +218,8 @@ class Analysis:
         anchored = members & self.anchors
         if not anchored:
             return True
+        if anchored & (anchored - 1):
+            return self.core_fits(members, final=False)
         anchor = anchored.bit_length() - 1
         before = members & ((1 << anchor) - 1) & ~self.views & ~self.chain_nodes  # chains: `addressing_fits`
         if before & ~(self.prologue_ops & self.anc[anchor]):
@@ -213,6 +230,30 @@ class Analysis:
                 return False
             before &= ~(1 << u)
         return True
+
+    def core_fits(self, members: int, final: bool = True) -> bool:
+        """Whether a group of several anchors (`members`, a bitset) is (or, not `final`,
+        can still become) one attention core and the data movement its products address:
+        its anchors in one core, its other computing ops the core's, all of it once final."""
+        cores = {self.core_of.get(v) for v in range(members.bit_length()) if self.anchors >> v & 1 and members >> v & 1}
+        if len(cores) != 1 or None in cores:
+            return False
+        core = self.core_masks[cores.pop()]
+        if members & ~self.views & ~self.chain_nodes & ~core:
+            return False
+        return not final or core & ~members == 0
+
+    def extends_core(self, members: int, v: int) -> bool:
+        """Whether anchor v may join a group holding an anchor (`members`): both of one
+        attention core."""
+        c = self.core_of.get(v)
+        return c is not None and members & self.anchors & ~self.core_masks[c] == 0
+
+    def kernel_fits(self, members: int) -> bool:
+        """A closed group's checks beyond its edges: its movement addressed, and several
+        anchors only as a whole attention core."""
+        anchored = members & self.anchors
+        return self.addressing_fits(members) and (not anchored & (anchored - 1) or self.core_fits(members))
 
     def addressing_fits(self, members: int, final: bool = True) -> bool:
         """Whether the data movement in a group (`members`, a bitset) is runs of chains its
@@ -258,6 +299,8 @@ class Analysis:
         data movement a product addresses fuses, recomputing nothing."""
         if (u, v) in self.chain_edges:
             return Legality.FUSE
+        if (u, v) in self.core_edges:  # one attention kernel, priced against running it apart
+            return Legality.COST
         if not self.emittable[u][v]:
             return Legality.NO
         if self.tail[v]:  # a reduction the kernel computes as it stores, not a second anchor
@@ -273,6 +316,9 @@ class Analysis:
         recomputation."""
         if self.tail[v]:
             return conv_model.mean_ns(self.elements[u], self.cost.machine)
+        if (u, v) in self.core_edges:  # the core's price, once, on the edge into its last product
+            core = self.core_of[v]
+            return self.core_ns(core) if self.cores[core].output == v else 0.0
         if self.anchor[v] and self.prologue_ops >> u & 1:
             if v not in self.prologue_cache:
                 priced = (ep.scale(),) if self._scale_alone(u) else PROLOGUE_PRICED
@@ -282,6 +328,15 @@ class Analysis:
             return 0.0
         extra = self.amplification[v] - 1
         return self.elements[u] * extra / self.cost.machine.elementwise_per_ns() if extra > 0 else 0.0
+
+    def core_ns(self, core: int) -> float:
+        """What running attention core `core` as one kernel adds to its ops' own compute:
+        the attention model's time on one core less theirs (negative where it is faster;
+        the score tensors it never writes are the traffic the plan then saves)."""
+        if core not in self.core_cache:
+            fused = attention_ns(self.graph, self.cores[core], self.cost)
+            self.core_cache[core] = fused - sum(self.compute_ns[v] for v in self.cores[core].nodes)
+        return self.core_cache[core]
 
     def pressure_ns(self, reads: int, elements: int) -> float:
         excess = reads - max(1, self.cost.machine.registers // STREAM_SHARE)
@@ -327,17 +382,36 @@ def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
     """The node's own compute time on one core (see the module docstring)."""
     m = cost.machine
     out = graph.types[node.outputs[0]]
-    if node.op in ("MatMul", "Gemm") and len(out.shape) == 2:
+    if node.op in ("MatMul", "Gemm") and len(out.shape) >= 2:  # a batch of products: each priced alone
         a_shape = graph.types[node.inputs[0]].shape
         k = a_shape[0] if node.attrs.get("transA", 0) else a_shape[-1]
-        best = cost.matmul(MatmulShape(out.shape[0], out.shape[1], k))
-        return best.total_ns - best.term("call")  # the launch is charged per group
+        best = cost.matmul(MatmulShape(out.shape[-2], out.shape[-1], k))
+        return (best.total_ns - best.term("call")) * math.prod(out.shape[:-2])  # the launch is charged per group
     if node.op == "Conv":
         weight = graph.types[node.inputs[1]].shape
         flops = 2 * out.elements * math.prod(weight[1:])  # any spatial rank
         return flops / (m.fma.peak_gflops)
+    if node.op == "Softmax":  # three passes and an exponent per vector, not one op
+        return out.elements / m.lanes * attention_model.SOFTMAX_VECTOR_OPS / m.fma_per_ns()
     reads = sum(graph.types[i].elements for i in node.inputs if i and not graph.is_constant(i))
     return max(reads, out.elements) / m.elementwise_per_ns()
+
+
+def attention_ns(graph: Graph, core: AttentionCore, cost: FusionCost) -> float:
+    """The attention model's time for `core` as one kernel on one core, its operands
+    dense (the plan does not yet know their strides), each op on the scores priced as a
+    residual where it reads a computed tensor and as a scale where it reads constants."""
+    nodes = graph.nodes
+    scores = graph.types[nodes[core.scores].outputs[0]].shape
+    width = graph.types[nodes[core.scores].inputs[0]].shape[-1]
+    out = graph.types[nodes[core.output].outputs[0]].shape
+    shape = AttentionShape(math.prod(out[:-2]), scores[-2], scores[-1], width, out[-1])
+    epilogue = tuple(ep.residual() if any(i and not graph.is_constant(i) for i in nodes[v].inputs[1:]) else ep.scale()
+                     for v in core.between)  # fmt: skip
+    cleanup = (ep.EpilogueOp("replace_nan"),) if core.cleanup else ()
+    lanes = cost.machine.lanes
+    best = attention_model.choose(shape, cost.machine, lanes, 1, (0, 0, 0, 0), epilogue, cleanup)
+    return best.total_ns - best.term("call")  # the launch is charged per group
 
 
 def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
@@ -345,8 +419,8 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
     a = Analysis(graph, None)
     for members in groups:
         mask = sum(1 << v for v in members)
-        if sum(a.anchor[v] for v in members) > 1:
-            return f"group {members} has more than one many-to-many op"
+        if sum(a.anchor[v] for v in members) > 1 and not a.core_fits(mask):
+            return f"group {members} has more than one many-to-many op and is no attention core"
         if not a.prologue_fits(mask):
             return f"group {members} has ops before its anchor that are not its prologue"
         if not a.tail_fits(mask):
@@ -427,7 +501,8 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
 
 def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
     """The sets of v's producer groups v may join: any of those without an anchor or a
-    tail, with at most one with (none if v is an anchor); none that is sealed; for a
+    tail, with at most one with (none if v is an anchor, but the attention core's group
+    it continues); none that is sealed; for a
     tail, the group whose last member it reads, if that group hosts it. Enumerating only
     these keeps a Concat of many convolutions' outputs (DenseNet's) linear, not
     exponential."""
@@ -438,7 +513,8 @@ def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
                       or not state.groups[g].members & ~a.views)]  # fmt: skip
     held = {g for g in producer_groups if state.groups[g].anchors or state.groups[g].members & a.tails}
     free = [g for g in producer_groups if g not in held]  # a tail's group is one kernel, as an anchor's
-    anchored = [] if a.anchor[v] else [(g,) for g in producer_groups if g in held]
+    anchored = [(g,) for g in producer_groups if g in held
+                and (not a.anchor[v] or a.extends_core(state.groups[g].members, v))]  # fmt: skip
     plain = [c for size in range(len(free) + 1) for c in itertools.combinations(free, size)]
     merges = [tuple(sorted(c + one)) for c in plain for one in [(), *anchored]]
     return sorted(merges, key=lambda m: (len(m), m))  # smaller first: among equal costs, the first kept
@@ -509,7 +585,7 @@ def _retire(a: Analysis, state: _State, v: int) -> bool:
     for gid in [g for g in state.groups if g not in live]:
         closed = state.groups.pop(gid)
         state.cost += a.pressure_ns(closed.reads, closed.largest)
-        if not a.addressing_fits(closed.members):
+        if not a.kernel_fits(closed.members):
             return False
     return True
 

@@ -1,0 +1,92 @@
+"""The attention family's lowering: a group the fusion plan made of one attention core
+(`fusion.classify.attention_cores`: the scores' MatMul, the ops on the scores, the
+Softmax, its NaN cleanup, the MatMul by V) becomes one `kernels.attention` kernel per
+head, its Q, K, V and output read and written in place through the data movement the
+products address (`fusion.addressing`), as the separate products would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of
+from autoconfig.graph.ir import Node
+from autoconfig.graph.products import A, B, C, Products, operand_shapes, products
+from autoconfig.models import attention as attention_model
+from autoconfig.models.attention import AttentionShape
+from autoconfig.lowering import at
+from autoconfig.runtime import Call, Part, Ref, split
+from kernels import attention as ak
+
+ATTENTION = "Attention"
+"""The registry's key for an attention core's group (it holds several operators)."""
+
+
+def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
+    """One kernel for the core whose scores `scores_node` computes (`after`: the rest of
+    its ops, in order, the product by V last)."""
+    output_node = after[-1]
+    at_softmax = next(i for i, n in enumerate(after) if n.op == "Softmax")
+    between, cleanup = after[:at_softmax], after[at_softmax + 1:-1]
+    reads, scores = _products(b, scores_node)
+    writes, mixed = _products(b, output_node)
+    if (scores.leading[C] or mixed.leading[A] or mixed.b_transposed or len(scores.offsets) != len(mixed.offsets)
+            or (mixed.m, mixed.k) != (scores.m, scores.n)):  # fmt: skip
+        raise fail(scores_node, "its attention's operands are not the strided matrices one kernel reads")
+    chain = match_epilogue(b, scores_node.outputs[0], between, channel_axis=-1)
+    tidy = match_epilogue(b, after[at_softmax].outputs[0], cleanup, channel_axis=-1)
+    q, k = b.read(reads[A] or scores_node.inputs[0]), b.read(reads[B] or scores_node.inputs[1])
+    v, operands = b.read(writes[B] or output_node.inputs[1]), chain.refs(b)
+    o = b.write(writes[C] or output_node.outputs[0])
+    shape = AttentionShape(len(scores.offsets), scores.m, scores.n, scores.k, mixed.n)
+    strides = (scores.leading[A], scores.leading[B], mixed.leading[B], mixed.leading[C])
+    best = attention_model.choose(shape, b.machine, b.target.f32_lanes, b.threads, strides, tuple(chain.ops),
+                                  tuple(tidy.ops))  # fmt: skip
+    config = best.config if scores.b_transposed else replace(best.config, k_transposed=True)
+    config.validate(b.target)
+    calls = _calls(b, config, best.plan.threads, scores, mixed, (o, q, k, v), operands,
+                   [kind for kind in (op.operand for op in chain.ops) if kind])  # fmt: skip
+    apart = [f"{name} rows {stride} apart" for name, stride in zip(("Q", "K", "V", "O"), strides) if stride]
+    given = ["K read transposed" if scores.b_transposed else "K given as Kᵀ"]
+    summary = (f"fused {config.rows}x{config.vectors}, {config.tiles} per block, x{shape.heads} "
+               f"({', '.join(apart + given)}), {best.plan.threads} thread(s)")
+    return KernelGroup(scores_node.name, ops_of([scores_node, *after]), "attention", calls,
+                       b.modules(ak.generate, config), best.total_ns,
+                       attention_model.explain(best, b.profile.name, b.target.name), summary, shape.flops)  # fmt: skip
+
+
+def _products(b: Builder, node: Node) -> tuple[list[str | None], Products]:
+    """The values a product reads and writes through the data movement it addresses
+    (None: its own operand), and where each head's matrices lie in them."""
+    values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
+    found = products(node, *operand_shapes(node, b.graph), maps)
+    if found is None:
+        raise fail(node, "its operands, as the plan reads them, are not strided matrices")
+    return values, found
+
+
+def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Products, mixed: Products,
+           matrices: tuple[Ref, Ref, Ref, Ref], operands: list[Ref], kinds: list[str]) -> list[Call]:  # fmt: skip
+    """One part per head, `threads` heads at once, each thread with its scratch; or each
+    head's rows split across the threads where there are fewer heads than threads."""
+    work = [b.scratch(config.workspace()) for _ in range(threads)]
+    o, q, k, v = matrices
+
+    def part(head: int, slot: int, rows: tuple[int, int]) -> Part:
+        q_at, k_at, s_at = scores.offsets[head]
+        _, v_at, o_at = mixed.offsets[head]
+        moved = [at(r, s_at) if kind == "output" else r for r, kind in zip(operands, kinds, strict=True)]
+        refs = (at(o, o_at), at(q, q_at), at(k, k_at), at(v, v_at), *moved, work[slot])
+        return Part(refs, rows)
+
+    heads = len(scores.offsets)
+    if heads >= threads:
+        return [Call(config.symbol, tuple(part(h, h - first, (0, config.queries))
+                                          for h in range(first, min(first + threads, heads))))
+                for first in range(0, heads, threads)]  # fmt: skip
+    return [Call(config.symbol, tuple(part(h, slot, rows) for slot, rows in enumerate(split(config.queries, threads))))
+            for h in range(heads)]  # fmt: skip
+
+
+LOWERINGS = {ATTENTION: Lowering(_attention)}
+"""The attention family: one key for the several operators of its group."""

@@ -1,0 +1,131 @@
+"""The attention model: one fused attention kernel (`kernels.attention`) per head,
+priced term by term from the profile, and its register tile chosen; the fusion plan
+weighs it against the two batched products and the softmax run apart
+(`fusion.planning`), and the lowering reports it.
+
+Terms (ns, the busiest thread's heads): the register tiles' FMA issue, latency and
+loads (`models.cost.microkernel_ns`) for the scores (Q·Kᵀ over the keys padded to whole
+tiles) and the output (probabilities·V); the softmax and the scores' epilogue as vector
+ops per score vector; Kᵀ packed per head, one element at a time; Kᵀ and V read again
+per block of query rows (`tiles` register tiles) from the level holding them, Q, O and the epilogue's operands
+once; the call. Compute and memory overlap as in every model (`models.cost.total_ns`).
+"""
+
+from __future__ import annotations
+
+import math
+import itertools
+from dataclasses import dataclass
+
+from autoconfig.machine import F32, Machine
+from autoconfig.models.cost import Prediction, Term, best_of, busiest_share, microkernel_ns, total_ns
+from kernels import epilogue as ep
+from kernels.attention import AttentionConfig
+
+TILES = ((4, 3), (6, 2))
+"""(query rows, vectors) of the register tiles scored: the two that fill 16 registers
+with 12 accumulators (more rows broadcast more; more vectors pad more keys)."""
+
+BLOCK_TILES = (1, 2, 4)
+"""Register tiles of query rows per block scored: more share each tile of Kᵀ and V read
+into L1, and hold more score rows (the memory terms weigh both)."""
+
+SOFTMAX_VECTOR_OPS = 24
+"""Vector instructions per score vector of the softmax's three passes: its load and max,
+the exponent (a subtraction, range reduction and a degree-6 polynomial) with its store
+and sum, and the scaling pass's load, multiply and store."""
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """`heads` products softmax(Q·Kᵀ)·V of `queries` x `width` Q, `keys` x `width` K and
+    `keys` x `v_width` V."""
+
+    heads: int
+    queries: int
+    keys: int
+    width: int
+    v_width: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.heads * self.queries * self.keys * (self.width + self.v_width)
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """A config for every head, run `threads` heads at once (or one head's rows split
+    across the threads when there are fewer heads)."""
+
+    config: AttentionConfig
+    shape: AttentionShape
+    threads: int
+
+
+def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
+    """The plan's time as named terms (see the module docstring)."""
+    c, s = plan.config, plan.shape
+    m = machine.at(c.lanes, plan.threads)
+    heads = busiest_share(s.heads, plan.threads) * s.heads if s.heads >= plan.threads else 1.0
+    rows = s.queries if s.heads >= plan.threads else math.ceil(s.queries / plan.threads)
+    tiles = math.ceil(rows / c.rows)
+    blocks = math.ceil(rows / (c.rows * c.tiles))
+    key_tiles = c.padded_keys // (c.lanes * c.vectors)
+    column_tiles = math.ceil(s.v_width / (c.lanes * c.vectors))
+    steps = tiles * (key_tiles * s.width + column_tiles * s.keys)
+    issue, latency, loads = microkernel_ns(c.rows * c.vectors, c.vectors, c.rows, m)
+    vectors = rows * math.ceil(s.keys / c.lanes)
+    ops = SOFTMAX_VECTOR_OPS + ep.vector_ops(c.epilogue) + ep.vector_ops(c.cleanup)
+    reread = blocks * (s.width * c.padded_keys + s.keys * s.v_width) * F32
+    once = (rows * (s.width + s.v_width) + sum(rows * s.keys for op in c.epilogue if op.operand == "output")) * F32
+    held = m.holding_level((s.width * c.padded_keys + s.keys * s.v_width + c.rows * c.tiles * c.padded_keys) * F32)
+    terms = [
+        Term("fma", steps * issue * heads, f"{c.rows}x{c.vectors} tiles of {c.lanes} lanes at "
+             f"{m.fma_per_ns():.2f} vector FMAs/ns: scores over {c.padded_keys} keys (padded), then the output"),
+        Term("latency", steps * latency * heads, "tiles with too few accumulators wait on FMA latency"),
+        Term("loads", steps * loads * heads, f"{c.vectors} vector + {c.rows} broadcast loads per step"),
+        Term("epilogue", vectors * ops / m.fma_per_ns() * heads,
+             f"softmax and {ep.describe(c.epilogue)}, then {ep.describe(c.cleanup)}: {ops} vector ops per score "
+             "vector"),
+        Term("memory reread", reread / m.bandwidth[held] * heads,
+             f"Kᵀ and V ({reread / blocks / 1e3:.0f} kB) read from {held} again per block of "
+             f"{c.rows * c.tiles} query rows"),
+        Term("memory once", m.traffic_ns(once * heads), "Q, O and the scores' operands once"),
+        Term("packing", s.keys * s.width / m.broadcast_loads_per_ns() * heads,
+             "Kᵀ packed per head, one element at a time"),
+        Term("call", m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0) * math.ceil(s.heads / plan.threads),
+             "kernel call" + (" + thread dispatch per heads at once" if plan.threads > 1 else "")),
+    ]
+    parameters = (("tile", f"{c.rows} query rows x {c.vectors} vectors: {c.rows * c.vectors} accumulators"),
+                  ("block", f"{c.tiles} tiles of rows: each tile of Kᵀ and V is read from L1 by all of them"),
+                  ("threads", f"{plan.threads}: " + (f"{plan.threads} heads at once, one per thread"
+                                                     if s.heads >= plan.threads else "each head's rows split")))
+    return Prediction(plan, tuple(terms), total_ns(terms), parameters)
+
+
+def choose(shape: AttentionShape, machine: Machine, lanes: int, threads: int, strides: tuple[int, int, int, int],
+           epilogue: ep.Epilogue, cleanup: ep.Epilogue) -> Prediction:  # fmt: skip
+    """The fastest predicted register tile, block and thread count for `shape`, on at most
+    `threads` threads: one, a head each, or all (ties: fewer threads, the first of TILES,
+    larger blocks)."""
+    predictions = []
+    for count in sorted({1, min(threads, shape.heads), threads}):
+        for (rows, vectors), tiles in itertools.product(TILES, BLOCK_TILES):
+            config = AttentionConfig(shape.queries, shape.keys, shape.width, shape.v_width, lanes, rows=rows,
+                                     vectors=vectors, tiles=tiles, strides=strides, epilogue=epilogue,
+                                     cleanup=cleanup)  # fmt: skip
+            predictions.append(predict(AttentionPlan(config, shape, count), machine))
+    return best_of(predictions, lambda p: (p.plan.threads, TILES.index((p.config.rows, p.config.vectors)),
+                                           -p.config.tiles))  # fmt: skip
+
+
+def explain(best: Prediction, profile_name: str, target_name: str) -> str:
+    """The report's lines for a fused attention: shape, choice, parameters, terms."""
+    s = best.shape
+    return "\n".join([f"attention of {s.heads} heads: Q {s.queries}x{s.width}, K {s.keys}x{s.width}, "
+                      f"V {s.keys}x{s.v_width} on {target_name} (profile {profile_name}, {best.plan.threads} "
+                      f"thread(s))",
+                      f"choice: fused, predicted {best.total_ns / 1e3:.1f} µs = {best.gflops:.1f} GFLOP/s",
+                      "parameters:", *best.parameter_lines(),
+                      "terms (ns; total = softmax4(fma+latency+loads+epilogue, largest memory) + packing + call):",
+                      *best.term_lines()])  # fmt: skip

@@ -1,0 +1,277 @@
+"""Attention of one head in one kernel: each block of query rows computes its scores
+against every key, the scores' epilogue (a mask, a bias), their softmax and their
+product with V, holding the block's score rows in the part's scratch (a few KiB per
+row: cache-resident) — no [queries, keys] tensor is written or read back::
+
+    Kᵀ → work[0 : width·keys']                       # once per part, keys' = keys padded
+    for each block of `tiles` x `rows` query rows in [row_begin, row_end):
+        S = Q[block] · Kᵀ                              # per tile of keys, each register tile
+        S = epilogue(S);  m = max of each row          # the masked lanes past `keys`: −inf
+        S = e^(S − m);    s = Σ of each row
+        S = cleanup(S / s)                             # ops without operands (a NaN cleanup)
+        O[block] = S · V                               # per tile of V's columns, each register tile
+
+A tile of Kᵀ or V is read from L1 by every register tile of the block. The rows past
+the last full block run one register tile at a time, then one row at a time. Q, K, V and O are strided
+matrices (one head of a [tokens, heads x width] tensor, read and written in place).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kernels import epilogue as ep
+from kernels.abi import KernelSignature, Param, Role
+from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
+from kernels.emit import single_kernel, tail_mask
+from kernels.errors import KernelError
+from kernels.gemm import micro_kernel
+from kernels.loops import for_carry, for_range, load, maximum, offset, store
+from kernels.mlir import arith, ir, memref, vector
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """softmax(epilogue(Q·Kᵀ))·V for `queries` x `width` Q, `keys` x `width` K (or its
+    transpose) and `keys` x `v_width` V; `strides`: the row strides of Q, K (as given),
+    V and O (0: dense); register tiles of `rows` query rows x `vectors` vectors."""
+
+    queries: int
+    keys: int
+    width: int
+    v_width: int
+    lanes: int
+    rows: int = 4
+    vectors: int = 3
+    tiles: int = 4  # register tiles of rows per block: each tile of Kᵀ and of V is read from L1 by all
+    strides: tuple[int, int, int, int] = (0, 0, 0, 0)
+    epilogue: ep.Epilogue = field(default=())  # on the scores; operands [queries, keys] or one per key
+    cleanup: ep.Epilogue = field(default=())  # ops without operands on the probabilities
+    k_transposed: bool = False  # K given as Kᵀ, width x keys
+
+    @property
+    def symbol(self) -> str:
+        return config_symbol(f"ac_attention_f32_{self.queries}x{self.keys}x{self.width}", self)
+
+    @property
+    def padded_keys(self) -> int:
+        """Keys rounded up to whole register tiles: the score rows' and Kᵀ's length."""
+        step = self.lanes * self.vectors
+        return -(-self.keys // step) * step
+
+    def workspace(self) -> int:
+        """Floats of one part's scratch: Kᵀ, then the block's score rows."""
+        return (self.width + self.rows * self.tiles) * self.padded_keys
+
+    def row_lengths(self) -> tuple[int, int, int, int]:
+        """The rows' lengths of Q, K (as given), V and O."""
+        return self.width, self.keys if self.k_transposed else self.width, self.v_width, self.v_width
+
+    def row_stride(self, matrix: int) -> int:
+        """The row stride of Q, K, V or O (0..3), dense where not given."""
+        return self.strides[matrix] or self.row_lengths()[matrix]
+
+    def validate(self, target: Target) -> None:
+        check_lanes(target, self.lanes)
+        if min(self.queries, self.keys, self.width, self.v_width, self.rows, self.vectors, self.tiles) < 1:
+            raise KernelError(f"attention needs every size >= 1, got {self}")
+        if any(stride and stride < length for stride, length in zip(self.strides, self.row_lengths())):
+            raise KernelError(f"attention row strides {self.strides} are shorter than the rows")
+        if any(op.operand for op in self.cleanup):
+            raise KernelError("an attention's cleanup takes no operand")
+
+    def signature(self) -> KernelSignature:
+        """``SYMBOL(o, q, k, v[, epilogue operands], work, row_begin, row_end)``."""
+
+        def extent(rows: int, matrix: int, length: int) -> tuple[int]:
+            return ((rows - 1) * self.row_stride(matrix) + length,)
+
+        key_rows = self.width if self.k_transposed else self.keys
+        params = [Param("o", Role.OUT, extent=extent(self.queries, 3, self.v_width)),
+                  Param("q", Role.IN, extent=extent(self.queries, 0, self.width)),
+                  Param("k", Role.IN, extent=extent(key_rows, 1, self.row_lengths()[1])),
+                  Param("v", Role.IN, extent=extent(self.keys, 2, self.v_width))]  # fmt: skip
+        params += [Param(name, Role.IN, extent=(self.keys if kind == "channel" else self.queries * self.keys,))
+                   for _, name, kind in ep.operand_names(self.epilogue)]  # fmt: skip
+        params += [Param("work", Role.OUT, extent=(self.workspace(),)), Param("row_begin", Role.SIZE),
+                   Param("row_end", Role.SIZE)]  # fmt: skip
+        return KernelSignature(self.symbol, tuple(params),
+                               f"O[{self.queries}x{self.v_width}] = softmax({ep.describe(self.epilogue)}"
+                               f"(Q[{self.queries}x{self.width}] . K[{self.keys}x{self.width}]^T)), then "
+                               f"{ep.describe(self.cleanup)}, . V[{self.keys}x{self.v_width}] on query rows "
+                               "[row_begin, row_end).")  # fmt: skip
+
+
+def generate(config: AttentionConfig, target: Target) -> KernelModule:
+    """The kernel of `config` on `target`."""
+    config.validate(target)
+    return single_kernel(config.signature(), target, lambda args: _Head.of(config, target, args).run())
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The loop nest's memrefs and vector type."""
+
+    cfg: AttentionConfig
+    target: Target
+    vec: ir.VectorType
+    q: ir.Value
+    k: ir.Value
+    v: ir.Value
+    o: ir.Value
+    work: ir.Value  # Kᵀ (width x padded keys), then the block's score rows (rows x padded keys)
+    operands: dict[int, ir.Value]  # epilogue op position -> its matrix or row
+    begin: ir.Value
+    end: ir.Value
+
+    @classmethod
+    def of(cls, cfg: AttentionConfig, target: Target, args: dict) -> _Head:
+        w = cfg.width
+        operands = {i: f32_memref(args[name], [cfg.keys] if kind == "channel" else [cfg.queries, cfg.keys])
+                    for i, name, kind in ep.operand_names(cfg.epilogue)}  # fmt: skip
+        return cls(cfg, target, f32_vector_type(target, cfg.lanes),
+                   f32_memref(args["q"], [cfg.queries, w], cfg.strides[0]),
+                   f32_memref(args["k"], [w, cfg.keys] if cfg.k_transposed else [cfg.keys, w], cfg.strides[1]),
+                   f32_memref(args["v"], [cfg.keys, cfg.v_width], cfg.strides[2]),
+                   f32_memref(args["o"], [cfg.queries, cfg.v_width], cfg.strides[3]),
+                   f32_memref(args["work"], [cfg.workspace()]), operands, index(args["row_begin"]),
+                   arith.minsi(index(args["row_end"]), index(cfg.queries)))  # fmt: skip
+
+    def run(self) -> None:
+        """Kᵀ packed; then blocks of `tiles` register tiles of query rows, one tile at a
+        time for the rows left, and one row at a time for the rest."""
+        cfg = self.cfg
+        self.pack_keys()
+        start = self.begin
+        for heights in dict.fromkeys(((cfg.rows,) * cfg.tiles, (cfg.rows,), (1,))):
+            size = sum(heights)
+            count = arith.divsi(arith.subi(self.end, start), index(size))
+            first = start
+            for_range(0, count, 1, lambda b: self.block(arith.addi(first, arith.muli(b, index(size))), heights))
+            start = arith.addi(start, arith.muli(count, index(size)))
+
+    def at_t(self, c: ir.Value, key: ir.Value) -> list[ir.Value]:
+        """Kᵀ[c, key] in the flat scratch."""
+        return [arith.addi(arith.muli(c, index(self.cfg.padded_keys)), key)]
+
+    def at_s(self, r: int | ir.Value, key: ir.Value) -> list[ir.Value]:
+        """Score row r's [key] in the flat scratch, after Kᵀ."""
+        n = self.cfg.padded_keys
+        if isinstance(r, int):
+            return [offset(key, (self.cfg.width + r) * n)]
+        return [arith.addi(key, arith.muli(offset(r, self.cfg.width), index(n)))]
+
+    def pack_keys(self) -> None:
+        """Kᵀ[c, j] = K[j, c] (a copy where K is given transposed); the padding keys are
+        zero (their scores are never read)."""
+        cfg, f32 = self.cfg, ir.F32Type.get()
+        zero = arith.constant(f32, 0.0)
+
+        def key(j: ir.Value) -> None:
+            def copy(c: ir.Value) -> None:
+                memref.store(memref.load(self.k, [c, j] if cfg.k_transposed else [j, c]), self.work, self.at_t(c, j))
+
+            for_range(0, cfg.width, 1, copy)
+
+        for_range(0, cfg.keys, 1, key)
+        if cfg.padded_keys > cfg.keys:
+            for_range(0, cfg.width, 1, lambda c: for_range(cfg.keys, cfg.padded_keys, 1, lambda j: memref.store(
+                zero, self.work, self.at_t(c, j))))  # fmt: skip
+
+    def block(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
+        """Scores, softmax and output of query rows [row0, row0 + Σ heights), in register
+        tiles of those heights."""
+        self.scores_of(row0, heights)
+        for_range(0, sum(heights), 1, lambda r: self.softmax_row(arith.addi(row0, r), r))
+        self.output_of(row0, heights)
+
+    def scores_of(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
+        """S = Q·Kᵀ: per tile of keys (its Kᵀ stays in L1), every register tile of rows."""
+        cfg, lanes = self.cfg, self.cfg.lanes
+        step = lanes * cfg.vectors
+
+        def tile(t: ir.Value) -> None:
+            key0 = arith.muli(t, index(step))
+            for top, rows in _tops(heights):
+                acc = micro_kernel(self.vec, rows, cfg.vectors, index(0), index(cfg.width), 1,
+                                   lambda r, c, _t: memref.load(self.q, [offset(row0, top + r), c]),
+                                   lambda v, c, _t: load(self.vec, self.work, self.at_t(c, offset(key0, v * lanes))))
+                for r in range(rows):
+                    for v in range(cfg.vectors):
+                        store(acc[r * cfg.vectors + v], self.work, self.at_s(top + r, offset(key0, v * lanes)))
+
+        for_range(0, cfg.padded_keys // step, 1, tile)
+
+    def softmax_row(self, row: ir.Value, r: ir.Value) -> None:
+        """Score row r (query `row`): epilogue, max, exponents and their sum, cleanup."""
+        cfg, lanes, f32 = self.cfg, self.cfg.lanes, ir.F32Type.get()
+        whole, tail = cfg.keys // lanes, cfg.keys % lanes
+        mask = tail_mask(self.target, lanes, tail) if tail else None
+        lowest = f32_splat(self.target, lanes, -math.inf)
+
+        def scored(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
+            value = ep.apply(cfg.epilogue, load(self.vec, self.work, self.at_s(r, key)),
+                             lambda i: self.operand(i, row, key, lane_mask))  # fmt: skip
+            store(value, self.work, self.at_s(r, key))
+            return value if lane_mask is None else arith.select(lane_mask, value, lowest)
+
+        top = for_carry(0, whole, 1, [lowest], lambda j, acc: [maximum(acc[0], scored(self.key(j), None))])[0]
+        if tail:
+            top = maximum(top, scored(index(whole * lanes), mask))
+        peak = vector.broadcast(self.vec, vector.reduction(f32, vector.CombiningKind.MAXIMUMF, top))
+        zero = f32_splat(self.target, lanes, 0.0)
+
+        def exponent(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
+            e = ep.exp(arith.subf(load(self.vec, self.work, self.at_s(r, key)), peak))
+            store(e, self.work, self.at_s(r, key))
+            return e if lane_mask is None else arith.select(lane_mask, e, zero)
+
+        total = for_carry(0, whole, 1, [zero], lambda j, acc: [arith.addf(acc[0], exponent(self.key(j), None))])[0]
+        if tail:
+            total = arith.addf(total, exponent(index(whole * lanes), mask))
+        one = arith.constant(f32, 1.0)
+        inverse = vector.broadcast(self.vec, arith.divf(one, vector.reduction(f32, vector.CombiningKind.ADD, total)))
+
+        def normalized(key: ir.Value) -> None:
+            value = arith.mulf(load(self.vec, self.work, self.at_s(r, key)), inverse)
+            store(ep.apply(cfg.cleanup, value, _no_operand), self.work, self.at_s(r, key))
+
+        for_range(0, -(-cfg.keys // lanes), 1, lambda j: normalized(self.key(j)))
+
+    def key(self, j: ir.Value) -> ir.Value:
+        """The first key of vector j."""
+        return arith.muli(j, index(self.cfg.lanes))
+
+    def operand(self, i: int, row: ir.Value, key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
+        """Epilogue op i's operand at (row, key): its matrix's, or its row's (per key)."""
+        tensor = self.operands[i]
+        at = [key] if self.cfg.epilogue[i].operand == "channel" else [row, key]
+        return load(self.vec, tensor, at, lane_mask)
+
+    def output_of(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
+        """O = S·V: per tile of V's columns (`vectors` vectors), every register tile of
+        rows, over the keys."""
+        cfg, lanes = self.cfg, self.cfg.lanes
+        for col0 in range(0, cfg.v_width, lanes * cfg.vectors):
+            columns = min(lanes * cfg.vectors, cfg.v_width - col0)
+            count = -(-columns // lanes)
+            masks = [tail_mask(self.target, lanes, columns - v * lanes) if columns - v * lanes < lanes else None
+                     for v in range(count)]  # fmt: skip
+            for top, rows in _tops(heights):
+                acc = micro_kernel(self.vec, rows, count, index(0), index(cfg.keys), 1,
+                                   lambda r, j, _t: memref.load(self.work, self.at_s(top + r, j)),
+                                   lambda v, j, _t: load(self.vec, self.v, [j, index(col0 + v * lanes)], masks[v]))
+                for r in range(rows):
+                    for v in range(count):
+                        store(acc[r * count + v], self.o, [offset(row0, top + r), index(col0 + v * lanes)], masks[v])
+
+
+def _tops(heights: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Each register tile's first row in its block, and its height."""
+    return [(sum(heights[:i]), h) for i, h in enumerate(heights)]
+
+
+def _no_operand(i: int) -> ir.Value:
+    raise KernelError(f"an attention's cleanup takes no operand (op {i} asks for one)")
