@@ -10,6 +10,7 @@ row: cache-resident) — no [queries, keys] tensor is written or read back::
         S = e^(S − m);    s = Σ of each row
         S = cleanup(S / s)                             # ops without operands (a NaN cleanup)
         O[block] = S · V                               # per tile of V's columns, each register tile
+                                                       # (without a cleanup: (S · V) / s instead)
 
 A tile of Kᵀ or V is read from L1 by every register tile of the block. The rows past
 the last full block run one register tile at a time, then one row at a time. Q, K, V and O are strided
@@ -27,7 +28,7 @@ from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
 from kernels.gemm import micro_kernel
-from kernels.loops import for_carry, for_range, load, maximum, offset, store
+from kernels.loops import for_carry, for_range, load, maximum, offset, store, transpose_square
 from kernels.mlir import arith, ir, memref, vector
 from kernels.target import Target
 
@@ -62,8 +63,8 @@ class AttentionConfig:
         return -(-self.keys // step) * step
 
     def workspace(self) -> int:
-        """Floats of one part's scratch: Kᵀ, then the block's score rows."""
-        return (self.width + self.rows * self.tiles) * self.padded_keys
+        """Floats of one part's scratch: Kᵀ, the block's score rows, their sums' inverses."""
+        return (self.width + self.rows * self.tiles) * self.padded_keys + self.rows * self.tiles
 
     def row_lengths(self) -> tuple[int, int, int, int]:
         """The rows' lengths of Q, K (as given), V and O."""
@@ -163,22 +164,46 @@ class _Head:
             return [offset(key, (self.cfg.width + r) * n)]
         return [arith.addi(key, arith.muli(offset(r, self.cfg.width), index(n)))]
 
+    def at_inverse(self, r: ir.Value) -> list[ir.Value]:
+        """Where score row r's sum's inverse is kept, after the score rows."""
+        cfg = self.cfg
+        return [offset(r, (cfg.width + cfg.rows * cfg.tiles) * cfg.padded_keys)]
+
     def pack_keys(self) -> None:
-        """Kᵀ[c, j] = K[j, c] (a copy where K is given transposed); the padding keys are
-        zero (their scores are never read)."""
-        cfg, f32 = self.cfg, ir.F32Type.get()
-        zero = arith.constant(f32, 0.0)
-
-        def key(j: ir.Value) -> None:
-            def copy(c: ir.Value) -> None:
-                memref.store(memref.load(self.k, [c, j] if cfg.k_transposed else [j, c]), self.work, self.at_t(c, j))
-
-            for_range(0, cfg.width, 1, copy)
-
-        for_range(0, cfg.keys, 1, key)
+        """Kᵀ[c, j] = K[j, c] (a copy where K is given transposed): squares of L keys by L
+        columns loaded as L vectors and transposed in registers where the vectors are of
+        fixed length, the rest one element at a time; the padding keys are zero (their
+        scores are never read)."""
+        cfg, lanes = self.cfg, self.cfg.lanes
+        squared = 0 if cfg.k_transposed or self.target.scalable else lanes
+        keys_end, width_end = (cfg.keys // lanes * lanes, cfg.width // lanes * lanes) if squared else (0, 0)
+        if keys_end and width_end:
+            for_range(0, keys_end, lanes, lambda j: for_range(0, width_end, lanes, lambda c: self.square(j, c)))
+        self.copy_keys(0, keys_end, width_end, cfg.width)
+        self.copy_keys(keys_end, cfg.keys, 0, cfg.width)
+        zero = arith.constant(ir.F32Type.get(), 0.0)
         if cfg.padded_keys > cfg.keys:
             for_range(0, cfg.width, 1, lambda c: for_range(cfg.keys, cfg.padded_keys, 1, lambda j: memref.store(
                 zero, self.work, self.at_t(c, j))))  # fmt: skip
+
+    def square(self, j: ir.Value, c: ir.Value) -> None:
+        """Kᵀ[c : c+L, j : j+L] from K[j : j+L, c : c+L], transposed in registers."""
+        lanes = self.cfg.lanes
+        rows = transpose_square([load(self.vec, self.k, [offset(j, i), c]) for i in range(lanes)])
+        for i, row in enumerate(rows):
+            store(row, self.work, self.at_t(offset(c, i), j))
+
+    def copy_keys(self, keys_begin: int, keys_end: int, width_begin: int, width_end: int) -> None:
+        """Kᵀ[c, j] for keys [keys_begin, keys_end) and columns [width_begin, width_end),
+        one element at a time."""
+        if keys_begin >= keys_end or width_begin >= width_end:
+            return
+        transposed = self.cfg.k_transposed
+
+        def copy(j: ir.Value, c: ir.Value) -> None:
+            memref.store(memref.load(self.k, [c, j] if transposed else [j, c]), self.work, self.at_t(c, j))
+
+        for_range(keys_begin, keys_end, 1, lambda j: for_range(width_begin, width_end, 1, lambda c: copy(j, c)))
 
     def block(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
         """Scores, softmax and output of query rows [row0, row0 + Σ heights), in register
@@ -205,22 +230,46 @@ class _Head:
         for_range(0, cfg.padded_keys // step, 1, tile)
 
     def softmax_row(self, row: ir.Value, r: ir.Value) -> None:
-        """Score row r (query `row`): epilogue, max, exponents and their sum, cleanup."""
-        cfg, lanes, f32 = self.cfg, self.cfg.lanes, ir.F32Type.get()
+        """Score row r (query `row`): the epilogue and the row's max, the exponents and
+        their sum; then the probabilities and their cleanup, or, without a cleanup, the
+        sum's inverse kept for the output to scale by."""
+        cfg, f32 = self.cfg, ir.F32Type.get()
+        total = self.exponents(r, self.row_max(row, r))
+        inverse = arith.divf(arith.constant(f32, 1.0), vector.reduction(f32, vector.CombiningKind.ADD, total))
+        if not cfg.cleanup:
+            memref.store(inverse, self.work, self.at_inverse(r))
+            return
+        scale = vector.broadcast(self.vec, inverse)
+
+        def normalized(key: ir.Value) -> None:
+            value = arith.mulf(load(self.vec, self.work, self.at_s(r, key)), scale)
+            store(ep.apply(cfg.cleanup, value, _no_operand), self.work, self.at_s(r, key))
+
+        for_range(0, -(-cfg.keys // cfg.lanes), 1, lambda j: normalized(self.key(j)))
+
+    def row_max(self, row: ir.Value, r: ir.Value) -> ir.Value:
+        """The epilogue applied to score row r (stored back where there is one), and the
+        row's max over the keys (the lanes past them −inf), broadcast."""
+        cfg, lanes = self.cfg, self.cfg.lanes
         whole, tail = cfg.keys // lanes, cfg.keys % lanes
-        mask = tail_mask(self.target, lanes, tail) if tail else None
         lowest = f32_splat(self.target, lanes, -math.inf)
 
         def scored(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
-            value = ep.apply(cfg.epilogue, load(self.vec, self.work, self.at_s(r, key)),
-                             lambda i: self.operand(i, row, key, lane_mask))  # fmt: skip
-            store(value, self.work, self.at_s(r, key))
+            value = load(self.vec, self.work, self.at_s(r, key))
+            if cfg.epilogue:
+                value = ep.apply(cfg.epilogue, value, lambda i: self.operand(i, row, key, lane_mask))
+                store(value, self.work, self.at_s(r, key))
             return value if lane_mask is None else arith.select(lane_mask, value, lowest)
 
         top = for_carry(0, whole, 1, [lowest], lambda j, acc: [maximum(acc[0], scored(self.key(j), None))])[0]
         if tail:
-            top = maximum(top, scored(index(whole * lanes), mask))
-        peak = vector.broadcast(self.vec, vector.reduction(f32, vector.CombiningKind.MAXIMUMF, top))
+            top = maximum(top, scored(index(whole * lanes), tail_mask(self.target, lanes, tail)))
+        return vector.broadcast(self.vec, vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top))
+
+    def exponents(self, r: ir.Value, peak: ir.Value) -> ir.Value:
+        """Score row r replaced by e^(s − peak); the vector of their partial sums."""
+        cfg, lanes = self.cfg, self.cfg.lanes
+        whole, tail = cfg.keys // lanes, cfg.keys % lanes
         zero = f32_splat(self.target, lanes, 0.0)
 
         def exponent(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
@@ -230,15 +279,8 @@ class _Head:
 
         total = for_carry(0, whole, 1, [zero], lambda j, acc: [arith.addf(acc[0], exponent(self.key(j), None))])[0]
         if tail:
-            total = arith.addf(total, exponent(index(whole * lanes), mask))
-        one = arith.constant(f32, 1.0)
-        inverse = vector.broadcast(self.vec, arith.divf(one, vector.reduction(f32, vector.CombiningKind.ADD, total)))
-
-        def normalized(key: ir.Value) -> None:
-            value = arith.mulf(load(self.vec, self.work, self.at_s(r, key)), inverse)
-            store(ep.apply(cfg.cleanup, value, _no_operand), self.work, self.at_s(r, key))
-
-        for_range(0, -(-cfg.keys // lanes), 1, lambda j: normalized(self.key(j)))
+            total = arith.addf(total, exponent(index(whole * lanes), tail_mask(self.target, lanes, tail)))
+        return total
 
     def key(self, j: ir.Value) -> ir.Value:
         """The first key of vector j."""
@@ -264,8 +306,11 @@ class _Head:
                                    lambda r, j, _t: memref.load(self.work, self.at_s(top + r, j)),
                                    lambda v, j, _t: load(self.vec, self.v, [j, index(col0 + v * lanes)], masks[v]))
                 for r in range(rows):
+                    scale = None if cfg.cleanup else vector.broadcast(self.vec, memref.load(
+                        self.work, self.at_inverse(index(top + r))))  # fmt: skip
                     for v in range(count):
-                        store(acc[r * count + v], self.o, [offset(row0, top + r), index(col0 + v * lanes)], masks[v])
+                        value = acc[r * count + v] if scale is None else arith.mulf(acc[r * count + v], scale)
+                        store(value, self.o, [offset(row0, top + r), index(col0 + v * lanes)], masks[v])
 
 
 def _tops(heights: tuple[int, ...]) -> list[tuple[int, int]]:

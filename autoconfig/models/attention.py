@@ -35,6 +35,10 @@ SOFTMAX_VECTOR_OPS = 24
 the exponent (a subtraction, range reduction and a degree-6 polynomial) with its store
 and sum, and the scaling pass's load, multiply and store."""
 
+SCALING_PASS_OPS = 3
+"""The scaling pass's share of those: the fused kernel skips it where no cleanup follows
+(it scales each output row by its sum's inverse instead)."""
+
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -75,7 +79,7 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
     steps = tiles * (key_tiles * s.width + column_tiles * s.keys)
     issue, latency, loads = microkernel_ns(c.rows * c.vectors, c.vectors, c.rows, m)
     vectors = rows * math.ceil(s.keys / c.lanes)
-    ops = SOFTMAX_VECTOR_OPS + ep.vector_ops(c.epilogue) + ep.vector_ops(c.cleanup)
+    ops = SOFTMAX_VECTOR_OPS - (0 if c.cleanup else SCALING_PASS_OPS) + ep.vector_ops(c.epilogue + c.cleanup)
     reread = blocks * (s.width * c.padded_keys + s.keys * s.v_width) * F32
     once = (rows * (s.width + s.v_width) + sum(rows * s.keys for op in c.epilogue if op.operand == "output")) * F32
     held = m.holding_level((s.width * c.padded_keys + s.keys * s.v_width + c.rows * c.tiles * c.padded_keys) * F32)
