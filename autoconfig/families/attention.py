@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of
 from autoconfig.graph.ir import Node
-from autoconfig.graph.products import A, B, C, Products, operand_shapes, products
+from autoconfig.graph.products import A, B, C, Products, one_attention, operand_shapes, products
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
 from autoconfig.lowering import at
@@ -30,8 +30,7 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     between, cleanup = after[:at_softmax], after[at_softmax + 1:-1]
     reads, scores = _products(b, scores_node)
     writes, mixed = _products(b, output_node)
-    if (scores.leading[C] or mixed.leading[A] or mixed.b_transposed or len(scores.offsets) != len(mixed.offsets)
-            or (mixed.m, mixed.k) != (scores.m, scores.n)):  # fmt: skip
+    if not one_attention(scores, mixed):  # the plan checked it (`fusion.addressing.addresses_attention`)
         raise fail(scores_node, "its attention's operands are not the strided matrices one kernel reads")
     chain = match_epilogue(b, scores_node.outputs[0], between, channel_axis=-1)
     tidy = match_epilogue(b, after[at_softmax].outputs[0], cleanup, channel_axis=-1)

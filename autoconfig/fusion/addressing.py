@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoconfig.graph.products import A, B, C, Maps, operand_shapes, products
+from autoconfig.graph.products import A, B, C, Maps, one_attention, operand_shapes, products
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.movement import source_maps
@@ -227,3 +227,17 @@ def maps_of(graph: Graph, runs: list[tuple[Chain, int]]) -> dict[int, tuple[list
 def run_members(runs: list[tuple[Chain, int]]) -> set[int]:
     """The nodes of a group's absorbed runs: its product's addressing, no kernel of their own."""
     return {u for chain, length in runs for u in chain.nodes[:length]}
+
+
+def addresses_attention(graph: Graph, members: list[int], found: dict[int, list[Chain]], scores: int,
+                        output: int) -> bool:  # fmt: skip
+    """Whether a group holding an attention core (its products `scores` and `output`)
+    reads and writes the core's operands, through the runs it absorbs, as one attention
+    kernel can (`products.one_attention`)."""
+    runs = absorbed(graph, members, found)
+    if runs is None:
+        return False
+    maps = maps_of(graph, runs)
+    pair = [products(graph.nodes[v], *operand_shapes(graph.nodes[v], graph), maps.get(v, (None, (None,) * 3))[1])
+            for v in (scores, output)]  # fmt: skip
+    return None not in pair and one_attention(*pair)

@@ -238,10 +238,14 @@ class Analysis:
         cores = {self.core_of.get(v) for v in range(members.bit_length()) if self.anchors >> v & 1 and members >> v & 1}
         if len(cores) != 1 or None in cores:
             return False
-        core = self.core_masks[cores.pop()]
-        if members & ~self.views & ~self.chain_nodes & ~core:
+        c = cores.pop()
+        if members & ~self.views & ~self.chain_nodes & ~self.core_masks[c]:
             return False
-        return not final or core & ~members == 0
+        if not final:
+            return True
+        inside = [v for v in range(members.bit_length()) if members >> v & 1]
+        return self.core_masks[c] & ~members == 0 and addressing.addresses_attention(
+            self.graph, inside, self.chains, self.cores[c].scores, self.cores[c].output)  # fmt: skip
 
     def extends_core(self, members: int, v: int) -> bool:
         """Whether anchor v may join a group holding an anchor (`members`): both of one

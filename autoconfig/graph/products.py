@@ -106,3 +106,12 @@ def _strided(index: np.ndarray, transposable: bool = False) -> tuple[np.ndarray,
         return None
     expected = first[:, None, None] + np.arange(rows)[:, None] * down + np.arange(cols) * across
     return (first, stride, transposed) if np.array_equal(index, expected) else None
+
+
+def one_attention(scores: Products, mixed: Products) -> bool:
+    """Whether the products of scores (Q·Kᵀ) and of probabilities by V are what one
+    attention kernel reads (`kernels.attention`): as many of each, the scores dense and
+    the probabilities read as written, V's rows strided (not stored transposed), the
+    second product's rows and inner size the scores'."""
+    return (not scores.leading[C] and not mixed.leading[A] and not mixed.b_transposed
+            and len(scores.offsets) == len(mixed.offsets) and (mixed.m, mixed.k) == (scores.m, scores.n))
