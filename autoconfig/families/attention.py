@@ -7,8 +7,6 @@ products address (`fusion.addressing`), as the separate products would.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of
 from autoconfig.graph.ir import Node
 from autoconfig.graph.products import A, B, C, Products, one_attention, operand_shapes, products
@@ -40,8 +38,8 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     shape = AttentionShape(len(scores.offsets), scores.m, scores.n, scores.k, mixed.n)
     strides = (scores.leading[A], scores.leading[B], mixed.leading[B], mixed.leading[C])
     best = attention_model.choose(shape, b.machine, b.target.f32_lanes, b.threads, strides, tuple(chain.ops),
-                                  tuple(tidy.ops))  # fmt: skip
-    config = best.config if scores.b_transposed else replace(best.config, k_transposed=True)
+                                  tuple(tidy.ops), k_transposed=not scores.b_transposed)  # fmt: skip
+    config = best.config
     config.validate(b.target)
     calls = _calls(b, config, best.plan.threads, scores, mixed, (o, q, k, v), operands,
                    [kind for kind in (op.operand for op in chain.ops) if kind])  # fmt: skip

@@ -108,16 +108,16 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
 
 
 def choose(shape: AttentionShape, machine: Machine, lanes: int, threads: int, strides: tuple[int, int, int, int],
-           epilogue: ep.Epilogue, cleanup: ep.Epilogue) -> Prediction:  # fmt: skip
-    """The fastest predicted register tile, block and thread count for `shape`, on at most
-    `threads` threads: one, a head each, or all (ties: fewer threads, the first of TILES,
-    larger blocks)."""
+           epilogue: ep.Epilogue, cleanup: ep.Epilogue, k_transposed: bool = False) -> Prediction:  # fmt: skip
+    """The fastest predicted register tile, block and thread count for `shape` (K given as
+    Kᵀ where `k_transposed`), on at most `threads` threads: one, a head each, or all
+    (ties: fewer threads, the first of TILES, larger blocks)."""
     predictions = []
     for count in sorted({1, min(threads, shape.heads), threads}):
         for (rows, vectors), tiles in itertools.product(TILES, BLOCK_TILES):
             config = AttentionConfig(shape.queries, shape.keys, shape.width, shape.v_width, lanes, rows=rows,
                                      vectors=vectors, tiles=tiles, strides=strides, epilogue=epilogue,
-                                     cleanup=cleanup)  # fmt: skip
+                                     cleanup=cleanup, k_transposed=k_transposed)  # fmt: skip
             predictions.append(predict(AttentionPlan(config, shape, count), machine))
     return best_of(predictions, lambda p: (p.plan.threads, TILES.index((p.config.rows, p.config.vectors)),
                                            -p.config.tiles))  # fmt: skip
