@@ -354,17 +354,21 @@ def ops_of(nodes: list[Node]) -> list[str]:
 
 
 def streaming(b: Builder, name: str, ops: list[str], kind: str, calls: list[Call], modules: list[KernelModule],
-               moved: int, summary: str, loads: int = 0) -> KernelGroup:  # fmt: skip
+               moved: int, summary: str, loads: int = 0, vector_ops: int = 0) -> KernelGroup:  # fmt: skip
     """A kernel the models do not plan (pooling, softmax, elementwise, copies): it
     streams its bytes once, so its prediction is their traffic time at the bandwidth
     of the level that holds them, plus the call — or, where it reads cached data many
     times over (a pooling window's taps: `loads` vector loads per thread, a
     line-crossing one counted as two), those loads at the profile's L1 load rate if
-    they take longer (bandwidth alone misses a wide window's loads by far)."""
+    they take longer (bandwidth alone misses a wide window's loads by far), or its
+    `vector_ops` per thread (a softmax's exponents) at the FMA issue rate if those do."""
     rate = b.machine.vector_loads_per_ns()
-    traffic, reading = b.machine.traffic_ns(moved), loads / rate
-    predicted = max(traffic, reading) + b.machine.call_ns
-    if reading > traffic:
+    traffic, reading, computing = b.machine.traffic_ns(moved), loads / rate, vector_ops / b.machine.fma_per_ns()
+    predicted = max(traffic, reading, computing) + b.machine.call_ns
+    if computing > max(traffic, reading):
+        bound = (f"compute-bound, predicted {predicted / 1e3:.1f} µs = {vector_ops} vector ops per thread at "
+                 f"{b.machine.fma_per_ns():.2f}/ns")  # fmt: skip
+    elif reading > traffic:
         bound = (f"load-bound, predicted {predicted / 1e3:.1f} µs = {loads} vector loads per thread "
                  f"(line-crossing ones counted twice) at {rate:.2f}/ns")  # fmt: skip
     else:

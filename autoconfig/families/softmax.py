@@ -1,6 +1,6 @@
 """The softmax family's lowering: Softmax on any axis (a gather moves the axis last
 where it is not), and the ops after it that take no other operand (a masked softmax's
-NaN cleanup) as its epilogue.
+NaN cleanup) as its epilogue; predicted by its traffic or its vector ops, the longer.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming
 from autoconfig.graph.ir import Node
+from autoconfig.models.cost import SOFTMAX_VECTOR_OPS
 from autoconfig.runtime import Call, Part, split
 from kernels import epilogue as ep
 from kernels import softmax as sm
@@ -44,10 +45,12 @@ def _softmax(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
         moved = tuple(shape[a] for a in perm)
         _, back, back_modules = permuted(b, result, moved, tuple(int(i) for i in np.argsort(perm)), into=y)
         calls, modules = calls + back, modules + back_modules
+    vectors = math.ceil(rows / threads) * math.ceil(length / config.lanes)
     return streaming(b, node.name, ops_of([node, *after]), "softmax", calls, modules,
                       8 * rows * length * (1 if last else 3),
                       f"{rows} rows of {length}{', then ' + ep.describe(config.epilogue) if after else ''}, "
-                      f"{threads} thread(s)")  # fmt: skip
+                      f"{threads} thread(s)",
+                      vector_ops=vectors * (SOFTMAX_VECTOR_OPS + ep.vector_ops(config.epilogue)))  # fmt: skip
 
 
 LOWERINGS = {"Softmax": Lowering(_softmax)}

@@ -74,7 +74,7 @@ from autoconfig.graph.ops import Kernel, info
 from autoconfig.machine import Machine
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
-from autoconfig.models.cost import Prediction
+from autoconfig.models.cost import SOFTMAX_VECTOR_OPS, Prediction
 from autoconfig.models import conv as conv_model
 from autoconfig.models.matmul import choose
 from autoconfig.profile import HardwareProfile
@@ -396,7 +396,7 @@ def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
         flops = 2 * out.elements * math.prod(weight[1:])  # any spatial rank
         return flops / (m.fma.peak_gflops)
     if node.op == "Softmax":  # three passes and an exponent per vector, not one op
-        return out.elements / m.lanes * attention_model.SOFTMAX_VECTOR_OPS / m.fma_per_ns()
+        return out.elements / m.lanes * SOFTMAX_VECTOR_OPS / m.fma_per_ns()
     reads = sum(graph.types[i].elements for i in node.inputs if i and not graph.is_constant(i))
     return max(reads, out.elements) / m.elementwise_per_ns()
 

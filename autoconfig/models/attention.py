@@ -18,7 +18,9 @@ import itertools
 from dataclasses import dataclass
 
 from autoconfig.machine import F32, Machine
-from autoconfig.models.cost import Prediction, Term, best_of, busiest_share, microkernel_ns, total_ns
+from autoconfig.models.cost import (
+    SCALING_PASS_OPS, SOFTMAX_VECTOR_OPS, Prediction, Term, best_of, busiest_share, microkernel_ns, total_ns,
+)  # fmt: skip
 from kernels import epilogue as ep
 from kernels.attention import AttentionConfig
 
@@ -29,16 +31,6 @@ with 12 accumulators (more rows broadcast more; more vectors pad more keys)."""
 BLOCK_TILES = (1, 2, 4)
 """Register tiles of query rows per block scored: more share each tile of Kᵀ and V read
 into L1, and hold more score rows (the memory terms weigh both)."""
-
-SOFTMAX_VECTOR_OPS = 24
-"""Vector instructions per score vector of the softmax's three passes: its load and max,
-the exponent (a subtraction, range reduction and a degree-6 polynomial) with its store
-and sum, and the scaling pass's load, multiply and store."""
-
-SCALING_PASS_OPS = 3
-"""The scaling pass's share of those: the fused kernel skips it where no cleanup follows
-(it scales each output row by its sum's inverse instead)."""
-
 
 @dataclass(frozen=True)
 class AttentionShape:

@@ -127,6 +127,16 @@ layout transform), a stall on its critical path (evicted B panels, C brought bac
 block, Winograd filters fetched from farther than priced), the call itself."""
 
 
+SOFTMAX_VECTOR_OPS = 24
+"""Vector instructions per score vector of the softmax's three passes: its load and max,
+the exponent (a subtraction, range reduction and a degree-6 polynomial) with its store
+and sum, and the scaling pass's load, multiply and store."""
+
+SCALING_PASS_OPS = 3
+"""The scaling pass's share of those: the fused attention kernel skips it where no
+cleanup follows (it scales each output row by its sum's inverse instead)."""
+
+
 OUTPUT_TRANSFERS = 2
 """Times an output's bytes cross from the level holding it on its first touch: a
 write-allocating cache reads each line in for ownership and writes it back."""
