@@ -46,7 +46,7 @@ class AttentionConfig:
     lanes: int
     rows: int = 4
     vectors: int = 3
-    tiles: int = 4  # register tiles of rows per block: each tile of Kᵀ and of V is read from L1 by all
+    tiles: int = 4  # register tiles of rows per block, which share each tile of Kᵀ and V read
     strides: tuple[int, int, int, int] = (0, 0, 0, 0)
     epilogue: ep.Epilogue = field(default=())  # on the scores; operands [queries, keys] or one per key
     cleanup: ep.Epilogue = field(default=())  # ops without operands on the probabilities

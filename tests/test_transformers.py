@@ -16,7 +16,10 @@ from autoconfig.loader import LIBRARY
 from autoconfig.cli import main
 from autoconfig.graph import zoo
 from kernels.target import get_target
+from autoconfig.probe.host import this_host
+from kernels import attention as ak
 from kernels import epilogue as ep
+from kernels.library import build_library
 from tests.conftest import require_runnable, target_for
 from tests.test_build import PROFILES, build_and_compare, onnxruntime_outputs
 
@@ -318,10 +321,6 @@ def test_the_attention_kernel_matches_numpy(target, case):
     """One head's fused attention on odd sizes (masked key and column vectors), strided
     Q, K, V and O, K given either way, operands per score or per key, a fully masked
     row (NaN replaced by 0), and a range of rows: the rows outside it are not written."""
-    from kernels import attention as ak
-    from kernels.library import build_library
-    from autoconfig.probe.host import this_host
-
     t = target_for(target)
     require_runnable(t)
     spec = ATTENTION_CASES[case]

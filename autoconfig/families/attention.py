@@ -8,11 +8,12 @@ products address (`fusion.addressing`), as the separate products would.
 from __future__ import annotations
 
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of
+from autoconfig.families.matmul import addressed_products
 from autoconfig.graph.ir import Node
-from autoconfig.graph.products import A, B, C, Products, one_attention, operand_shapes, products
+from autoconfig.graph.products import A, B, C, Products, one_attention
+from autoconfig.lowering import at
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
-from autoconfig.lowering import at
 from autoconfig.runtime import Call, Part, Ref, split
 from kernels import attention as ak
 
@@ -26,8 +27,8 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     output_node = after[-1]
     at_softmax = next(i for i, n in enumerate(after) if n.op == "Softmax")
     between, cleanup = after[:at_softmax], after[at_softmax + 1:-1]
-    reads, scores = _products(b, scores_node)
-    writes, mixed = _products(b, output_node)
+    reads, scores = addressed_products(b, scores_node)
+    writes, mixed = addressed_products(b, output_node)
     if not one_attention(scores, mixed):  # the plan checked it (`fusion.addressing.addresses_attention`)
         raise fail(scores_node, "its attention's operands are not the strided matrices one kernel reads")
     chain = match_epilogue(b, scores_node.outputs[0], between, channel_axis=-1)
@@ -50,16 +51,6 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     return KernelGroup(scores_node.name, ops_of([scores_node, *after]), "attention", calls,
                        b.modules(ak.generate, config), best.total_ns,
                        attention_model.explain(best, b.profile.name, b.target.name), summary, shape.flops)  # fmt: skip
-
-
-def _products(b: Builder, node: Node) -> tuple[list[str | None], Products]:
-    """The values a product reads and writes through the data movement it addresses
-    (None: its own operand), and where each head's matrices lie in them."""
-    values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
-    found = products(node, *operand_shapes(node, b.graph), maps)
-    if found is None:
-        raise fail(node, "its operands, as the plan reads them, are not strided matrices")
-    return values, found
 
 
 def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Products, mixed: Products,

@@ -28,15 +28,12 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     g, gemm = b.graph, node.op == "Gemm"
     trans_a, trans_b = gemm and node.attrs.get("transA", 0), gemm and node.attrs.get("transB", 0)
     alpha = float(node.attrs.get("alpha", 1.0)) if gemm else 1.0
-    values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
+    values, product = addressed_products(b, node)
     a, calls, modules = b.read(values[A] or node.inputs[0]), [], []
     if trans_a:
         a, calls, modules = permuted(b, a, g.types[node.inputs[0]].shape, (1, 0))
     constant_b = g.is_constant(node.inputs[1])
     a_shape, b_shape = operand_shapes(node, g)
-    product = products(node, a_shape, b_shape, maps)
-    if product is None:
-        raise fail(node, "its operands, as the plan reads them, are not strided matrices")
     # One row times a constant transposed B, a·Wᵀ, is computed as (W·aᵀ)ᵀ: W read in its own
     # layout (a transpose of a large fc layer's weights costs the build seconds); the output,
     # a row, is the same memory as the column W·aᵀ, whose channels run along its rows.
@@ -71,6 +68,17 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                        choice.best.total_ns * math.ceil(count / at_once), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
+
+
+def addressed_products(b: Builder, node: Node) -> tuple[list[str | None], Products]:
+    """The values a MatMul or Gemm reads and writes through the data movement it
+    addresses (`fusion.addressing`; None: its own operand), and where each product's
+    matrices lie in them."""
+    values, maps = b.addressed.get(node.name, ((None, None, None), (None, None, None)))
+    found = products(node, *operand_shapes(node, b.graph), maps)
+    if found is None:
+        raise fail(node, "its operands, as the plan reads them, are not strided matrices")
+    return values, found
 
 
 def _side_by_side(b: Builder, shape: mm.MatmulShape, ops: ep.Epilogue, count: int, **options: object):

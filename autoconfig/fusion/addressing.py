@@ -62,7 +62,7 @@ def _chains_of(graph: Graph, v: int, producers: dict[str, Node], consumers: dict
     found = []
     for side in sides:
         nodes, value = [], node.inputs[side]
-        while (value in producers and _next(graph, value, consumers) is (graph.nodes[nodes[-1]] if nodes else node)
+        while (value in producers and sole_reader(graph, value, consumers) is (graph.nodes[nodes[-1]] if nodes else node)
                and _link(graph, producers[value], READ_THROUGH)):  # fmt: skip
             nodes.append(index[producers[value].name])
             value = producers[value].inputs[0]
@@ -70,11 +70,11 @@ def _chains_of(graph: Graph, v: int, producers: dict[str, Node], consumers: dict
     if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] and not graph.is_constant(node.inputs[2]):
         return found  # its computed C is read in the output's layout
     through, value = [], node.outputs[0]
-    while (reader := _next(graph, value, consumers)) is not None and _epilogue_op(graph, reader, value):
+    while (reader := sole_reader(graph, value, consumers)) is not None and _epilogue_op(graph, reader, value):
         through.append(index[reader.name])
         value = reader.outputs[0]
     nodes = []
-    while (reader := _next(graph, value, consumers)) is not None and _link(graph, reader, WRITE_THROUGH):
+    while (reader := sole_reader(graph, value, consumers)) is not None and _link(graph, reader, WRITE_THROUGH):
         nodes.append(index[reader.name])
         value = reader.outputs[0]
     found.append(_chain(graph, v, C, tuple(nodes), tuple(through)))
@@ -87,7 +87,7 @@ def _chain(graph: Graph, v: int, side: int, nodes: tuple[int, ...], through: tup
     return Chain(v, side, nodes, through, valid | {0})
 
 
-def _next(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
+def sole_reader(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
     """The one node reading `value`, once or more (None: several, none, or a graph output)."""
     readers = consumers.get(value, [])
     return readers[0] if len({r.name for r in readers}) == 1 and value not in graph.outputs else None

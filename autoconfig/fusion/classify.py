@@ -223,7 +223,7 @@ def attention_cores(graph: Graph) -> list[AttentionCore]:
         if node.op != "MatMul" or any(graph.is_constant(i) for i in node.inputs):
             continue
         between, value, previous = [], node.outputs[0], node
-        while (reader := _sole_reader(graph, value, consumers)) is not None and reader.op != "Softmax":
+        while (reader := addressing.sole_reader(graph, value, consumers)) is not None and reader.op != "Softmax":
             if info(reader).kernel is not Kernel.ELEMENTWISE or not emittable(graph, previous, reader):
                 break
             between.append(index[reader.name])
@@ -236,18 +236,13 @@ def attention_cores(graph: Graph) -> list[AttentionCore]:
         if len(readers) == 2 and value not in graph.outputs and (nan := gated(graph, value, readers)):
             if nan[1].kind == "replace_nan":
                 cleanup, value = nan[0], nan[0][-1].outputs[0]
-        output = _sole_reader(graph, value, consumers)
-        if output is None or output.op != "MatMul" or output.inputs[0] != value or graph.is_constant(output.inputs[1]):
+        output = addressing.sole_reader(graph, value, consumers)
+        if (output is None or output.op != "MatMul" or output.inputs[0] != value or output.inputs[1] == value
+                or graph.is_constant(output.inputs[1])):  # fmt: skip
             continue
         cores.append(AttentionCore(q, tuple(between), index[softmax.name], tuple(index[n.name] for n in cleanup),
                                    index[output.name]))  # fmt: skip
     return cores
-
-
-def _sole_reader(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
-    """The one node reading `value` (None: several, none, or a graph output)."""
-    readers = consumers.get(value, [])
-    return readers[0] if len(readers) == 1 and value not in graph.outputs else None
 
 
 def _over_last_axis(graph: Graph, softmax: Node) -> bool:

@@ -5,8 +5,9 @@ group is legal when it is weakly connected, convex (no path leaves it and comes
 back, so groups form a DAG), holds at most one many-to-many "anchor" (one kernel of
 an allowed shape: an anchor with an elementwise epilogue, or a chain of
 one-to-one ops) — or a whole attention core (`classify.attention_cores`: two products
-and the softmax between them, one `kernels.attention` kernel; `Analysis.core_fits`), no edge inside it is "no" in the legality table
-(classify.LEGALITY) or one the code generator cannot emit (classify.emittable), and
+and the softmax between them, one `kernels.attention` kernel; `Analysis.core_fits`),
+no edge inside it is "no" in the legality table (classify.LEGALITY) or one the code
+generator cannot emit (classify.emittable), and
 any ops before its anchor are a prologue the anchor computes as it reads its input
 (`Analysis.prologue_fits`); a mean tail (`classify.mean_tail`) may end a group whose
 anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`); data
@@ -506,8 +507,8 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
 def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
     """The sets of v's producer groups v may join: any of those without an anchor or a
     tail, with at most one with (none if v is an anchor, but the attention core's group
-    it continues); none that is sealed; for a
-    tail, the group whose last member it reads, if that group hosts it. Enumerating only
+    it continues); none that is sealed; for a tail, the group whose last member it
+    reads, if that group hosts it. Enumerating only
     these keeps a Concat of many convolutions' outputs (DenseNet's) linear, not
     exponential."""
     producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]} - {

@@ -1,20 +1,22 @@
 """The attention model: one fused attention kernel (`kernels.attention`) per head,
-priced term by term from the profile, and its register tile chosen; the fusion plan
-weighs it against the two batched products and the softmax run apart
+priced term by term from the profile, its register tile, block and threads chosen;
+the fusion plan weighs it against the two batched products and the softmax run apart
 (`fusion.planning`), and the lowering reports it.
 
 Terms (ns, the busiest thread's heads): the register tiles' FMA issue, latency and
 loads (`models.cost.microkernel_ns`) for the scores (Q·Kᵀ over the keys padded to whole
 tiles) and the output (probabilities·V); the softmax and the scores' epilogue as vector
-ops per score vector; Kᵀ packed per head, one element at a time; Kᵀ and V read again
-per block of query rows (`tiles` register tiles) from the level holding them, Q, O and the epilogue's operands
-once; the call. Compute and memory overlap as in every model (`models.cost.total_ns`).
+ops per score vector; Kᵀ packed per head (squares transposed in registers, or one
+element at a time); Kᵀ and V read again per block of query rows (`tiles` register
+tiles) from the level holding them, Q, O and the epilogue's operands once; a call (and
+a dispatch) per call of the kernel. Compute and memory overlap as in every model
+(`models.cost.total_ns`).
 """
 
 from __future__ import annotations
 
-import math
 import itertools
+import math
 from dataclasses import dataclass
 
 from autoconfig.machine import F32, Machine
@@ -31,6 +33,7 @@ with 12 accumulators (more rows broadcast more; more vectors pad more keys)."""
 BLOCK_TILES = (1, 2, 4)
 """Register tiles of query rows per block scored: more share each tile of Kᵀ and V read
 into L1, and hold more score rows (the memory terms weigh both)."""
+
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -74,6 +77,7 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
     ops = SOFTMAX_VECTOR_OPS - (0 if c.cleanup else SCALING_PASS_OPS) + ep.vector_ops(c.epilogue + c.cleanup)
     reread = blocks * (s.width * c.padded_keys + s.keys * s.v_width) * F32
     once = (rows * (s.width + s.v_width) + sum(rows * s.keys for op in c.epilogue if op.operand == "output")) * F32
+    calls = math.ceil(s.heads / plan.threads) if s.heads >= plan.threads else s.heads
     held = m.holding_level((s.width * c.padded_keys + s.keys * s.v_width + c.rows * c.tiles * c.padded_keys) * F32)
     terms = [
         Term("fma", steps * issue * heads, f"{c.rows}x{c.vectors} tiles of {c.lanes} lanes at "
@@ -87,16 +91,26 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
              f"Kᵀ and V ({reread / blocks / 1e3:.0f} kB) read from {held} again per block of "
              f"{c.rows * c.tiles} query rows"),
         Term("memory once", m.traffic_ns(once * heads), "Q, O and the scores' operands once"),
-        Term("packing", s.keys * s.width / m.broadcast_loads_per_ns() * heads,
-             "Kᵀ packed per head, one element at a time"),
-        Term("call", m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0) * math.ceil(s.heads / plan.threads),
-             "kernel call" + (" + thread dispatch per heads at once" if plan.threads > 1 else "")),
+        _packing_term(c, s, m, heads),
+        Term("call", calls * (m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0)),
+             f"{calls} kernel call(s)" + (" and thread dispatches" if plan.threads > 1 else "")),
     ]
     parameters = (("tile", f"{c.rows} query rows x {c.vectors} vectors: {c.rows * c.vectors} accumulators"),
                   ("block", f"{c.tiles} tiles of rows: each tile of Kᵀ and V is read from L1 by all of them"),
                   ("threads", f"{plan.threads}: " + (f"{plan.threads} heads at once, one per thread"
                                                      if s.heads >= plan.threads else "each head's rows split")))
     return Prediction(plan, tuple(terms), total_ns(terms), parameters)
+
+
+def _packing_term(c: AttentionConfig, s: AttentionShape, m: Machine, heads: float) -> Term:
+    """Kᵀ packed per head: squares of L keys x L columns loaded, transposed in registers
+    (log2 L shuffles per vector) and stored, where the kernel does (fixed-length
+    vectors, K not given transposed), the rest one element at a time."""
+    squared = 0 if c.k_transposed or m.scalable else (s.keys // c.lanes) * (s.width // c.lanes) * c.lanes ** 2
+    vector_ops = squared / c.lanes * (2 + math.log2(c.lanes))
+    ns = vector_ops / m.fma_per_ns() + (s.keys * s.width - squared) / m.broadcast_loads_per_ns()
+    how = "squares transposed in registers" if squared else "one element at a time"
+    return Term("packing", ns * heads, f"Kᵀ packed per head, {how}")
 
 
 def choose(shape: AttentionShape, machine: Machine, lanes: int, threads: int, strides: tuple[int, int, int, int],
