@@ -564,3 +564,17 @@ def test_operands_read_and_written_in_place_through_row_strides(case_id, config,
     for row_range in ((0, config.row_tiles() // 2), (config.row_tiles() // 2, config.row_tiles())):
         kernel(*args, *row_range, 0, config.col_tiles())
     np.testing.assert_allclose(c_wide, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("local", ["rows", "columns"])
+@pytest.mark.parametrize("mnk", [(256, 3136, 64), (512, 784, 128)])
+def test_a_tie_on_threads_goes_to_the_split_that_keeps_each_thread_on_what_it_wrote(mnk, local):
+    """A 1x1 convolution's product on 2 threads whose best row and column splits tie: the
+    choice splits along `local` (the dimension the computed operand's producer divided),
+    whichever it is."""
+    profile = load_profile(HOST_PROFILE)
+    target, machine, shape = target_for("avx2"), Machine.of(profile), mm.MatmulShape(*mnk)
+    every = [predict(p, machine) for t in (1, 2) for p in candidates(shape, machine, target, t, a_constant=True)]
+    assert {p.plan.split for p in tied(every) if p.plan.threads == 2} == {"rows", "columns"}
+    best = choose(shape, profile, target, 2, a_constant=True, local=local).best
+    assert (best.plan.threads, best.plan.split) == (2, local)

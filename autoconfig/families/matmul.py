@@ -45,7 +45,9 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
-    choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, **product.options())
+    local = "rows" if constant_b else "columns" if g.is_constant(node.inputs[0]) else None  # the tokens' side
+    choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b,
+                                    local=None if as_column else local, **product.options())  # fmt: skip
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))

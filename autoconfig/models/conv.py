@@ -56,7 +56,7 @@ from autoconfig.models.cost import (
     OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, epilogue_term, fma_floor_ns,
     microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
-from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, choose as choose_matmul
+from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split, choose as choose_matmul
 from autoconfig.models.matmul import predict as predict_matmul
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
@@ -638,7 +638,7 @@ def winograd_plan(shape: ConvShape, m: int, profile: HardwareProfile, target: Ta
                   epilogue: ep.Epilogue = ()) -> ConvPlan:  # fmt: skip
     """Winograd F(m,3) with the matmul model's choice for its product."""
     gemm = choose_matmul(WinogradConfig(shape, m, 1, None).gemm_shape(), profile, target, threads,
-                         a_constant=True).best.plan  # fmt: skip
+                         a_constant=True, local="rows").best.plan  # M's rows: the output transform's planes
     config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue)
     return ConvPlan(config, gemm.threads, gemm.split)
 
@@ -906,22 +906,29 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
-                             transposed=transposed, prologue=prologue).best.plan  # fmt: skip
+                             transposed=transposed, prologue=prologue, local=_pixels(transposed)).best.plan
         config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
         if transposed and blocks:  # the same product, channel-blocked
             if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
                 gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                     prologue=prologue).best.plan  # fmt: skip
+                                     prologue=prologue, local=_pixels(True)).best.plan  # fmt: skip
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
             sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                 nhwc=sides, prologue=prologue).best.plan  # fmt: skip
+                                 nhwc=sides, prologue=prologue, local=_pixels(True)).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
     return predictions
+
+
+def _pixels(transposed: bool) -> Split:
+    """The dimension of a convolution's product along which its pixels run (B's columns;
+    Aᵀ's rows when transposed): the split that keeps each thread on the pixels it wrote
+    as its producer (`models.matmul.preference`)."""
+    return "rows" if transposed else "columns"
 
 
 def _by_kind(predictions: list[Prediction]) -> dict[tuple, list[Prediction]]:

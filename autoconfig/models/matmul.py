@@ -755,14 +755,15 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-           b_transposed: bool = False) -> Choice:  # fmt: skip
+           b_transposed: bool = False, local: Split | None = None) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
     weights), so packed plans read it packed once, `b_constant` likewise for B;
     `transposed`, `blocked`, `nhwc`:
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
-    as it is read; `leading`, `b_transposed`: operands in place (see `candidates`)."""
+    as it is read; `leading`, `b_transposed`: operands in place (see `candidates`);
+    `local`: the split that keeps each thread on what it wrote (see `preference`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
@@ -784,10 +785,11 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     predictions = promising_predictions(plans, floor, lambda p: p.config.algorithm, lambda p: predict(p, machine))
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
+    prefer = functools.partial(preference, local=local)
     per_algorithm = tuple(
-        best_of(mine, preference) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
+        best_of(mine, prefer) for a in ALGORITHMS if (mine := [p for p in predictions if p.config.algorithm == a])
     )
-    return Choice(best_of(per_algorithm, preference), per_algorithm, profile, target)
+    return Choice(best_of(per_algorithm, prefer), per_algorithm, profile, target)
 
 
 def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
@@ -853,14 +855,21 @@ prefetchers follow within its page; one alone leaves the bandwidth of the level 
 idle, and many contend for the prefetchers' trackers."""
 
 
-def preference(p: Prediction) -> tuple:
-    """How the matmul model breaks a tie (`cost.best_of`): the fewest micro-kernels, then
-    (where memory bounds the time) rows streamed at once nearest PREFERRED_STREAMS, then
-    the fewest instructions per flop, then a split by rows.
+def preference(p: Prediction, local: Split | None = None) -> tuple:
+    """How the matmul model breaks a tie (`cost.best_of`): on several threads, the split
+    `local` names, then the fewest micro-kernels, then (where memory bounds the time) rows
+    streamed at once nearest PREFERRED_STREAMS, then the fewest instructions per flop,
+    then a split by rows.
 
-    Micro-kernels: an edge tile's costs build time, and ties without one mostly ran
-    faster too. Instructions per flop: the FMA-bound terms hide that advantage. A split
-    by rows: each thread's rows of A and C are its own contiguous block, where a split
-    by columns has every thread read all of A."""
-    return (micro_kernels(p.config), abs(rows_streamed(p.config) - PREFERRED_STREAMS) if memory_bound(p) else 0,
+    `local`: the dimension along which the computed operand's producer divided it among
+    the threads (a convolution's pixels, a sequence's tokens): split the same way, each
+    thread reads what it wrote itself, where another split reads most of the operand
+    from the other cores' caches, a slower path that no term prices. Micro-kernels: an
+    edge tile's costs build time, and ties without one mostly ran faster too.
+    Instructions per flop: the FMA-bound terms hide that advantage. A split by rows:
+    each thread's rows of A and C are its own contiguous block, where a split by columns
+    has every thread read all of A."""
+    elsewhere = local is not None and p.plan.parts() > 1 and p.plan.split != local
+    return (elsewhere, micro_kernels(p.config),
+            abs(rows_streamed(p.config) - PREFERRED_STREAMS) if memory_bound(p) else 0,
             instructions_per_flop(p.config), p.plan.split != "rows")  # fmt: skip
