@@ -207,6 +207,12 @@ def _sigmoid(value: ir.Value) -> ir.Value:
 EXP_RANGE = 88.3762626647949
 """|x| beyond which expf over/underflows f32; inputs are clamped there."""
 
+LN2 = 0.6931471805599453
+
+SMALLEST_NORMAL = 1.1754943508222875e-38
+"""The smallest normal f32: `log` reads its argument's exponent bits, which a subnormal
+lacks."""
+
 EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                   1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 """Cephes expf: exp(r) ≈ 1 + r + r²·P(r) on |r| <= ln2/2, within 2 ulp of expf."""
@@ -377,6 +383,58 @@ def _gelu_tanh(value: ir.Value) -> ir.Value:
     return arith.mulf(arith.mulf(value, _const(value, 0.5)), arith.addf(_const(value, 1.0), _tanh(inner)))
 
 
+def _exp_op(value: ir.Value) -> ir.Value:
+    """ONNX Exp over all of f32: `exp` clamps its argument to ±EXP_RANGE (its 2ⁿ must
+    stay a normal float), so e^y near the top of the range is e^(y − ln2)·2 (beyond it,
+    +inf as the product overflows), and 0 below −EXP_RANGE (true values there are
+    smaller than 4e-39)."""
+    high = arith.cmpf(arith.CmpFPredicate.OGT, value, _const(value, EXP_RANGE - 1.0))
+    shifted = exp(arith.select(high, arith.subf(value, _const(value, LN2)), value))
+    y = arith.select(high, arith.mulf(shifted, _const(value, 2.0)), shifted)
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, -EXP_RANGE)), _const(value, 0.0), y)
+
+
+def _log_op(value: ir.Value) -> ir.Value:
+    """ONNX Log over all of f32: `log` of a positive normal float, a subnormal scaled by
+    2²³ first; 0 gives −inf, +inf itself, a negative or NaN argument NaN."""
+    subnormal = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, SMALLEST_NORMAL))
+    y = log(arith.select(subnormal, arith.mulf(value, _const(value, 2.0**23)), value))
+    y = arith.select(subnormal, arith.subf(y, _const(value, 23 * LN2)), y)
+    y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, value, _const(value, np.inf)), value, y)
+    y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, value, _const(value, 0.0)), _const(value, -np.inf), y)
+    nan = arith.mulf(arith.subf(value, value), _const(value, np.inf))  # 0·inf: a NaN constant has no LLVM text
+    return arith.select(arith.cmpf(arith.CmpFPredicate.ULT, value, _const(value, 0.0)), nan, y)
+
+
+def _elu(op: EpilogueOp, value: ir.Value) -> ir.Value:
+    """y above 0, else alpha·(e^y − 1), all times `beta` (Selu's gamma; 1 for Elu)."""
+    positive = arith.cmpf(arith.CmpFPredicate.OGT, value, _const(value, 0.0))
+    below = arith.mulf(arith.subf(exp(value), _const(value, 1.0)), _const(value, op.alpha))
+    return arith.mulf(arith.select(positive, value, below), _const(value, op.beta))
+
+
+def _sign(value: ir.Value) -> ir.Value:
+    """1 above 0, −1 below, the value itself otherwise (±0, NaN)."""
+    above = arith.cmpf(arith.CmpFPredicate.OGT, value, _const(value, 0.0))
+    below = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0))
+    return arith.select(above, _const(value, 1.0), arith.select(below, _const(value, -1.0), value))
+
+
+def _np_log(y: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(y)
+
+
+def _np_exp(y: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.exp(y)
+
+
+def _np_divide(x: float, y: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return x / y
+
+
 def _true(value: ir.Value) -> ir.Value:
     """Where a truth value (a bool held as a float: any non-zero is true) holds."""
     return arith.cmpf(arith.CmpFPredicate.UNE, value, _const(value, 0.0))
@@ -472,6 +530,26 @@ KINDS: dict[str, Kind] = {
                       lambda op, y, r: np.where(y != 0, r, op.alpha), 2, "output", shown=("alpha",)),
     "else_then": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), r),
                       lambda op, y, r: np.where(y != 0, op.alpha, r), 2, "output", shown=("alpha",)),
+    # exp 17 and log 20 (the polynomials, the exponent's bits), each with the compares and
+    # selects that take it over all of f32 (4 and 8); elu: exp, its subtraction, the
+    # scales, a compare and a select (21); a divide (reciprocal, softsign) costs about
+    # what a square root does
+    "exp": Kind(lambda op, y, r: _exp_op(y), lambda op, y, r: _np_exp(y), 21),
+    "log": Kind(lambda op, y, r: _log_op(y), lambda op, y, r: _np_log(y), 28),
+    "negate": Kind(lambda op, y, r: arith.negf(y), lambda op, y, r: -y, 1),
+    "abs": Kind(lambda op, y, r: math.absf(y), lambda op, y, r: np.abs(y), 1),
+    "reciprocal": Kind(lambda op, y, r: arith.divf(_const(y, 1.0), y), lambda op, y, r: _np_divide(1.0, y), 8),
+    "floor": Kind(lambda op, y, r: math.floor(y), lambda op, y, r: np.floor(y), 1),
+    "ceil": Kind(lambda op, y, r: math.ceil(y), lambda op, y, r: np.ceil(y), 1),
+    "round": Kind(lambda op, y, r: math.roundeven(y), lambda op, y, r: np.round(y), 1),
+    "sign": Kind(lambda op, y, r: _sign(y), lambda op, y, r: np.sign(y), 4),
+    "elu": Kind(lambda op, y, r: _elu(op, y), lambda op, y, r: op.beta * np.where(y > 0, y, op.alpha * np.expm1(y)),
+                21, shown=("alpha", "beta")),
+    "softsign": Kind(lambda op, y, r: arith.divf(y, arith.addf(_const(y, 1.0), math.absf(y))),
+                     lambda op, y, r: y / (1 + np.abs(y)), 10),
+    "thresholded_relu": Kind(lambda op, y, r: arith.select(arith.cmpf(arith.CmpFPredicate.OGT, y, _const(y, op.alpha)),
+                                                           y, _const(y, 0.0)),
+                             lambda op, y, r: np.where(y > op.alpha, y, 0.0), 2, shown=("alpha",)),
     "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 48),
     "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 41),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),

@@ -20,7 +20,8 @@ from tests.test_build import PROFILES, onnxruntime_outputs
 from tests.test_random_graphs import assert_close, built_outputs
 
 OPSET = 20  # Gelu's first opset
-ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Gelu": {"approximate": "tanh"}}
+ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Gelu": {"approximate": "tanh"},
+              "Elu": {"alpha": 0.5}, "Selu": {"alpha": 1.5, "gamma": 1.2}, "ThresholdedRelu": {"alpha": 0.3}}
 
 
 BOOL_VALUED = {"Cast": "Relu", "IsNaN": "Sqrt", "Not": "Relu"}

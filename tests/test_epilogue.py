@@ -81,7 +81,10 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
                                 ep.EpilogueOp("erf"), ep.EpilogueOp("gelu"), ep.EpilogueOp("gelu_tanh"),
                                 ep.EpilogueOp("sqrt"), ep.EpilogueOp("square"), ep.EpilogueOp("nonzero"),
                                 ep.EpilogueOp("is_zero"), ep.EpilogueOp("identity"),
-                                ep.EpilogueOp("choose", alpha=2.0, beta=-1.0)],
+                                ep.EpilogueOp("choose", alpha=2.0, beta=-1.0), *[ep.EpilogueOp(kind) for kind in (
+                                    "exp", "log", "negate", "abs", "reciprocal", "floor", "ceil", "round", "sign",
+                                    "softsign")],
+                                ep.EpilogueOp("elu", alpha=0.7, beta=1.2), ep.EpilogueOp("thresholded_relu", alpha=1.5)],
                          ids=lambda op: op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
     # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends (sqrt: NaN below 0)
@@ -126,6 +129,24 @@ def test_exp_is_accurate_over_the_f32_range():
     out = np.empty((1, n), np.float32)
     kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
     np.testing.assert_allclose(out, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=2e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("kind", ["exp", "log"])
+def test_exp_and_log_take_all_of_f32(kind):
+    # ONNX Exp and Log on zeros, subnormals, the edges of exp's range, infinities and NaN
+    target = target_for("avx2")
+    require_runnable(target)
+    x = np.array([-np.inf, -1e30, -104, -88.5, -87.5, -10, -1e-30, -0.0, 0.0, 1e-45, 1e-40, 1.1754942e-38, 1e-20,
+                  0.5, 1, 88.3, 88.5, 88.72, 88.73, 89, 1e30, np.inf, np.nan], np.float32)  # fmt: skip
+    n = x.size
+    op = ep.EpilogueOp(kind)
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x.reshape(1, n), 0, 1, 0, config.col_tiles())
+    with np.errstate(all="ignore"):
+        expected = (np.exp if kind == "exp" else np.log)(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(out[0], expected, rtol=2e-6, atol=1e-37, err_msg=kind)
 
 
 def test_api_bias_relu_and_its_cost():

@@ -61,6 +61,9 @@ def _cast(attrs: dict) -> ep.EpilogueOp:
     return ep.EpilogueOp("nonzero" if to == onnx.TensorProto.BOOL else "identity")
 
 
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+"""Selu's default attributes (the ONNX specification's, as float32)."""
+
 UNARY: dict[str, Unary] = {
     "Relu": Unary(lambda a: ep.relu()),
     "Sigmoid": Unary(lambda a: ep.sigmoid()),
@@ -76,6 +79,20 @@ UNARY: dict[str, Unary] = {
     "IsNaN": Unary(lambda a: ep.EpilogueOp("isnan")),
     "Not": Unary(lambda a: ep.EpilogueOp("is_zero")),
     "Cast": Unary(_cast),
+    "Exp": Unary(lambda a: ep.EpilogueOp("exp")),
+    "Log": Unary(lambda a: ep.EpilogueOp("log")),
+    "Neg": Unary(lambda a: ep.EpilogueOp("negate")),
+    "Abs": Unary(lambda a: ep.EpilogueOp("abs")),
+    "Reciprocal": Unary(lambda a: ep.EpilogueOp("reciprocal")),
+    "Floor": Unary(lambda a: ep.EpilogueOp("floor")),
+    "Ceil": Unary(lambda a: ep.EpilogueOp("ceil")),
+    "Round": Unary(lambda a: ep.EpilogueOp("round")),
+    "Sign": Unary(lambda a: ep.EpilogueOp("sign")),
+    "Elu": Unary(lambda a: ep.EpilogueOp("elu", alpha=a.get("alpha", 1.0), beta=1.0)),
+    "Selu": Unary(lambda a: ep.EpilogueOp("elu", alpha=a.get("alpha", SELU_ALPHA), beta=a.get("gamma", SELU_GAMMA))),
+    "Softsign": Unary(lambda a: ep.EpilogueOp("softsign")),
+    "ThresholdedRelu": Unary(lambda a: ep.EpilogueOp("thresholded_relu", alpha=a.get("alpha", 1.0))),
+    "Mish": Unary(lambda a: ep.mish()),
 }
 """Every elementwise operator of one input the compiler accepts."""
 
