@@ -500,7 +500,7 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
         elif len(users) == 1 and users[0].op == "Mul" and users[0].inputs == [current, current]:
             used = [users[0]]
             ops.append(ep.EpilogueOp("square"))
-        elif len(users) == 1 and users[0].op in ("Add", "Sub", "Mul", "Div"):
+        elif len(users) == 1 and users[0].op in elementwise.BINARY:
             used = [users[0]]
             op, operand = _binary(b, users[0], current, out_shape, channel_axis)
             ops.append(op)
@@ -545,16 +545,19 @@ def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
 
 def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
             channel_axis: int) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
-    """Add/Sub/Mul/Div of the chain's value and one other operand, as an epilogue op:
-    a constant per channel as its values; anything else of the output's shape (broadcast
-    to it first where it is not: `Builder.broadcast`) as the tensor's name."""
+    """A binary op (`elementwise.BINARY`) of the chain's value and one other operand, as
+    an epilogue op: Add/Sub/Mul/Div by a constant per channel as its values; anything
+    else of the output's shape (broadcast to it first where it is not:
+    `Builder.broadcast`) as the tensor's name."""
     others = [i for i in node.inputs if i != current]
+    if len(node.inputs) != 2:
+        raise fail(node, f"{node.op} of {len(node.inputs)} inputs is not generated (two only)")
     if len(others) != 1:
         raise fail(node, f"{node.op} of a value with itself is not generated")
     other, first = others[0], node.inputs.index(current) == 0
     shape = b.graph.types[other].shape
     channels = out_shape[channel_axis] if out_shape else 1
-    if b.graph.is_constant(other) and (first or node.op in ("Add", "Mul")):
+    if b.graph.is_constant(other) and (first or node.op in ("Add", "Mul")) and node.op in ("Add", "Sub", "Mul", "Div"):
         values = per_channel(np.asarray(b.graph.constants[other], np.float32), out_shape, channel_axis)
         if values is not None:
             values = -values if node.op == "Sub" else 1 / values if node.op == "Div" else values
@@ -565,9 +568,7 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
         return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
     if tuple(shape) != tuple(out_shape):
         other = b.broadcast(other, out_shape)
-    kinds = {"Add": "residual", "Mul": "product"} | ({"Sub": "difference", "Div": "quotient"} if first else
-                                                      {"Sub": "reverse_difference", "Div": "reverse_quotient"})
-    return ep.EpilogueOp(kinds[node.op]), other
+    return ep.EpilogueOp(elementwise.BINARY[node.op][0 if first else 1]), other
 
 
 def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...]) -> tuple[ep.EpilogueOp, str | None]:

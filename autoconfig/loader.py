@@ -124,13 +124,14 @@ class LoadedModel:
             if name not in inputs:
                 raise AutoconfigError(f"missing input {name!r} of shape {shape}")
             x = inputs[name]
+            x = np.asarray(x) if isinstance(x, np.generic) else x  # a numpy scalar: a 0-d input's value
             dtype, rows = self.input_types[name]
             if not isinstance(x, np.ndarray) or x.dtype != dtype:
                 got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
                 raise AutoconfigError(f"input {name!r} must be a {dtype} array, got {got}")
             if x.shape != shape:
                 raise AutoconfigError(f"input {name!r} must have shape {shape}, got {x.shape}")
-            outside = x[(x < -rows) | (x >= rows)] if rows else x[:0]
+            outside = x[(x < -rows) | (x >= rows)] if rows else np.empty(0)
             if outside.size:
                 raise AutoconfigError(f"input {name!r}: id {int(outside.reshape(-1)[0])} is outside the table's "
                                       f"{rows} rows")  # fmt: skip

@@ -483,6 +483,22 @@ KINDS: dict[str, Kind] = {
     "quotient": Kind(lambda op, y, r: arith.divf(y, r), lambda op, y, r: y / r, 1, "output"),
     "reverse_difference": Kind(lambda op, y, r: arith.subf(r, y), lambda op, y, r: r - y, 1, "output"),
     "reverse_quotient": Kind(lambda op, y, r: arith.divf(r, y), lambda op, y, r: r / y, 1, "output"),
+    # the larger or smaller of two (NaN from either: IEEE maximum and minimum, a few
+    # instructions on x86); comparisons and the logic of two truth values, as bools held:
+    # a compare (or two and a logic op) and a select
+    "maximum": Kind(lambda op, y, r: arith.maximumf(y, r), lambda op, y, r: np.maximum(y, r), 4, "output"),
+    "minimum": Kind(lambda op, y, r: arith.minimumf(y, r), lambda op, y, r: np.minimum(y, r), 4, "output"),
+    **{kind: Kind(lambda op, y, r, p=predicate: _truth(arith.cmpf(p, y, r), y),
+                  lambda op, y, r, f=function: f(y, r).astype(np.float64), 2, "output")
+       for kind, predicate, function in (("equal", arith.CmpFPredicate.OEQ, np.equal),
+                                         ("less", arith.CmpFPredicate.OLT, np.less),
+                                         ("greater", arith.CmpFPredicate.OGT, np.greater),
+                                         ("less_equal", arith.CmpFPredicate.OLE, np.less_equal),
+                                         ("greater_equal", arith.CmpFPredicate.OGE, np.greater_equal))},
+    "either": Kind(lambda op, y, r: _truth(arith.ori(_true(y), _true(r)), y),
+                   lambda op, y, r: np.logical_or(y != 0, r != 0).astype(np.float64), 4, "output"),
+    "differ": Kind(lambda op, y, r: _truth(arith.xori(_true(y), _true(r)), y),
+                   lambda op, y, r: np.logical_xor(y != 0, r != 0).astype(np.float64), 4, "output"),
     "relu": Kind(lambda op, y, r: maximum(_const(y, 0.0), y), lambda op, y, r: np.maximum(y, 0), 1),
     "square": Kind(lambda op, y, r: arith.mulf(y, y), lambda op, y, r: y * y, 1),
     "clip": Kind(lambda op, y, r: _clamp(y, op.low, op.high), lambda op, y, r: np.clip(y, op.low, op.high), 2,

@@ -10,7 +10,7 @@ import pytest
 
 from autoconfig.build import build_model
 from autoconfig.errors import AutoconfigError
-from autoconfig.families.elementwise import UNARY
+from autoconfig.families.elementwise import BINARY, UNARY
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
 from autoconfig.profile import load_profile
@@ -69,3 +69,28 @@ def test_an_attribute_value_the_operator_does_not_take_is_refused_at_import():
     model = alone_and_after_a_conv("Gelu", {"approximate": "cubic"})
     with pytest.raises(AutoconfigError, match=r"node 'gelu_\d+' \(Gelu\): approximate='cubic' is not 'none' or 'tanh'"):
         import_model(model)
+
+
+COMPARED = {"Or": "Relu", "Xor": "Relu", "Equal": "Relu", "LessOrEqual": "Relu", "GreaterOrEqual": "Relu"}
+"""Binary operators whose inputs go through Relu first (zeros on both sides: ties and
+false values), the others through Tanh (both signs)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", sorted(set(BINARY) - {"Add", "Sub", "Mul", "Div"}))
+def test_each_binary_operator_either_way_round_matches_onnxruntime(op):
+    """op(x, conv(x)) and op(conv(x), x), each a chain after the convolution or the
+    activation; comparisons and logic ops give bools, cast back to float."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder(f"binary_{op}", 5)
+    before = COMPARED.get(op, "Tanh")
+    x, conv = b.op(before, ["input"]), b.op(before, [b.conv("input", 4, 4, 3)])
+    if op in ("Or", "Xor"):
+        x, conv = (b.op("Cast", [v], to=onnx.TensorProto.BOOL) for v in (x, conv))
+    outputs = [b.op(op, pair) for pair in ([x, conv], [conv, x])]
+    if op not in ("Max", "Min"):
+        outputs = [b.op("Cast", [v], to=onnx.TensorProto.FLOAT) for v in outputs]
+    model = b.model("input", [1, 4, 9, 9], [(v, [1, 4, 9, 9]) for v in outputs])
+    model.opset_import[0].version = OPSET
+    x = np.round(3 * np.random.default_rng(2).standard_normal((1, 4, 9, 9)), 1).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))

@@ -5,8 +5,9 @@ numpy meaning, which is the kernel's own
 (`kernels.epilogue.KINDS`: the op's vector code and numpy reference side by side).
 Adding an activation is one row here and one kind there.
 
-The binary operators (Add, Sub, Mul, Div) and BatchNormalization become epilogue ops
-too, but which one depends on their operands' shapes; the builder matches them."""
+The binary operators (`BINARY`: arithmetic, Max and Min, comparisons, Or and Xor) and
+BatchNormalization become epilogue ops too, but which one depends on their operands'
+shapes and order; the builder matches them."""
 
 from __future__ import annotations
 
@@ -95,6 +96,25 @@ UNARY: dict[str, Unary] = {
     "Mish": Unary(lambda a: ep.mish()),
 }
 """Every elementwise operator of one input the compiler accepts."""
+
+
+BINARY: dict[str, tuple[str, str]] = {
+    "Add": ("residual", "residual"), "Sub": ("difference", "reverse_difference"), "Mul": ("product", "product"),
+    "Div": ("quotient", "reverse_quotient"), "Max": ("maximum", "maximum"), "Min": ("minimum", "minimum"),
+    "Equal": ("equal", "equal"), "Less": ("less", "greater"), "Greater": ("greater", "less"),
+    "LessOrEqual": ("less_equal", "greater_equal"), "GreaterOrEqual": ("greater_equal", "less_equal"),
+    "Or": ("either", "either"), "Xor": ("differ", "differ"),
+}  # fmt: skip
+"""Every elementwise operator of two inputs as the epilogue op on the chain's value and
+a tensor of the output's shape: the kind where the chain's value is the first input,
+and where it is the second (a comparison turned around). Add, Sub, Mul and Div by a
+constant per channel become bias and scale instead (`builder`)."""
+
+BINARY_REFERENCE = {"Max": np.maximum, "Min": np.minimum, "Equal": np.equal, "Less": np.less, "Greater": np.greater,
+                    "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "Or": np.logical_or,
+                    "Xor": np.logical_xor}  # fmt: skip
+"""The numpy meaning of the binary operators beyond the arithmetic ones (a bool result
+held as 0/1 floats where its inputs are floats)."""
 
 
 def epilogue_op(node: Node, graph: Graph) -> ep.EpilogueOp:

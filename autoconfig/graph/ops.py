@@ -24,7 +24,7 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
-from autoconfig.families.elementwise import UNARY
+from autoconfig.families.elementwise import BINARY_REFERENCE, UNARY
 from autoconfig.graph import reference as ref
 from autoconfig.graph.ir import Graph, Node
 
@@ -128,6 +128,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Div": OpInfo(_1, _EW, ref.div),
     "And": OpInfo(_1, _EW, ref.binary(np.logical_and)),  # bools held as 0/1 floats: a product
     "Where": OpInfo(_1, _EW, ref.where),  # a selection with one constant branch
+    **{name: OpInfo(_1, _EW, ref.binary(function)) for name, function in BINARY_REFERENCE.items()},
     "Pow": OpInfo(_1, _EW, ref.binary(np.power), parameters=(1,)),  # as products or a square root
     **{name: OpInfo(_1, _EW, u.reference, parameters=u.parameters, check=u.check) for name, u in UNARY.items()},
     "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm, parameters=(1, 2, 3, 4)),  # per-channel operands: Broadcast

@@ -1,5 +1,7 @@
 """Graph simplifications applied at import, after the fold pass (`graph.fold`).
 
+- Max and Min of one input become an Identity, of more than two a chain of pairs; a
+  Where whose branches are both tensors, two selections with one constant branch, added;
 - `Identity` nodes disappear (their outputs become aliases), and so does a node that
   computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
@@ -41,7 +43,9 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
+    _variadic_in_pairs(graph)
     _bools_as_floats(graph)
+    _selections_of_two(graph)
     _int64_inputs(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
@@ -69,6 +73,52 @@ def simplify(graph: Graph) -> Graph:
 
 POWERS_AS_PRODUCTS = 4
 """Integer exponents up to this become repeated products (GPT-2's x³)."""
+
+
+VARIADIC = ("Max", "Min")
+"""Operators of any number of inputs that the kernels compute two at a time."""
+
+
+def _variadic_in_pairs(graph: Graph) -> None:
+    """Max or Min of one input becomes an Identity, of more than two a chain of pairs
+    (each pair's result broadcast to both)."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        if node.op not in VARIADIC or len(node.inputs) == 2:
+            made.append(node)
+            continue
+        if len(node.inputs) == 1:
+            made.append(Node(node.name, "Identity", node.inputs, node.outputs, {}))
+            continue
+        value = node.inputs[0]
+        for i, other in enumerate(node.inputs[1:], 1):
+            last = i == len(node.inputs) - 1
+            out = node.outputs[0] if last else f"{node.outputs[0]} (inputs 0-{i})"
+            if not last:
+                shape = np.broadcast_shapes(graph.types[value].shape, graph.types[other].shape)
+                graph.types[out] = TensorType(tuple(shape), graph.types[node.outputs[0]].dtype)
+            made.append(Node(node.name if last else f"{node.name} (inputs 0-{i})", node.op, [value, other], [out], {}))
+            value = out
+    graph.nodes = made
+
+
+def _selections_of_two(graph: Graph) -> None:
+    """Where(c, x, y) whose branches are neither a single constant becomes
+    Where(c, x, 0) + Where(c, 0, y): each a selection with one constant branch, which
+    the kernels compute, and the sum exact (one side is zero; only a −0 comes out +0)."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        scalar = [v for v in node.inputs[1:] if graph.is_constant(v) and graph.constants[v].size == 1]
+        if node.op != "Where" or scalar:
+            made.append(node)
+            continue
+        m, (condition, x, y), out = _Made(graph, node.name), node.inputs, node.outputs[0]
+        zero = m.constant("zero", np.zeros((), np.float32))
+        shape = graph.types[out].shape
+        taken = m.op("Where", [condition, x, zero], shape)
+        left = m.op("Where", [condition, zero, y], shape)
+        made += [*m.nodes, Node(node.name, "Add", [taken, left], [out], {})]
+    graph.nodes = made
 
 
 def _bools_as_floats(graph: Graph) -> None:
