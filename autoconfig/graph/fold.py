@@ -3,8 +3,9 @@ constant, whatever its operator.
 
 Reads an ONNX model; writes the nodes left to run, the constants (the initializers and
 every folded value) and onnx's shape inference of what is left. A node folds when all
-its inputs are constants, or when it reads only its input's shape (Shape, Size) and
-that shape is static: so the shape arithmetic exporters write (Shape → Gather → Concat
+its inputs are constants (or empty: a tensor of no elements has one value), or when it
+reads only its input's shape (Shape, Size) and that shape is static: so the shape
+arithmetic exporters write (Shape → Gather → Concat
 → Reshape, ConstantOfShape, Range, Expand, Equal/Where/Cast on int64 ...) folds whatever
 operators it uses. Values are computed by onnx's own reference implementation
 (`onnx.reference`) at the model's opset, not by a copy written here. Folding and shape
@@ -81,7 +82,12 @@ def _foldable(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: di
         return False  # If, Loop, Scan: their bodies read values of the enclosing graph
     if node.op_type in SHAPE_READERS:
         return node.input[0] in constants or node.input[0] in shapes
-    return all(not i or i in constants for i in node.input)
+    return all(not i or i in constants or _empty(i, shapes) for i in node.input)
+
+
+def _empty(name: str, shapes: dict[str, tuple]) -> bool:
+    """Whether a value has no elements, so its value is known (`_evaluate` feeds it)."""
+    return name in shapes and math.prod(shapes[name][1]) == 0
 
 
 def _evaluate(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: dict[str, tuple],

@@ -1,4 +1,4 @@
-"""A numpy reference interpreter of the graph IR (ONNX semantics, opsets 11-25): each
+"""A numpy reference interpreter of the graph IR (ONNX semantics, opsets 11-28): each
 node evaluated by its operator's reference implementation from the operator table."""
 
 from __future__ import annotations

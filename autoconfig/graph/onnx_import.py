@@ -1,10 +1,10 @@
-"""ONNX (opsets 11-25) to the graph IR, with onnx's shape inference for static shapes.
+"""ONNX (opsets 11-28) to the graph IR, with onnx's shape inference for static shapes.
 
 First every node computable before the model runs folds into a constant
 (`autoconfig.graph.fold`: constants and shape arithmetic, whatever its operators); what
 is left must be in the operator table. Rejected with one line: the unsupported operator
 kinds left (all of them, each with its first node), a dynamic or unknown dimension, an
-opset outside 11-25, a malformed file. Then `simplify` (Identity, BatchNormalization
+opset outside 11-28, a malformed file. Then `simplify` (Identity, BatchNormalization
 into a Conv, interpolating Resize as products).
 """
 
@@ -20,7 +20,7 @@ from autoconfig.graph.fold import fold
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import OPERATORS, Kernel
 
-OPSETS = (11, 25)
+OPSETS = (11, 28)
 SUPPORTED = frozenset(OPERATORS)
 """The operators of the operator table."""
 

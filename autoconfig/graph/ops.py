@@ -121,7 +121,7 @@ OPERATORS: dict[str, OpInfo] = {
     "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads, _A),
     "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool, kernel=_A),
     "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_EA),
-    "ReduceMean": OpInfo(_MM, _RED, ref.reduce_mean, kernel=_A, parameters=(1,)),
+    **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),
     "Mul": OpInfo(_1, _EW, ref.binary(np.multiply)),

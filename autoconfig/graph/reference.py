@@ -1,4 +1,4 @@
-"""numpy reference implementations of the ONNX operators (opsets 11-25), one function
+"""numpy reference implementations of the ONNX operators (opsets 11-28), one function
 per operator taking the node's attributes and input arrays; the operator table
 (`autoconfig.graph.ops`) names them.
 
@@ -15,6 +15,8 @@ from `onnx_reference`. Activations' meanings are their kernels' own
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -281,10 +283,29 @@ def softmax(a: dict, x):
     return _f(e / e.sum(axis=axis, keepdims=True))
 
 
-def reduce_mean(a: dict, x, axes=None):
-    axes = a.get("axes") if axes is None else axes
-    axes = None if axes is None or len(axes) == 0 else tuple(int(v) for v in axes)
-    return _f(x.mean(axis=axes, keepdims=bool(a.get("keepdims", 1))))
+REDUCTIONS = {
+    "ReduceMean": lambda x, axes: x.mean(axis=axes), "ReduceSum": lambda x, axes: x.sum(axis=axes),
+    "ReduceSumSquare": lambda x, axes: (x * x).sum(axis=axes), "ReduceL1": lambda x, axes: np.abs(x).sum(axis=axes),
+    "ReduceL2": lambda x, axes: np.sqrt((x * x).sum(axis=axes)), "ReduceLogSum": lambda x, axes: np.log(x.sum(axis=axes)),
+}  # fmt: skip
+"""The Reduce operators the build computes, each over a tuple of axes (in float64)."""
+
+
+def reduction(op: str) -> Callable:
+    """The reference of Reduce operator `op`: its axes an attribute or an input (none or
+    empty: all, unless noop_with_empty_axes), the reduced axes kept or not."""
+
+    def reduce(a: dict, x, axes=None):
+        axes = a.get("axes") if axes is None else axes
+        if axes is None or len(axes) == 0:
+            if a.get("noop_with_empty_axes", 0):
+                return x
+            axes = range(x.ndim)
+        axes = tuple(int(v) % x.ndim for v in axes)
+        y = REDUCTIONS[op](x.astype(np.float64), axes)
+        return _f(np.expand_dims(y, axes) if a.get("keepdims", 1) else y)
+
+    return reduce
 
 
 def _axes(a: dict, axes) -> tuple[int, ...]:
