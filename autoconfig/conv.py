@@ -5,7 +5,7 @@ machine, and call it on NCHW float32 numpy arrays.
 convolution model picks the algorithm and its parameters from the profile (or
 `config=` forces a plan), the kernels are generated and built, and the weights are
 kept in the layout the kernels read. ``compile_pool2d`` does the same for MaxPool,
-AveragePool and GlobalAveragePool.
+AveragePool, GlobalAveragePool and GlobalMaxPool.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def pool_shape(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=
     n, c, h, w = _input_shape(input_shape)
     if kind not in pl.POOL_KINDS:
         raise AutoconfigError(f"unknown pooling {kind!r}: {', '.join(pl.POOL_KINDS)}")
-    windowed = kind != "global_average"
+    windowed = kind not in pl.GLOBAL_KINDS
     if windowed and kernel_shape is None:
         raise AutoconfigError(f"{kind} pooling needs kernel_shape")
     return pl.PoolShape(n, c, h, w, kind, _pair("kernel_shape", kernel_shape, 1) if windowed else (1, 1),
@@ -278,8 +278,8 @@ def pool_config(shape: pl.PoolShape, target: Target, lanes: int | None = None) -
 def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, pads=None, dilations=None,
                    ceil_mode: bool = False, count_include_pad: bool = False, profile=None, target=None,
                    threads: int | None = None, lanes: int | None = None) -> CompiledPool:  # fmt: skip
-    """Compile one ONNX pooling layer: kind 'max', 'average' or 'global_average'
-    (no kernel_shape), with ONNX's attributes."""
+    """Compile one ONNX pooling layer: kind 'max', 'average', 'global_average' or
+    'global_max' (no kernel_shape), with ONNX's attributes."""
     shape = pool_shape(input_shape, kind, kernel_shape, strides=strides, pads=pads, dilations=dilations,
                        ceil_mode=ceil_mode, count_include_pad=count_include_pad)  # fmt: skip
     threads = checks.threads(threads)

@@ -21,7 +21,7 @@ The average's divisor depends on the position where the window crosses the paddi
 table made with the layer (`average_scale`), read as vectors.
 
 GlobalAveragePool sums each plane in `unroll` vector partial sums (the last vector
-masked), then across lanes, times 1/(H·W).
+masked), then across lanes, times 1/(H·W); a global max keeps maxima the same way.
 """
 
 from __future__ import annotations
@@ -39,14 +39,17 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
-from kernels.loops import for_range, for_tiles, for_unrolled, lane_sum, load, maximum, offset, prefix_mask, store
-from kernels.mlir import arith, ir, memref
+from kernels.loops import for_range, for_tiles, for_unrolled, load, maximum, offset, prefix_mask, store
+from kernels.mlir import arith, ir, memref, vector
 from kernels.nchwc import Blocks, Layout, layout_name
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
-PoolKind = Literal["max", "average", "global_average"]
-POOL_KINDS: tuple[PoolKind, ...] = ("max", "average", "global_average")
+PoolKind = Literal["max", "average", "global_average", "global_max"]
+POOL_KINDS: tuple[PoolKind, ...] = ("max", "average", "global_average", "global_max")
+GLOBAL_KINDS = ("global_average", "global_max")
+"""Pools over all of each plane: a sum scaled by its count, or a maximum (NaN from any
+element), kept in vectors and combined across lanes at the end."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class PoolShape:
 
     @property
     def windowed(self) -> bool:
-        return self.kind != "global_average"
+        return self.kind not in GLOBAL_KINDS
 
     def span(self, axis: int) -> int:
         return (self.kernel[axis] - 1) * self.dilations[axis] + 1
@@ -180,7 +183,7 @@ class PoolConfig:
             raise KernelError(f"nv must be >= 1, got {self.nv}")
         if self.layout != "nchw":
             if self.shape.windowed:
-                raise KernelError("only a global average pool reads a channel-blocked input")
+                raise KernelError("only a global pool reads a channel-blocked input")
             check_blocked(target, self.lanes, {"the channels": self.shape.channels})
         if self.chains < 1:
             raise KernelError(f"chains must be >= 1, got {self.chains}")
@@ -288,13 +291,16 @@ def _global(cfg: PoolConfig, target: Target, args: dict) -> None:
     y = f32_memref(args["y"], [s.planes])
     whole = size // lanes
 
+    combine, start, kind = _combining(s.kind)
+
     def plane(p: ir.Value) -> None:
         sums = _partial_sums(cfg, target, x, lambda v: [p, arith.muli(v, index(lanes))], whole)
         if size % lanes:
             mask = prefix_mask(mask_type(target, lanes), size % lanes)
-            sums[0] = arith.addf(sums[0], load(vec, x, [p, index(whole * lanes)], mask))
-        total = arith.mulf(lane_sum(sums), arith.constant(ir.F32Type.get(), 1.0 / size))
-        memref.store(total, y, [p])
+            tail = arith.select(mask, load(vec, x, [p, index(whole * lanes)], mask), f32_splat(target, lanes, start))
+            sums[0] = combine(sums[0], tail)
+        total = vector.reduction(ir.F32Type.get(), kind, functools.reduce(combine, sums))
+        memref.store(_scaled(total, s.kind, 1.0 / size), y, [p])
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
 
@@ -311,22 +317,37 @@ def _global_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
     def block(b: ir.Value) -> None:
         first = blocks.at(*blocks.vector_of(b, lanes), index(0), index(0))
         sums = _partial_sums(cfg, target, x, lambda v: [arith.addi(first, arith.muli(v, index(blocks.step)))], size)
-        total = sums[0]
-        for more in sums[1:]:
-            total = arith.addf(total, more)
-        store(arith.mulf(total, f32_splat(target, lanes, 1.0 / size)), y, [arith.muli(b, index(lanes))])
+        total = functools.reduce(_combining(s.kind)[0], sums)
+        store(_scaled(total, s.kind, 1.0 / size), y, [arith.muli(b, index(lanes))])
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.units())), 1, block)
 
 
 def _partial_sums(cfg: PoolConfig, target: Target, x: ir.Value, at: Callable[[ir.Value], list[ir.Value]],
                   vectors: int) -> list[ir.Value]:  # fmt: skip
-    """cfg.nv partial sums of the `vectors` whole vectors of x at `at(v)`, v < vectors."""
+    """cfg.nv partial sums (maxima, for a global max) of the `vectors` whole vectors of x
+    at `at(v)`, v < vectors."""
     vec = f32_vector_type(target, cfg.lanes)
+    combine, start, _ = _combining(cfg.shape.kind)
 
     def add(v: ir.Value, copy: int, sums: list[ir.Value]) -> list[ir.Value]:
         out = list(sums)
-        out[copy] = arith.addf(out[copy], load(vec, x, at(v)))
+        out[copy] = combine(out[copy], load(vec, x, at(v)))
         return out
 
-    return for_unrolled(index(0), index(vectors), cfg.nv, [f32_splat(target, cfg.lanes, 0.0)] * cfg.nv, add)
+    return for_unrolled(index(0), index(vectors), cfg.nv, [f32_splat(target, cfg.lanes, start)] * cfg.nv, add)
+
+
+def _combining(kind: PoolKind) -> tuple[Callable[[ir.Value, ir.Value], ir.Value], float, object]:
+    """A global pool's combine, its start value and the same across a vector's lanes."""
+    if kind == "global_max":
+        return arith.maximumf, -math.inf, vector.CombiningKind.MAXIMUMF
+    return arith.addf, 0.0, vector.CombiningKind.ADD
+
+
+def _scaled(total: ir.Value, kind: PoolKind, scale: float) -> ir.Value:
+    """A global average's sum times 1/count (a scalar or a vector); a maximum as it is."""
+    if kind != "global_average":
+        return total
+    factor = arith.constant(ir.F32Type.get(), scale)
+    return arith.mulf(total, vector.broadcast(total.type, factor) if isinstance(total.type, ir.VectorType) else factor)

@@ -317,8 +317,8 @@ def test_channel_blocked_layouts_on_neon_under_emulation():
 
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 def test_global_pool_and_elementwise_read_nhwc(case_id):
-    """The global average pool and an elementwise chain (per-channel scale, residual,
-    relu) on an NHWC tensor of 24 channels, at 8 lanes, against numpy."""
+    """The global average and max pools and an elementwise chain (per-channel scale,
+    residual, relu) on an NHWC tensor of 24 channels, at 8 lanes, against numpy."""
     from autoconfig.conv import pool_shape
     from kernels import elementwise as ew
     from kernels import pool as pl
@@ -329,10 +329,11 @@ def test_global_pool_and_elementwise_read_nhwc(case_id):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((2, 24, 5, 7), dtype=np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).ravel()
-    pool = pl.PoolConfig(pool_shape(x.shape, "global_average"), 8, layout="nhwc")
-    y = np.full(48, np.nan, np.float32)
-    build_library(pl.generate(pool, target), this_host()).kernel(pool.symbol)(y, nhwc, 0, pool.units())
-    np.testing.assert_allclose(y, x.mean(axis=(2, 3)).ravel(), rtol=1e-5, atol=1e-6)
+    for kind, reduce in (("global_average", np.mean), ("global_max", np.max)):
+        pool = pl.PoolConfig(pool_shape(x.shape, kind), 8, layout="nhwc")
+        y = np.full(48, np.nan, np.float32)
+        build_library(pl.generate(pool, target), this_host()).kernel(pool.symbol)(y, nhwc, 0, pool.units())
+        np.testing.assert_allclose(y, reduce(x, axis=(2, 3)).ravel(), rtol=1e-5, atol=1e-6, err_msg=kind)
 
     chain = (ep.scale(), ep.residual(), ep.relu())
     scale, residual = rng.standard_normal(24, dtype=np.float32), rng.standard_normal(x.shape, dtype=np.float32)
@@ -381,8 +382,8 @@ def test_every_epilogue_op_on_every_algorithm(chain):
 
 
 def pool_reference(s, x: np.ndarray) -> np.ndarray:
-    if s.kind == "global_average":
-        return run_onnx("GlobalAveragePool", {"x": x}, {})
+    if s.kind in ("global_average", "global_max"):
+        return run_onnx("GlobalAveragePool" if s.kind == "global_average" else "GlobalMaxPool", {"x": x}, {})
     attributes = dict(kernel_shape=list(s.kernel), strides=list(s.strides), pads=list(s.pads),
                       ceil_mode=int(s.ceil_mode))  # fmt: skip
     if s.kind == "max":
@@ -448,6 +449,17 @@ def test_a_max_is_one_instruction(case_id, tmp_path):
     for module in (generate(pool, target)[0].module, mm.generate(relu, target).module):
         listing = compile_object(to_llvm_ir(module), target, tmp_path, assembly=True).assembly
         assert re.search(r"vmaxps", listing) and not re.search(r"vcmpunordps|vblendv?m?ps|vpmovd2m", listing)
+
+
+@pytest.mark.parametrize("hw", [(7, 7), (1, 1), (13, 3), (3, 11)])
+def test_global_max_pool_takes_negatives_and_nan(hw):
+    # all-negative planes (a start of 0 would win), a masked last vector, and a NaN that
+    # wins, as in onnx's reference (onnxruntime's kernel skips it)
+    require_runnable(get_target("avx2"))
+    x = -np.abs(np.random.default_rng(2).standard_normal((2, 5, *hw), dtype=np.float32)) - 1
+    x[1, 2, -1, -1] = np.nan
+    f = autoconfig.compile_pool2d(x.shape, "global_max", profile=AVX2, threads=2)
+    np.testing.assert_array_equal(f(x), x.max(axis=(2, 3), keepdims=True))
 
 
 @pytest.mark.parametrize("hw", [(7, 7), (1, 1), (13, 3)])

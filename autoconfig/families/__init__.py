@@ -9,7 +9,7 @@ gathers each module's `LOWERINGS` into its registry, and the layout plan
   the operator table (`autoconfig.graph.ops`) takes their rows from here.
 - `conv`: Conv, with its algorithms registered in `autoconfig.models.conv.ALGORITHMS`.
 - `matmul`: Gemm and MatMul.
-- `pool`: MaxPool, AveragePool, GlobalAveragePool, ReduceMean.
+- `pool`: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean, ReduceMax.
 - `softmax`: Softmax.
 - `normalization`: LayerNormalization.
 - `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.

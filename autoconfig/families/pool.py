@@ -1,6 +1,6 @@
 """The pooling family's lowering: MaxPool and AveragePool in 1-D, 2-D and 3-D (3-D as
-two 2-D pools), GlobalAveragePool, and ReduceMean over any axes; global pools read
-channel-blocked tensors in place.
+two 2-D pools), GlobalAveragePool and GlobalMaxPool, and ReduceMean and ReduceMax over
+any axes; global pools read channel-blocked tensors in place.
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from autoconfig.lowering import pool_calls
 from autoconfig.models import conv as conv_model
 from kernels import pool as pl
 
-POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average"}
+POOL_KINDS = {"MaxPool": "max", "AveragePool": "average", "GlobalAveragePool": "global_average",
+              "GlobalMaxPool": "global_max"}  # fmt: skip
 
+REDUCTIONS = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
+"""Reductions over any axes, each the global pool it is over a plane's elements."""
 
-BLOCKED_POOLS = ("GlobalAveragePool", "ReduceMean")
-"""Poolings that read a channel-blocked input (a spatial ReduceMean is one; any other
+BLOCKED_POOLS = ("GlobalAveragePool", "GlobalMaxPool", *REDUCTIONS)
+"""Poolings that read a channel-blocked input (a spatial reduction is one; any other
 fails the build whatever its input's layout)."""
 
 
@@ -32,11 +35,11 @@ def _pool(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     memory, over (height, width) of every depth slice, then over depth (a box window's
     maximum, and its average with per-axis tap counts, are separable)."""
     g = b.graph
-    if node.op == "ReduceMean":
+    if node.op in REDUCTIONS:
         axes, shape = _reduced_axes(node, g), g.types[node.inputs[0]].shape
         if axes != (2, 3) or len(shape) != 4:
-            return _reduce_mean(b, node, axes)
-        node = Node(node.name, "GlobalAveragePool", node.inputs[:1], node.outputs, {})
+            return _reduce(b, node, axes)
+        node = Node(node.name, REDUCTIONS[node.op], node.inputs[:1], node.outputs, {})
     input_shape = g.types[node.inputs[0]].shape
     if len(input_shape) not in (3, 4, 5):
         raise fail(node, f"only 1-D, 2-D and 3-D pooling is generated, not {len(input_shape) - 2}-D")
@@ -104,7 +107,7 @@ def _lifted(window: dict, axis: int) -> dict:
 def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
     """A pooling's kernel_shape, strides, pads (auto_pad resolved) and dilations, one
     value per spatial axis (pads: begins, then ends)."""
-    if node.op == "GlobalAveragePool":
+    if POOL_KINDS[node.op] in pl.GLOBAL_KINDS:
         return {"kernel_shape": None}
     a = node.attrs
     kernel = tuple(a["kernel_shape"])
@@ -115,27 +118,29 @@ def _pool_window(node: Node, graph: Graph) -> dict[str, tuple[int, ...] | None]:
 
 
 def _reduced_axes(node: Node, graph: Graph) -> tuple[int, ...]:
-    """The axes ReduceMean averages over (`ops.reduced_axes`), constant ones only."""
+    """The axes a reduction reduces (`ops.reduced_axes`), constant ones only."""
     axes = reduced_axes(node, graph)
     if axes is None:
         raise fail(node, "axes computed at run time are not generated")
     return axes
 
 
-def _reduce_mean(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
-    """A mean over any axes: the reduced axes transposed last (a gather, unless they are
-    last already), then a global average pool over rows of their elements."""
+def _reduce(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
+    """A mean or maximum over any axes: the reduced axes transposed last (a gather,
+    unless they are last already), then its global pool over rows of their elements."""
     shape = b.graph.types[node.inputs[0]].shape
     kept = [a for a in range(len(shape)) if a not in axes]
     rows, length = math.prod(shape[a] for a in kept), math.prod(shape[a] for a in axes)
     x, y = b.read(node.inputs[0]), b.write(node.outputs[0])
     source, calls, modules = permuted(b, x, shape, (*kept, *axes))
-    config = pool_config(pool_shape((1, rows, 1, length), "global_average"), b.target)
+    kind = POOL_KINDS[REDUCTIONS[node.op]]
+    config = pool_config(pool_shape((1, rows, 1, length), kind), b.target)
     threads = min(b.threads, config.units())
     calls += pool_calls(config, threads, source, y, b)
     modules += b.modules(pl.generate, config)
     return streaming(b, node.name, ops_of([node]), "pool", calls, modules, 4 * (2 * rows * length + rows),
-                      f"mean over axes {list(axes)}: {rows} rows of {length}, {threads} thread(s)")
+                      f"{'mean' if kind == 'global_average' else 'maximum'} over axes {list(axes)}: {rows} rows of "
+                      f"{length}, {threads} thread(s)")  # fmt: skip
 
 
 LOWERINGS = {"MaxPool": Lowering(_pool), "AveragePool": Lowering(_pool),

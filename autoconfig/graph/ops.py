@@ -119,7 +119,8 @@ OPERATORS: dict[str, OpInfo] = {
     "MatMul": OpInfo(_MM, _OUT, ref.matmul, kernel=_EA, parameters=(1,)),
     "MaxPool": OpInfo(_MM, _OUT, ref.max_pool, window_reads, _A),
     "AveragePool": OpInfo(_MM, _OUT, ref.average_pool, window_reads, _A),
-    "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_average_pool, kernel=_A),
+    "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_pool(np.mean), kernel=_A),
+    "GlobalMaxPool": OpInfo(_MM, _OUT, ref.global_pool(np.max), kernel=_A),
     "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_EA),
     **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),

@@ -287,6 +287,7 @@ REDUCTIONS = {
     "ReduceMean": lambda x, axes: x.mean(axis=axes), "ReduceSum": lambda x, axes: x.sum(axis=axes),
     "ReduceSumSquare": lambda x, axes: (x * x).sum(axis=axes), "ReduceL1": lambda x, axes: np.abs(x).sum(axis=axes),
     "ReduceL2": lambda x, axes: np.sqrt((x * x).sum(axis=axes)), "ReduceLogSum": lambda x, axes: np.log(x.sum(axis=axes)),
+    "ReduceMax": lambda x, axes: x.max(axis=axes), "ReduceMin": lambda x, axes: x.min(axis=axes),
 }  # fmt: skip
 """The Reduce operators the build computes, each over a tuple of axes (in float64)."""
 
@@ -360,8 +361,9 @@ def average_pool(a: dict, x):
     return _f(onnx_reference("AveragePool", a, x)[0])
 
 
-def global_average_pool(a: dict, x):
-    return _f(x.mean(axis=tuple(range(2, x.ndim)), keepdims=True))
+def global_pool(numpy_op: Callable) -> Callable:
+    """GlobalAveragePool or GlobalMaxPool: `numpy_op` over every axis after the channels."""
+    return lambda a, x: _f(numpy_op(x, axis=tuple(range(2, x.ndim)), keepdims=True))
 
 
 def concat(a: dict, *xs):

@@ -3,7 +3,8 @@
 - Max and Min of one input become an Identity, of more than two a chain of pairs; a
   Where whose branches are both tensors, two selections with one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
-  times the count, with the ops before and after it (`_reductions_as_means`);
+  times the count, with the ops before and after it, ReduceMin a ReduceMax between two
+  negations (`_reductions_as_others`);
 - `Identity` nodes disappear (their outputs become aliases), and so does a node that
   computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
@@ -48,7 +49,7 @@ def simplify(graph: Graph) -> Graph:
     _variadic_in_pairs(graph)
     _bools_as_floats(graph)
     _selections_of_two(graph)
-    _reductions_as_means(graph)
+    _reductions_as_others(graph)
     _int64_inputs(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
@@ -124,31 +125,35 @@ def _selections_of_two(graph: Graph) -> None:
     graph.nodes = made
 
 
-AS_MEANS = {"ReduceSum": ("", ""), "ReduceSumSquare": ("Square", ""), "ReduceL1": ("Abs", ""),
-            "ReduceL2": ("Square", "Sqrt"), "ReduceLogSum": ("", "Log")}  # fmt: skip
-"""Reductions computed as a mean: the op on each element first (Square: a product of the
-value with itself), and the op on the sum after it."""
+AS_OTHERS = {"ReduceSum": ("ReduceMean", "", ""), "ReduceSumSquare": ("ReduceMean", "Square", ""),
+            "ReduceL1": ("ReduceMean", "Abs", ""), "ReduceL2": ("ReduceMean", "Square", "Sqrt"),
+            "ReduceLogSum": ("ReduceMean", "", "Log"), "ReduceMin": ("ReduceMax", "Neg", "Neg")}  # fmt: skip
+"""Reductions computed as another (a mean, times the count; a maximum): the op on each
+element first (Square: a product of the value with itself), and the op on the result
+after it."""
 
 
-def _reductions_as_means(graph: Graph) -> None:
+def _reductions_as_others(graph: Graph) -> None:
     """ReduceSum and the other sums become ReduceMean (the same inputs and attributes)
-    of the elements as `AS_MEANS` says, times the count of reduced elements, then the
+    of the elements as `AS_OTHERS` says, times the count of reduced elements, then the
     op after the sum: the mean kernel sums and scales once, the elementwise ops fuse
-    around it."""
+    around it; ReduceMin, the negated ReduceMax of the negated elements (exact)."""
     made: list[Node] = []
     for node in graph.nodes:
-        axes = reduced_axes(node, graph) if node.op in AS_MEANS else None
+        axes = reduced_axes(node, graph) if node.op in AS_OTHERS else None
         if axes is None:
             made.append(node)
             continue
-        m, (before, after), out = _Made(graph, node.name), AS_MEANS[node.op], node.outputs[0]
+        m, (reduction, before, after), out = _Made(graph, node.name), AS_OTHERS[node.op], node.outputs[0]
         x, shape = node.inputs[0], graph.types[out].shape
         count = math.prod(graph.types[x].shape[a] for a in axes)  # not 0: an empty tensor is folded
         if before:
             x = m.op("Mul" if before == "Square" else before, [x, x] if before == "Square" else [x],
                      graph.types[x].shape)  # fmt: skip
-        mean = m.op("ReduceMean", [x, *node.inputs[1:]], shape, **node.attrs)
-        total = m.op("Mul", [mean, m.constant("count", np.array(count, np.float32))], shape, out="" if after else out)
+        total = m.op(reduction, [x, *node.inputs[1:]], shape, **node.attrs)
+        if reduction == "ReduceMean":
+            total = m.op("Mul", [total, m.constant("count", np.array(count, np.float32))], shape,
+                         out="" if after else out)  # fmt: skip
         if after:
             m.op(after, [total], shape, out=out)
         made += m.nodes
