@@ -4,7 +4,8 @@
   Where whose branches are both tensors, two selections with one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
-  negations (`_reductions_as_others`);
+  negations, ReduceLogSumExp the log of the sum of e^(x − max) plus the max
+  (`_reductions_as_others`);
 - `Identity` nodes disappear (their outputs become aliases), and so does a node that
   computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
@@ -140,9 +141,12 @@ def _reductions_as_others(graph: Graph) -> None:
     around it; ReduceMin, the negated ReduceMax of the negated elements (exact)."""
     made: list[Node] = []
     for node in graph.nodes:
-        axes = reduced_axes(node, graph) if node.op in AS_OTHERS else None
+        axes = reduced_axes(node, graph) if node.op in (*AS_OTHERS, "ReduceLogSumExp") else None
         if axes is None:
             made.append(node)
+            continue
+        if node.op == "ReduceLogSumExp":
+            made += _log_sum_exp(graph, node, axes)
             continue
         m, (reduction, before, after), out = _Made(graph, node.name), AS_OTHERS[node.op], node.outputs[0]
         x, shape = node.inputs[0], graph.types[out].shape
@@ -158,6 +162,22 @@ def _reductions_as_others(graph: Graph) -> None:
             m.op(after, [total], shape, out=out)
         made += m.nodes
     graph.nodes = made
+
+
+def _log_sum_exp(graph: Graph, node: Node, axes: tuple[int, ...]) -> list[Node]:
+    """ReduceLogSumExp as m + log(Σ e^(x − m)), m the maximum over the axes (kept, so it
+    broadcasts against x): no e^x overflows, as in onnxruntime's kernel."""
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape, kept = graph.types[out].shape, tuple(1 if a in axes else d for a, d in enumerate(graph.types[x].shape))
+    peak = m.op("ReduceMax", [x, *node.inputs[1:]], kept, **{**node.attrs, "keepdims": 1})
+    shifted = m.op("Exp", [m.op("Sub", [x, peak], graph.types[x].shape)], graph.types[x].shape)
+    mean = m.op("ReduceMean", [shifted, *node.inputs[1:]], shape, **node.attrs)
+    count = m.constant("count", np.array(math.prod(graph.types[x].shape[a] for a in axes), np.float32))
+    logged = m.op("Log", [m.op("Mul", [mean, count], shape)], shape)
+    if kept != shape:
+        peak = m.op("Reshape", [peak, m.constant("shape", np.array(shape, np.int64))], shape)
+    m.op("Add", [logged, peak], shape, out=out)
+    return m.nodes
 
 
 def _bools_as_floats(graph: Graph) -> None:

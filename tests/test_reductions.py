@@ -1,0 +1,46 @@
+"""The Reduce operators and GlobalMaxPool, built and run against onnxruntime: over one
+axis and over the spatial axes, reduced axes kept or dropped, on inputs of both signs
+(large ones for ReduceLogSumExp, whose e^x overflows float32 unless shifted)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoconfig.graph import reference
+from autoconfig.graph import zoo
+from kernels.target import get_target
+from tests.conftest import require_runnable
+from tests.test_build import onnxruntime_outputs
+from tests.test_random_graphs import assert_close, built_outputs
+
+SHAPE = [2, 6, 5, 7]
+
+
+def reduced_shape(axes: list[int], keepdims: int) -> list[int]:
+    return [1 if a in axes else d for a, d in enumerate(SHAPE) if keepdims or a not in axes]
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("op", sorted(reference.REDUCTIONS))
+def test_each_reduction_over_one_axis_and_the_spatial_ones_matches_onnxruntime(op, keepdims):
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder(f"reduce_{op}", 5)
+    x = b.op("Abs", ["input"]) if op == "ReduceLogSum" else "input"  # its sum must be positive
+    outputs = []
+    for axes in ([1], [2, 3]):
+        y = b.op(op, [x, b.const("axes", np.array(axes, np.int64))], keepdims=keepdims)
+        outputs.append((y, reduced_shape(axes, keepdims)))
+    model = b.model("input", SHAPE, outputs, opset=18)
+    scale = 100 if op == "ReduceLogSumExp" else 3
+    x = (scale * np.random.default_rng(4).standard_normal(SHAPE)).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))
+
+
+def test_global_max_pool_after_a_convolution_matches_onnxruntime():
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("global_max", 5)
+    y = b.op("GlobalMaxPool", [b.conv("input", 6, 16, 3)])
+    model = b.model("input", SHAPE, [(y, [2, 16, 1, 1])])
+    x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))
