@@ -1,6 +1,6 @@
-"""The Reduce operators and GlobalMaxPool, built and run against onnxruntime: over one
-axis and over the spatial axes, reduced axes kept or dropped, on inputs of both signs
-(large ones for ReduceLogSumExp, whose e^x overflows float32 unless shifted)."""
+"""The Reduce operators, GlobalMaxPool and LogSoftmax, built and run against
+onnxruntime: over one axis and over the spatial axes, reduced axes kept or dropped, on
+inputs of both signs (large ones where e^x overflows float32 unless shifted)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,15 @@ def test_global_max_pool_after_a_convolution_matches_onnxruntime():
     model = b.model("input", SHAPE, [(y, [2, 16, 1, 1])])
     x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
     assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))
+
+
+@pytest.mark.parametrize("opset, axis", [(11, 1), (17, 1), (17, -1)])
+def test_log_softmax_matches_onnxruntime(opset, axis):
+    """LogSoftmax on large values of both signs (e^x overflows unless shifted), along one
+    axis, and before opset 13 along the axes from it flattened."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("log_softmax", 5)
+    y = b.op("LogSoftmax", ["input"], axis=axis)
+    model = b.model("input", SHAPE, [(y, SHAPE)], opset=opset)
+    x = (100 * np.random.default_rng(6).standard_normal(SHAPE)).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))

@@ -122,6 +122,7 @@ OPERATORS: dict[str, OpInfo] = {
     "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_pool(np.mean), kernel=_A),
     "GlobalMaxPool": OpInfo(_MM, _OUT, ref.global_pool(np.max), kernel=_A),
     "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_EA),
+    "LogSoftmax": OpInfo(_MM, _OUT, ref.log_softmax, kernel=_A),  # as its ops (graph.simplify)
     **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),

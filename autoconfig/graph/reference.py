@@ -274,13 +274,30 @@ def pad(a: dict, x, pads=None, value=None, axes=None):
     return np.pad(x, width, constant_values=fill)
 
 
-def softmax(a: dict, x):
-    if "legacy_axis" in a:  # opsets < 13: softmax over the flattened trailing axes
-        flat = x.reshape(int(np.prod(x.shape[: a["legacy_axis"]])), -1)
-        return softmax({"axis": 1}, flat).reshape(x.shape)
-    axis = a.get("axis", -1)
+def _along_axis(function: Callable) -> Callable:
+    """A Softmax-like operator: `function(x, axis)` along `axis`, or, before opset 13
+    (`legacy_axis`), along the trailing axes from it flattened into one."""
+
+    def apply(a: dict, x):
+        if "legacy_axis" in a:
+            flat = x.reshape(int(np.prod(x.shape[: a["legacy_axis"]])), -1)
+            return _f(function(flat, 1).reshape(x.shape))
+        return _f(function(x, a.get("axis", -1)))
+
+    return apply
+
+
+def _softmax(x, axis: int):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return _f(e / e.sum(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis: int):
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+softmax, log_softmax = _along_axis(_softmax), _along_axis(_log_softmax)
 
 
 REDUCTIONS = {

@@ -141,6 +141,9 @@ def _reductions_as_others(graph: Graph) -> None:
     around it; ReduceMin, the negated ReduceMax of the negated elements (exact)."""
     made: list[Node] = []
     for node in graph.nodes:
+        if node.op == "LogSoftmax":
+            made += _log_softmax(graph, node)
+            continue
         axes = reduced_axes(node, graph) if node.op in (*AS_OTHERS, "ReduceLogSumExp") else None
         if axes is None:
             made.append(node)
@@ -177,6 +180,23 @@ def _log_sum_exp(graph: Graph, node: Node, axes: tuple[int, ...]) -> list[Node]:
     if kept != shape:
         peak = m.op("Reshape", [peak, m.constant("shape", np.array(shape, np.int64))], shape)
     m.op("Add", [logged, peak], shape, out=out)
+    return m.nodes
+
+
+def _log_softmax(graph: Graph, node: Node) -> list[Node]:
+    """LogSoftmax as (x − m) − log(Σ e^(x − m)) over its axis (before opset 13, the axes
+    from `legacy_axis` on), m the maximum there."""
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape = graph.types[x].shape
+    rank = len(shape)
+    axes = list(range(node.attrs["legacy_axis"] % rank, rank)) if "legacy_axis" in node.attrs else \
+        [node.attrs.get("axis", -1) % rank]  # fmt: skip
+    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    along = m.constant("axes", np.array(axes, np.int64))
+    shifted = m.op("Sub", [x, m.op("ReduceMax", [x, along], kept, keepdims=1)], shape)
+    mean = m.op("ReduceMean", [m.op("Exp", [shifted], shape), along], kept, keepdims=1)
+    count = m.constant("count", np.array(math.prod(shape[a] for a in axes), np.float32))
+    m.op("Sub", [shifted, m.op("Log", [m.op("Mul", [mean, count], kept)], kept)], shape, out=out)
     return m.nodes
 
 
