@@ -82,6 +82,24 @@ def reduced_axes(node: Node, graph: Graph) -> tuple[int, ...] | None:
     return tuple(sorted(int(a) % rank for a in axes))
 
 
+def einsum_terms(equation: str) -> tuple[list[str], str]:
+    """Einsum's operands' and output's subscripts (the output implicit: the letters
+    used once, in order), or ValueError for what the build does not compute: an
+    ellipsis, a letter twice in one term (a diagonal), more than two operands."""
+    text = equation.replace(" ", "")
+    inputs, _, output = text.partition("->")
+    terms = inputs.split(",")
+    if "->" not in text:
+        output = "".join(sorted(c for c in set(inputs) - {","} if inputs.count(c) == 1))
+    if "." in text:
+        raise ValueError(f"equation {equation!r}: an ellipsis is not generated")
+    if len(terms) > 2 or any(len(set(t)) != len(t) for t in (*terms, output)):
+        raise ValueError(f"equation {equation!r}: only one or two operands, each letter once per term")
+    if set(output) - set("".join(terms)):
+        raise ValueError(f"equation {equation!r}: an output letter no operand has")
+    return terms, output
+
+
 def window_reads(node: Node, graph: Graph) -> float:
     """A sliding window reads each input element (window taps / stride product) times."""
     kernel = node.attrs.get("kernel_shape") or graph.types[node.inputs[1]].shape[2:]
@@ -122,6 +140,8 @@ OPERATORS: dict[str, OpInfo] = {
     "GlobalAveragePool": OpInfo(_MM, _OUT, ref.global_pool(np.mean), kernel=_A),
     "GlobalMaxPool": OpInfo(_MM, _OUT, ref.global_pool(np.max), kernel=_A),
     "Softmax": OpInfo(_MM, _OUT, ref.softmax, kernel=_EA),
+    "Einsum": OpInfo(_MM, _OUT, lambda a, *xs: np.einsum(a["equation"].replace(" ", ""), *xs), kernel=_A,
+                     check=lambda a: einsum_terms(a["equation"])),  # as products (graph.simplify)
     "LogSoftmax": OpInfo(_MM, _OUT, ref.log_softmax, kernel=_A),  # as its ops (graph.simplify)
     **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),

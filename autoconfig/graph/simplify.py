@@ -40,7 +40,7 @@ import onnx
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.ops import Kernel, info, reduced_axes
+from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes
 from autoconfig.graph.reference import resize_axis, resize_shape
 
 
@@ -50,6 +50,7 @@ def simplify(graph: Graph) -> Graph:
     _variadic_in_pairs(graph)
     _bools_as_floats(graph)
     _selections_of_two(graph)
+    _einsums_as_products(graph)
     _reductions_as_others(graph)
     _int64_inputs(graph)
     _scales_before_moves(graph)
@@ -181,6 +182,76 @@ def _log_sum_exp(graph: Graph, node: Node, axes: tuple[int, ...]) -> list[Node]:
         peak = m.op("Reshape", [peak, m.constant("shape", np.array(shape, np.int64))], shape)
     m.op("Add", [logged, peak], shape, out=out)
     return m.nodes
+
+
+def _einsums_as_products(graph: Graph) -> None:
+    """Einsum of two operands as one batched MatMul: each operand's letters only it has
+    and the output lacks summed first, then each transposed to (batch, its own letters,
+    the contracted ones) and reshaped to [batch..., rows, columns]; the product reshaped
+    to its letters and transposed to the output's order. Of one operand: the sum of the
+    letters the output lacks, then a transpose."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        if node.op != "Einsum":
+            made.append(node)
+            continue
+        m = _Made(graph, node.name)
+        terms, output = einsum_terms(node.attrs["equation"])
+        others = ["".join(terms[1 - i]) if len(terms) == 2 else "" for i in range(len(terms))]
+        operands = [_summed(m, graph, x, t, set(output) | set(o)) for x, t, o in zip(node.inputs, terms, others)]
+        if len(terms) == 1:
+            (x, letters), = operands
+        else:
+            x, letters = _product(m, graph, operands, output)
+        _transposed(m, graph, x, letters, output, node.outputs[0])
+        made += m.nodes
+    graph.nodes = made
+
+
+def _summed(m: _Made, graph: Graph, x: str, letters: str, kept: set[str]) -> tuple[str, str]:
+    """`x` (subscripts `letters`) summed over the letters not `kept`."""
+    gone = [i for i, c in enumerate(letters) if c not in kept]
+    if not gone:
+        return x, letters
+    shape = tuple(d for i, d in enumerate(graph.types[x].shape) if i not in gone)
+    if graph.is_constant(x):
+        y = m.constant("summed", graph.constants[x].sum(axis=tuple(gone), dtype=np.float64).astype(np.float32))
+    else:
+        y = m.op("ReduceSum", [x, m.constant("axes", np.array(gone, np.int64))], shape, keepdims=0)
+    return y, "".join(c for c in letters if c in kept)
+
+
+def _transposed(m: _Made, graph: Graph, x: str, letters: str, order: str, out: str = "") -> str:
+    """`x` with its axes in `order` (the value itself where they are already)."""
+    perm = [letters.index(c) for c in order]
+    shape = tuple(graph.types[x].shape[p] for p in perm)
+    if perm == sorted(perm) and not out:
+        return x
+    if graph.is_constant(x) and not out:  # constants are moved here, at import
+        return m.constant("transposed", np.ascontiguousarray(graph.constants[x].transpose(perm)))
+    return m.op("Transpose", [x], shape, out=out, perm=perm)
+
+
+def _product(m: _Made, graph: Graph, operands: list[tuple[str, str]], output: str) -> tuple[str, str]:
+    """The batched MatMul of two operands by their subscripts, and its result's."""
+    (a, sa), (b, sb) = operands
+    size = {c: d for x, s in operands for c, d in zip(s, graph.types[x].shape)}
+    batch = [c for c in output if c in sa and c in sb]
+    left, right = [c for c in sa if c not in sb], [c for c in sb if c not in sa]
+    inner = [c for c in sa if c in sb and c not in batch]
+
+    def matrix(x: str, letters: str, rows: list[str], columns: list[str]) -> str:
+        x = _transposed(m, graph, x, letters, "".join(batch + rows + columns))
+        shape = (*[size[c] for c in batch], math.prod(size[c] for c in rows), math.prod(size[c] for c in columns))
+        if graph.is_constant(x):
+            return m.constant("matrix", graph.constants[x].reshape(shape))
+        return m.op("Reshape", [x, m.constant("shape", np.array(shape, np.int64))], shape)
+
+    dims = (*[size[c] for c in batch], math.prod(size[c] for c in left), math.prod(size[c] for c in right))
+    y = m.op("MatMul", [matrix(a, sa, left, inner), matrix(b, sb, inner, right)], dims)
+    shape = tuple(size[c] for c in batch + left + right)
+    y = m.op("Reshape", [y, m.constant("shape", np.array(shape, np.int64))], shape)
+    return y, "".join(batch + left + right)
 
 
 def _log_softmax(graph: Graph, node: Node) -> list[Node]:

@@ -1,0 +1,51 @@
+"""Einsum, computed as batched matrix products (`graph.simplify`), against onnxruntime:
+an attention's two contractions, letters summed in one operand alone, transposed
+outputs, an outer product, an implicit output and one operand alone; and its one-line
+refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoconfig.errors import AutoconfigError
+from autoconfig.graph import zoo
+from autoconfig.graph.onnx_import import import_model
+from kernels.target import get_target
+from tests.conftest import require_runnable
+from tests.test_build import onnxruntime_outputs
+from tests.test_random_graphs import assert_close, built_outputs
+
+CASES = [  # equation, the computed operand's shape, the constant's (None: one operand)
+    ("b g h i d, b g h j d -> b g h i j", (1, 2, 3, 5, 4), (1, 2, 3, 6, 4)),
+    ("bhij,bhjd->bhid", (2, 3, 5, 6), (2, 3, 6, 4)),
+    ("ijk,jkl->li", (3, 4, 5), (4, 5, 2)),
+    ("ij,kj->jik", (3, 4), (5, 4)),
+    ("ijz,jk->ik", (3, 4, 2), (4, 6)),
+    ("i,j->ij", (5,), (3,)),
+    ("ij,jk", (3, 4), (4, 2)),
+    ("ijk->kj", (2, 3, 4), None),
+]
+
+
+@pytest.mark.parametrize("equation, shape, other", CASES, ids=[c[0].replace(" ", "") for c in CASES])
+def test_an_einsum_matches_onnxruntime(equation, shape, other):
+    require_runnable(get_target("avx2"))
+    rng = np.random.default_rng(7)
+    b = zoo.Builder("einsum", 5)
+    inputs = [b.op("Tanh", ["input"])] + ([b.const("w", rng.standard_normal(other))] if other else [])
+    y = b.op("Einsum", inputs, equation=equation)
+    expected = np.einsum(equation.replace(" ", ""), np.zeros(shape), *([np.zeros(other)] if other else []))
+    model = b.model("input", list(shape), [(y, list(expected.shape))])
+    x = (2 * rng.standard_normal(shape)).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+
+
+@pytest.mark.parametrize("equation, why", [("ii->i", "each letter once per term"),
+                                           ("...ij,...jk->...ik", "an ellipsis is not generated")])
+def test_an_einsum_the_build_does_not_compute_is_refused_in_one_line(equation, why):
+    b = zoo.Builder("einsum", 5)
+    y = b.op("Einsum", ["input", "input"] if "," in equation else ["input"], equation=equation)
+    model = b.model("input", [4, 4], [(y, None)])
+    with pytest.raises(AutoconfigError, match=rf"node 'einsum_\d+' \(Einsum\): equation .*{why}"):
+        import_model(model)
