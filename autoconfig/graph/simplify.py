@@ -4,8 +4,9 @@
   Where whose branches are both tensors, two selections with one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
-  negations, ReduceLogSumExp the log of the sum of e^(x − max) plus the max
-  (`_reductions_as_others`);
+  negations (`_reductions_as_others`); ReduceLogSumExp and LogSoftmax through the
+  maximum and the log of the sum of e^(x − max) (`_log_sum_exps`); an Einsum, a batched
+  MatMul between transposes (`_einsums_as_products`);
 - `Identity` nodes disappear (their outputs become aliases), and so does a node that
   computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
@@ -52,6 +53,7 @@ def simplify(graph: Graph) -> Graph:
     _selections_of_two(graph)
     _einsums_as_products(graph)
     _reductions_as_others(graph)
+    _log_sum_exps(graph)
     _int64_inputs(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
@@ -114,8 +116,7 @@ def _selections_of_two(graph: Graph) -> None:
     the kernels compute, and the sum exact (one side is zero; only a −0 comes out +0)."""
     made: list[Node] = []
     for node in graph.nodes:
-        scalar = [v for v in node.inputs[1:] if graph.is_constant(v) and graph.constants[v].size == 1]
-        if node.op != "Where" or scalar:
+        if node.op != "Where" or any(graph.is_constant(v) and graph.constants[v].size == 1 for v in node.inputs[1:]):
             made.append(node)
             continue
         m, (condition, x, y), out = _Made(graph, node.name), node.inputs, node.outputs[0]
@@ -142,15 +143,9 @@ def _reductions_as_others(graph: Graph) -> None:
     around it; ReduceMin, the negated ReduceMax of the negated elements (exact)."""
     made: list[Node] = []
     for node in graph.nodes:
-        if node.op == "LogSoftmax":
-            made += _log_softmax(graph, node)
-            continue
-        axes = reduced_axes(node, graph) if node.op in (*AS_OTHERS, "ReduceLogSumExp") else None
+        axes = reduced_axes(node, graph) if node.op in AS_OTHERS else None
         if axes is None:
             made.append(node)
-            continue
-        if node.op == "ReduceLogSumExp":
-            made += _log_sum_exp(graph, node, axes)
             continue
         m, (reduction, before, after), out = _Made(graph, node.name), AS_OTHERS[node.op], node.outputs[0]
         x, shape = node.inputs[0], graph.types[out].shape
@@ -166,22 +161,6 @@ def _reductions_as_others(graph: Graph) -> None:
             m.op(after, [total], shape, out=out)
         made += m.nodes
     graph.nodes = made
-
-
-def _log_sum_exp(graph: Graph, node: Node, axes: tuple[int, ...]) -> list[Node]:
-    """ReduceLogSumExp as m + log(Σ e^(x − m)), m the maximum over the axes (kept, so it
-    broadcasts against x): no e^x overflows, as in onnxruntime's kernel."""
-    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
-    shape, kept = graph.types[out].shape, tuple(1 if a in axes else d for a, d in enumerate(graph.types[x].shape))
-    peak = m.op("ReduceMax", [x, *node.inputs[1:]], kept, **{**node.attrs, "keepdims": 1})
-    shifted = m.op("Exp", [m.op("Sub", [x, peak], graph.types[x].shape)], graph.types[x].shape)
-    mean = m.op("ReduceMean", [shifted, *node.inputs[1:]], shape, **node.attrs)
-    count = m.constant("count", np.array(math.prod(graph.types[x].shape[a] for a in axes), np.float32))
-    logged = m.op("Log", [m.op("Mul", [mean, count], shape)], shape)
-    if kept != shape:
-        peak = m.op("Reshape", [peak, m.constant("shape", np.array(shape, np.int64))], shape)
-    m.op("Add", [logged, peak], shape, out=out)
-    return m.nodes
 
 
 def _einsums_as_products(graph: Graph) -> None:
@@ -254,21 +233,40 @@ def _product(m: _Made, graph: Graph, operands: list[tuple[str, str]], output: st
     return y, "".join(batch + left + right)
 
 
-def _log_softmax(graph: Graph, node: Node) -> list[Node]:
-    """LogSoftmax as (x − m) − log(Σ e^(x − m)) over its axis (before opset 13, the axes
-    from `legacy_axis` on), m the maximum there."""
-    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
-    shape = graph.types[x].shape
-    rank = len(shape)
-    axes = list(range(node.attrs["legacy_axis"] % rank, rank)) if "legacy_axis" in node.attrs else \
-        [node.attrs.get("axis", -1) % rank]  # fmt: skip
-    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
-    along = m.constant("axes", np.array(axes, np.int64))
-    shifted = m.op("Sub", [x, m.op("ReduceMax", [x, along], kept, keepdims=1)], shape)
-    mean = m.op("ReduceMean", [m.op("Exp", [shifted], shape), along], kept, keepdims=1)
-    count = m.constant("count", np.array(math.prod(shape[a] for a in axes), np.float32))
-    m.op("Sub", [shifted, m.op("Log", [m.op("Mul", [mean, count], kept)], kept)], shape, out=out)
-    return m.nodes
+def _log_sum_exps(graph: Graph) -> None:
+    """ReduceLogSumExp as m + log(Σ e^(x − m)) and LogSoftmax as (x − m) − log(Σ e^(x − m)),
+    m the maximum over the axes (LogSoftmax's: its axis, or before opset 13 the axes from
+    `legacy_axis` on): no e^x overflows, as in onnxruntime's kernels."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        rank = len(graph.types[node.inputs[0]].shape) if node.inputs else 0
+        if node.op == "LogSoftmax":
+            axes = tuple(range(node.attrs["legacy_axis"] % rank, rank)) if "legacy_axis" in node.attrs else \
+                (node.attrs.get("axis", -1) % rank,)  # fmt: skip
+        else:
+            axes = reduced_axes(node, graph) if node.op == "ReduceLogSumExp" else None
+        if axes is None:
+            made.append(node)
+            continue
+        m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+        shape = graph.types[x].shape
+        kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+        along = m.constant("axes", np.array(axes, np.int64))
+        peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
+        shifted = m.op("Sub", [x, peak], shape)
+        mean = m.op("ReduceMean", [m.op("Exp", [shifted], shape), along], kept, keepdims=1)
+        count = m.constant("count", np.array(math.prod(shape[a] for a in axes), np.float32))
+        logged = m.op("Log", [m.op("Mul", [mean, count], kept)], kept)
+        if node.op == "LogSoftmax":
+            m.op("Sub", [shifted, logged], shape, out=out)
+        elif kept == graph.types[out].shape:
+            m.op("Add", [logged, peak], kept, out=out)
+        else:  # the reduced axes dropped
+            total = m.op("Add", [logged, peak], kept)
+            m.op("Reshape", [total, m.constant("shape", np.array(graph.types[out].shape, np.int64))],
+                 graph.types[out].shape, out=out)  # fmt: skip
+        made += m.nodes
+    graph.nodes = made
 
 
 def _bools_as_floats(graph: Graph) -> None:
