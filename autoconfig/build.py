@@ -183,17 +183,18 @@ def _output_copy(b: Builder, name: str) -> KernelGroup | None:
 @reraised
 def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: str = "dp",
                 threads: int | None = None, cache: KernelCache | None = None,
-                plan: Plan | None = None) -> BuiltModel:  # fmt: skip
+                plan: Plan | None = None, fast_winograd: bool = False) -> BuiltModel:  # fmt: skip
     """The kernels, program and memory plan of `graph` (see the module docstring) for
     the fusion `plan` (planned by `fusion` when not given); with a kernel cache, the
-    models' choices and generated modules it holds are reused."""
+    models' choices and generated modules it holds are reused; `fast_winograd` lets
+    3x3 layers use Winograd F(4,3) (`models.conv.winograd_tiles`)."""
     for name in graph.inputs + graph.outputs:
         if graph.types[name].dtype != "float32" and not (name in graph.inputs and graph.types[name].dtype == "int64"):
             kind = "input" if name in graph.inputs else "output"
             raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models (and int64 "
                                   f"inputs) are built")  # fmt: skip
     threads = min(threads or int(profile.cores), int(profile.cores))
-    b = Builder(graph, profile, target, threads, cache, FAMILIES)
+    b = Builder(graph, profile, target, threads, cache, FAMILIES, fast_winograd)
     plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
     chains, cores = addressing.chains(graph), attention_cores(graph)
     for members in plan.groups:

@@ -115,8 +115,10 @@ class Builder:
     the lowering registry (`families`)."""
 
     def __init__(self, graph: Graph, profile: HardwareProfile, target: Target, threads: int,
-                 cache: KernelCache | None, families: dict[str, Lowering] | None = None):  # fmt: skip
+                 cache: KernelCache | None, families: dict[str, Lowering] | None = None,
+                 fast_winograd: bool = False):  # fmt: skip
         self.graph, self.profile, self.target, self.threads = graph, profile, target, threads
+        self.fast_winograd = fast_winograd  # Winograd F(4,3) too (`models.conv.winograd_tiles`)
         self.cache = cache
         self.decisions = decisions_of(cache)
         self.machine = Machine.of(profile)

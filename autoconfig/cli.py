@@ -239,7 +239,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = named_target(args.target, args.vlen) if args.vlen is not None else args.target
     manifest = compile_model(args.model, args.out, profile=args.profile, target=target, fusion=args.fusion,
-                     threads=args.threads, progress=not args.no_progress)  # fmt: skip
+                     threads=args.threads, progress=not args.no_progress, fast_winograd=args.fast_winograd)  # fmt: skip
     objects = manifest["kernel_objects"]
     print(f"built {args.out}: {len(manifest['kernels'])} kernels for {manifest['target']} "
           f"({objects['compiled']} compiled, {objects['cached']} from the cache) in "
@@ -523,6 +523,9 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--fusion", choices=("dp", "greedy", "none"), default="dp",
                        help="dp: minimum-cost plan; greedy: TVM's rules; none: one kernel per operator")  # fmt: skip
     build.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
+    build.add_argument("--fast-winograd", action="store_true",
+                       help="let 3x3 layers use Winograd F(4,3): fewer multiplies than F(2,3), but about 7x a "
+                            "direct sum's rounding error, which deep networks amplify (default: F(2,3) at most)")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.set_defaults(run=_cmd_build)
 

@@ -32,9 +32,10 @@ from autoconfig.errors import AutoconfigError, reraised
 
 @reraised
 def compile_model(model: Path | str, out: Path | str, *, profile=None, target=None, fusion: str = "dp",
-                  threads: int | None = None, progress: bool = False) -> dict:  # fmt: skip
+                  threads: int | None = None, progress: bool = False, fast_winograd: bool = False) -> dict:  # fmt: skip
     """`autoconfig build`: run the passes on the ONNX file `model` into directory `out`;
-    returns the manifest. `progress` shows a bar while kernels compile (on stderr)."""
+    returns the manifest. `progress` shows a bar while kernels compile (on stderr);
+    `fast_winograd` lets 3x3 layers use Winograd F(4,3), faster but less accurate."""
     from tqdm import tqdm
 
     from autoconfig.artifact import write_artifact
@@ -56,7 +57,8 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     cache = default_cache()
     try:
         fusion_plan = plan(graph, prof, fusion, decisions_of(cache))  # 3
-        built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache, fusion_plan)  # 4
+        built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache, fusion_plan,
+                            fast_winograd)  # 4
     except AutoconfigError as err:  # the file, then the node and operator
         raise AutoconfigError(f"{Path(model).name}: {err}") from None
     # (delay: a warm build, done in well under a second, shows no empty bar)

@@ -5,9 +5,12 @@ packing of A and B into the panels the micro-kernel reads.
 
 The micro-kernel (mr rows × nv vectors of L lanes, nr = nv·L columns)::
 
-    acc[mr][nv] = 0
-    for k in k_lo..k_hi:                                         # `unroll` copies
-        for t in 0..taps:  b[v] = B(v, k, t);  acc[r][v] += A(r, k, t) * b[v]
+    total[mr][nv] = -0
+    for chain in k_lo..k_hi, step chain_steps:                   # SUM_CHAIN products each
+        acc[mr][nv] = 0
+        for k in chain:                                          # `unroll` copies
+            for t in 0..taps:  b[v] = B(v, k, t);  acc[r][v] += A(r, k, t) * b[v]
+        total += acc
 
 where A(r, k, t) and B(v, k, t) are callbacks: plain loads from row-major A and B,
 loads from packed panels, or (for a convolution) loads straight from the image, k an
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernels.emit import index
-from kernels.loops import Sized, equal, for_range, for_tile_trips, for_tiles, for_unrolled, load, offset, store
+from kernels.loops import Sized, equal, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, load, offset, store
 from kernels.loops import if_values, strided_load, strided_store, transpose_square
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
@@ -62,15 +65,43 @@ B_PREFETCH_LOCALITY = 2
 into L1 it would evict the panel being read long before its own turn."""
 
 
+SUM_CHAIN = 128
+"""Products summed in one register chain before that chain's sum joins the tile's
+running total: a float32 sum's rounding error grows with the length of the chain it
+is accumulated in, and chains of about a hundred products keep a convolution's or
+product's error at the level of K-blocked BLAS kernels (docs/calibration.md)."""
+
+
+def chain_steps(taps: int, unroll: int) -> int:
+    """k steps per chain: SUM_CHAIN products of `taps` taps each, a whole number of
+    unrolled trips (at least one)."""
+    return max(unroll, SUM_CHAIN // taps // unroll * unroll)
+
+
+def in_chains(vec: ir.VectorType, count: int, lo: ir.Value, hi: ir.Value, steps: int,
+              chain: Callable[[ir.Value, ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
+    """`count` sums over [lo, hi) cut into chains of `steps`: chain(c, c_end, zeros) for
+    each, added to the totals (from −0.0, which adds exactly)."""
+    zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
+    minus_zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), -0.0))
+
+    def one(c: ir.Value, totals: list[ir.Value]) -> list[ir.Value]:
+        part = chain(c, arith.minsi(offset(c, steps), hi), [zero] * count)
+        return [arith.addf(t, p) for t, p in zip(totals, part, strict=True)]
+
+    return for_carry(lo, hi, steps, [minus_zero] * count, one)
+
+
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,
                  unroll: int, load_a: LoadA, load_b: LoadB, taps: int = 1,
                  ahead: Callable[[ir.Value], None] | None = None,
                  acc: list[ir.Value] | None = None, whole_trips: bool = False) -> list[ir.Value]:  # fmt: skip
     """The accumulators acc[r·vectors + v] = Σ_k Σ_t A(r, k, t)·B(v, k, t) over k in
-    [k_lo, k_hi) and the `taps` taps t (added to `acc` when given), unrolled (their
-    offsets are constants); `ahead(k)`, once per trip, asks for what a later tile will
-    read; `whole_trips`: k_hi - k_lo is always a multiple of `unroll` (`for_unrolled`)."""
-    zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
+    [k_lo, k_hi) and the `taps` taps t, unrolled (their offsets are constants), in
+    chains of `chain_steps` k steps (`in_chains`); given `acc`, added onto it in one
+    chain (the caller cuts the chains). `ahead(k)`, once per trip, asks for what a
+    later tile will read; `whole_trips`: k_hi - k_lo is always a multiple of `unroll`
+    (`for_unrolled`)."""
 
     def step(k: ir.Value, copy: int, acc: list[ir.Value]) -> list[ir.Value]:
         if ahead is not None and copy == 0:
@@ -84,7 +115,12 @@ def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_
             acc = out
         return acc
 
-    return for_unrolled(k_lo, k_hi, unroll, [zero] * (rows * vectors) if acc is None else acc, step, whole_trips)
+    def chain(lo: ir.Value, hi: ir.Value, init: list[ir.Value]) -> list[ir.Value]:
+        return for_unrolled(lo, hi, unroll, init, step, whole_trips)
+
+    if acc is not None:
+        return chain(k_lo, k_hi, acc)
+    return in_chains(vec, rows * vectors, k_lo, k_hi, chain_steps(taps, unroll), chain)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, new_module, offset_pointer, outlined_nest, tail_mask, verify
-from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, micro_kernel, write_back
+from kernels.gemm import BlockedTile, KBlocks, OutputTile, PackedA, PackedB, TransposedTile, chain_steps, in_chains
+from kernels.gemm import micro_kernel, write_back
 from kernels.loops import Sized, for_blocks, for_carry, for_range, for_tile_trips, for_tiles, for_unrolled, lane_sum
 from kernels.loops import less, load, offset, sized_tile, store, strided_load, when
 from kernels.mlir import arith, ir, memref, vector
@@ -791,9 +792,11 @@ def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_r
                             arith.minsi(hi, offset(start, lanes)), kn.config.unroll, load_a, load_b,
                             ahead=ahead, acc=acc)  # fmt: skip
 
-    zero = vector.broadcast(kn.vec, arith.constant(ir.F32Type.get(), 0.0))
-    return for_carry(arith.divsi(lo, index(lanes)), arith.ceildivsi(hi, index(lanes)), 1,
-                     [zero] * (len(tile_rows) * vectors), block)  # fmt: skip
+    def chain(b0: ir.Value, b1: ir.Value, zeros: list[ir.Value]) -> list[ir.Value]:
+        return for_carry(b0, b1, 1, zeros, block)
+
+    return in_chains(kn.vec, len(tile_rows) * vectors, arith.divsi(lo, index(lanes)),
+                     arith.ceildivsi(hi, index(lanes)), chain_steps(lanes, 1), chain)  # fmt: skip
 
 
 def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,

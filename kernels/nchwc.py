@@ -62,7 +62,7 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel
-from kernels.gemm import PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY
+from kernels.gemm import PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY, chain_steps, in_chains
 from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, transpose_square
 from kernels.loops import when_else
 from kernels.mlir import arith, ir, memref, vector
@@ -519,7 +519,8 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
 
                     return for_carry(kh_begin, kh_end, 1, acc, filter_row)
 
-                acc = for_carry(0, s.in_per_group, 1, [f32_splat(target, lanes, 0.0)] * (pixels * count), channel)
+                acc = in_chains(vec, pixels * count, index(0), index(s.in_per_group), chain_steps(s.taps, 1),
+                                lambda c0, c1, zeros: for_carry(c0, c1, 1, zeros, channel))  # fmt: skip
                 for j in range(pixels):
                     for v in range(count):
                         out.store(acc[j * count + v], output_at(v, offset(ow0, j)), channel_of(v))

@@ -515,8 +515,8 @@ def test_winograd_pays_for_filters_beyond_the_level_of_one_product():
     them all, beyond what one product's prediction charged: little when they fit the L2,
     a large share of the time when they lie past the L3."""
     profile = load_profile(AVX512)
-    small = choose(ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1)), profile, get_target("avx512"), 1)
-    large = choose(ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)), profile, get_target("avx512"), 1)
+    small, large = (choose(ConvShape(1, c, side, side, c, (3, 3), pads=(1, 1, 1, 1)), profile, get_target("avx512"), 1,
+                           fast_winograd=True) for c, side in ((64, 56), (512, 14)))  # F(4,3): 36 products
     small_w, large_w = (next(p for p in c.per_algorithm if p.config.algorithm == "winograd") for c in (small, large))
     assert 0.0 < small_w.term("filters") < 0.02 * small_w.total_ns  # 36 x 64 x 64 floats: from the L2
     assert large_w.term("filters") > 0.2 * large_w.total_ns  # 36 x 512 x 512 floats (37.7 MB): past the L3
@@ -720,7 +720,7 @@ def test_a_product_left_unscored_could_not_have_won(s, left_out):
     one that can win is scored."""
     profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
     machine = Machine.of(profile)
-    choice = choose(s, profile, target, 2)
+    choice = choose(s, profile, target, 2, fast_winograd=True)
     gemm = conv_model.choose_matmul(s.gemm_shape(), profile, target, 2, (), a_constant=True).best.plan
     config = GemmConvConfig(s, "im2col", replace(gemm.config, channel_axis="rows"))
     plans = {"im2col": ConvPlan(config, gemm.threads, gemm.split)}
@@ -786,3 +786,52 @@ def test_nhwc_is_scored_where_channel_blocks_do_not_fit():
     assert (input_layout_of(project.config), layout_of(project.config)) == ("nchwc", "nhwc")
     assert not plans(ConvShape(1, 64, 28, 28, 128, (1, 1)))
     assert not plans(ConvShape(1, 256, 13, 13, 255, (1, 1)))
+
+
+def _float64_conv(s: ConvShape, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """An undilated, ungrouped, stride-1 convolution summed in float64."""
+    (top, left, bottom, right), (kh, kw) = s.pads, s.kernel
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    return sum(np.einsum("nchw,oc->nohw", padded[:, :, i:i + s.out_height, j:j + s.out_width], w[:, :, i, j])
+               for i in range(kh) for j in range(kw))  # fmt: skip
+
+
+@pytest.mark.parametrize("s", [ConvShape(1, 256, 10, 12, 16, (3, 3), pads=(1, 1, 1, 1)),
+                               ConvShape(1, 1024, 10, 12, 16, (1, 1))], ids=ConvShape.describe)  # fmt: skip
+def test_long_sums_round_like_blocked_ones(s):
+    """Summing thousands of products in one register chain rounds 3-5x more than
+    onnxruntime's blocked sums; every kernel cuts its sums into chains
+    (`kernels.gemm.SUM_CHAIN`), even where a plan takes all channels in one block: each
+    plan's relative rms error against float64 stays at a blocked sum's (ReLU'd input,
+    weights scaled to unit outputs), F(2,3) within twice that."""
+    target = target_for("avx2")
+    require_runnable(target)
+    rng = np.random.default_rng(3)
+    x = np.maximum(rng.standard_normal(s.input_shape), 0).astype(np.float32)
+    w = (rng.standard_normal(s.weight_shape) / np.sqrt(s.in_per_group * s.taps)).astype(np.float32)
+    expected = _float64_conv(s, x, w)
+    whole = s.in_per_group
+    plans = [ConvPlan(DirectConfig(s, 8, 3, 2, whole)), ConvPlan(BlockedDirectConfig(s, 8, 3, 2, False)),
+             ConvPlan(GemmConvConfig(s, "im2col", mm.MatmulConfig(s.gemm_shape(), "tiled", 8, 3, 2,
+                                                                  channel_axis="rows")))]  # fmt: skip
+    if s.pointwise:
+        plans.append(ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(transposed_shape(s.gemm_shape()), "packed",
+                                                                           8, 3, 2, transposed=True))))  # fmt: skip
+    else:
+        plans.append(conv_model.winograd_plan(s, 2, load_profile(PROFILE_OF["avx2"]), target, 1))
+    for plan in plans:
+        y = compile_layer(s, w, None, profile=PROFILE_OF["avx2"], target=target, config=plan)(x)
+        error = np.sqrt(np.mean((y - expected) ** 2) / np.mean(expected**2))
+        bound = 2.5e-7 * (2 if isinstance(plan.config, WinogradConfig) else 1)
+        assert error < bound, f"{plan.config.algorithm} {plan.config.tile}: relative rms error {error:.2e}"
+
+
+def test_winograd_f43_only_when_asked():
+    """F(4,3) rounds about 7x more than a direct sum: a build leaves it unscored, and
+    says why, unless it asks for speed over accuracy (`fast_winograd`)."""
+    s = ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1))
+    profile, target = load_profile(PROFILE_OF["avx2"]), get_target("avx2")
+    tiles = {flag: {p.config.m for p in choose(s, profile, target, 1, fast_winograd=flag).per_algorithm
+                    if isinstance(p.config, WinogradConfig)} for flag in (False, True)}  # fmt: skip
+    assert tiles == {False: {2}, True: {4}}
+    assert "F(4,3): not scored, its rounding error" in choose(s, profile, target, 1).explain()

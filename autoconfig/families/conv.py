@@ -55,7 +55,8 @@ def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.
     prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
     choice = b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
-                      prologue=tuple(prologue.ops) if prologue else (), mean=tail is not None)  # fmt: skip
+                      prologue=tuple(prologue.ops) if prologue else (), mean=tail is not None,
+                      fast_winograd=b.fast_winograd)  # fmt: skip
     return choice, chain, prologue
 
 

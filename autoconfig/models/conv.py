@@ -53,7 +53,7 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, epilogue_term, fma_floor_ns,
+    OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, chain_ns, epilogue_term, fma_floor_ns,
     microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split, choose as choose_matmul
@@ -211,6 +211,7 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     outputs = s.batch * s.out_channels * s.out_height * s.out_width
     padded_out = s.batch * s.out_channels * s.out_height * round_up(s.out_width, lanes)
     out_bytes = outputs * F32
+    chains, per_output = chain_ns(padded_out, s.in_per_group, kc, m, s.taps)
     terms = [
         Term("fma", issue, f"{c.mr}x{c.nv} tiles of {lanes} lanes, {steps} steps (channels x taps) each, "
                            f"at {m.fma_per_ns():.2f} vector FMAs/ns per thread"
@@ -219,8 +220,9 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
         Term("latency", latency, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
         Term("loads", loads, f"{c.nv} input + {c.mr} weight loads per step beyond the FMA time; "
                              f"{crossing:.0%} of input loads cross a line"),
-        Term("c tile", 2 * padded_out * blocks * F32 / m.bandwidth["L1"] * share,
-             f"output tiles loaded and stored once per channel block ({blocks})"),
+        Term("c tile", (2 * padded_out * blocks * F32 / m.bandwidth["L1"] + chains) * share,
+             f"output tiles loaded and stored once per channel block ({blocks}); their sums saved and reloaded "
+             f"once per chain ({per_output})"),
     ]  # fmt: skip
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, ceil_div(padded_out, lanes), outputs, m, share))
@@ -474,12 +476,15 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
     streamed = (level, tiles * tile_weights, f"{tile_weights / 1e3:.0f} kB of weights per channel tile for every "
                                              f"pixel tile from {level}")  # fmt: skip
+    outputs = s.batch * s.out_channels * s.out_height * s.out_width
+    chains, per_output = chain_ns(outputs, s.in_per_group, s.in_per_group, m, s.taps)
     terms = [
         _input_again(c, m, share, tile_weights),
         Term("fma", issue * units, f"tiles of {c.tile}, {s.in_per_group} channels x {s.taps} taps, at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
         Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
         Term("loads", loads * units, f"{vectors} weight loads and a broadcast per pixel per step beyond the FMA time"),
+        Term("c tile", chains * share, f"the tiles' sums saved and reloaded once per chain ({per_output})"),
         *_blocked_once(c, m, share, weights, streamed),
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
@@ -623,6 +628,24 @@ def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
     evicted = " (the model's weights outgrow the L3: the rest of an inference evicts them)" if m.constants_level else ""
     return Term("filters", max(0.0, extra), f"U ({whole / 1e6:.1f} MB) from {level_whole}{evicted}, where one "
                                             f"product's filters ({one / 1e6:.2f} MB) were taken from {level_one}")
+
+
+WINOGRAD_ERROR = {2: 2.0, 4: 7.0}
+"""Each Winograd tile's rounding error as a multiple of a direct sum's, on one layer
+(relative rms against float64, 64-512 channels: docs/calibration.md): its products sum
+transformed values whose output transform then cancels, amplifying their rounding."""
+
+ACCURATE_ERROR = 3.0
+"""The most rounding error, as a multiple of a direct sum's, that a layer may add by
+default: deep networks amplify each layer's error by hundreds, and a segmentation
+network's output (DeepLabV3-ResNet50) with F(4,3) layers left onnxruntime by more than
+1e-4 of its range, where with F(2,3) alone it stayed within."""
+
+
+def winograd_tiles(fast: bool) -> tuple[int, ...]:
+    """Winograd's output tiles scored: those within ACCURATE_ERROR, or all when the build
+    asks for speed over accuracy (`fast`)."""
+    return tuple(m for m in TRANSFORMS if fast or WINOGRAD_ERROR[m] <= ACCURATE_ERROR)
 
 
 def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int,
@@ -796,11 +819,12 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = (),
-           mean: bool = False) -> ConvChoice:  # fmt: skip
+           mean: bool = False, fast_winograd: bool = False) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
     on its own or inside a model holding `model_weights` bytes of constants; with a
     `prologue` (per-input-channel ops on its input), `_with_prologue`'s; with `mean`
-    (each output channel's mean written too), `_with_mean`'s."""
+    (each output channel's mean written too), `_with_mean`'s. Winograd's output tiles
+    are `winograd_tiles(fast_winograd)`."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
     if prologue:
@@ -833,7 +857,10 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
 
     if applies(shape, target):
         for m in sorted(TRANSFORMS, reverse=True):
-            if not beaten(f"winograd F({m},3)", winograd_multiply_adds(shape, m)):
+            if m not in winograd_tiles(fast_winograd):
+                unscored.append(f"winograd F({m},3): not scored, its rounding error is {WINOGRAD_ERROR[m]:.0f}x a "
+                                f"direct sum's (built with fast_winograd, it is)")  # fmt: skip
+            elif not beaten(f"winograd F({m},3)", winograd_multiply_adds(shape, m)):
                 predictions.append(predict(winograd_plan(shape, m, profile, target, budget, epilogue), machine))
     predictions += _products(shape, profile, target, budget, epilogue, machine, beaten)
     if not predictions:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from kernels import epilogue as ep
+from kernels.gemm import chain_steps
 from kernels.target import Target
 
 
@@ -156,6 +157,17 @@ def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -
     busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
     load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
     return issue, busy - issue, max(0.0, load_ns - busy)
+
+
+def chain_ns(outputs: float, k: int, kc: int, m: Machine, taps: int = 1, unroll: int = 1) -> tuple[float, int]:
+    """(ns, chains per output): each output's sum over k steps, in K blocks of kc, is cut
+    into register chains (`kernels.gemm.in_chains`), and at every chain the tile's
+    running totals, which the chain's own sums displace from the registers, are stored
+    and loaded back from L1."""
+    steps = chain_steps(taps, unroll)
+    full, rest = divmod(k, kc)
+    chains = full * math.ceil(kc / steps) + math.ceil(rest / steps)
+    return 2 * outputs * F32 * chains / m.bandwidth["L1"], chains
 
 
 def output_passes(blocks: int, block: str, output_bytes: float, level: str, m: Machine) -> Term:

@@ -44,7 +44,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share,
+    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share, chain_ns,
     compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
     total_ns, vector_widths,
 )  # fmt: skip
@@ -391,17 +391,19 @@ def _tile_terms(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> list[
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
+    chains, per_output = chain_ns(shape.m * round_up(shape.n, lanes), shape.k, c.blocks()[0], m, 1, c.unroll)
+    sums = f"; their sums saved and reloaded once per chain ({per_output})"
     if c.blocked:  # each output vector stored once, whole, where it belongs
-        c_tile = Term("c tile", shape.m * shape.n * F32 / m.bandwidth["L1"] * share,
-                      "C tiles stored once as whole vectors of a channel-blocked Cᵀ")
+        c_tile = Term("c tile", (shape.m * shape.n * F32 / m.bandwidth["L1"] + chains) * share,
+                      "C tiles stored once as whole vectors of a channel-blocked Cᵀ" + sums)
     elif c.transposed:  # stored once per K block, gathered back for every later one
         elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
-        c_tile = Term("c tile", elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() * share,
-                      f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))")  # fmt: skip
+        c_tile = Term("c tile", (elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() + chains) * share,
+                      f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))" + sums)  # fmt: skip
     else:
         c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
-        c_tile = Term("c tile", c_bytes / m.bandwidth["L1"] * share,
-                      f"C tiles loaded and stored once per K block ({k_blocks})")
+        c_tile = Term("c tile", (c_bytes / m.bandwidth["L1"] + chains) * share,
+                      f"C tiles loaded and stored once per K block ({k_blocks})" + sums)
     edge_loads = 0.0
     if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
