@@ -30,7 +30,7 @@ demo: $(BIN)/.installed cross-tools
 	$(BIN)/autoconfig demo
 
 test: $(BIN)/.installed cross-tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2  # two workers (pytest-xdist): the suite is mostly one-core work
 
 # The peers' environment for scripts/compare_tvm.py, compare_fusion.py's TVM column and
 # bench_models.py's OpenVINO and IREE columns:
