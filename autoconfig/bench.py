@@ -115,10 +115,11 @@ def check_peers(peers: list[str]) -> None:
 
 
 def bench(path: Path | str, threads: int | None = None, peers: tuple[str, ...] = ("onnxruntime",),
-          repeat: int = 20, say: Callable[[str], None] = print) -> bool:  # fmt: skip
-    """Build the ONNX model at `path` for this machine, run it and each of `peers`, say
-    the build, the latencies and the errors; True when our outputs agree with
-    onnxruntime's within ERROR_BOUND of their range (or onnxruntime did not run)."""
+          repeat: int = 20, say: Callable[[str], None] = print, shapes: dict | None = None) -> bool:  # fmt: skip
+    """Build the ONNX model at `path` for this machine (`shapes` fixing its dynamic
+    dimensions), run it and each of `peers`, say the build, the latencies and the
+    errors; True when our outputs agree with onnxruntime's within ERROR_BOUND of their
+    range (or onnxruntime did not run)."""
     from autoconfig.compiler import compile_model
     from autoconfig.loader import load
     from autoconfig.probe import host_profile
@@ -129,7 +130,8 @@ def bench(path: Path | str, threads: int | None = None, peers: tuple[str, ...] =
     say(f"profile: {profile.name} ({int(profile.cores)} cores)")
     with tempfile.TemporaryDirectory(prefix="autoconfig-bench-") as tmp:
         start = time.perf_counter()
-        manifest = compile_model(path, Path(tmp) / "built", profile=profile, threads=threads, progress=True)
+        manifest = compile_model(path, Path(tmp) / "built", profile=profile, threads=threads, progress=True,
+                                 shapes=shapes)  # fmt: skip
         say(f"built {path.stem}: {len(manifest['kernels'])} kernels for {manifest['target']} in "
             f"{time.perf_counter() - start:.1f} s ({manifest['kernel_objects']['cached']} from the kernel cache)")
         loaded = load(Path(tmp) / "built")

@@ -33,9 +33,25 @@ DEBUG_ENV = "AUTOCONFIG_DEBUG"
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ONNX file and the profile, as every whole-model command takes them."""
+    """The ONNX file, its shapes and the profile, as every whole-model command takes them."""
     parser.add_argument("model", type=Path, help="the .onnx file")
+    _add_shape_option(parser)
     parser.add_argument("--profile", type=Path, default=None, help="hardware profile (default: this machine's)")
+
+
+def _add_shape_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", action="append", default=[], type=shape_option, metavar="NAME=SIZE",
+                        help="fix a dynamic dimension: a named one (--shape batch_size=1) or an input's whole shape "
+                             "(--shape pixel_values=1x3x224x224); repeatable")  # fmt: skip
+
+
+def shape_option(text: str) -> tuple[str, int | tuple[int, ...]]:
+    """NAME=SIZE or NAME=AxBxC, as --shape takes it."""
+    name, _, value = text.partition("=")
+    sizes = value.split("x")
+    if not name or not all(s.isdigit() and int(s) > 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=SIZE or NAME=AxBxC with sizes > 0")
+    return name, int(value) if len(sizes) == 1 else tuple(map(int, sizes))
 
 
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +109,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise AutoconfigError(f"--runs must be >= 1, got {args.runs}")
     if not args.model.is_file():
         raise AutoconfigError(f"cannot read model {args.model}: no such file")
-    return 0 if bench(args.model, args.threads, tuple(peers), args.runs) else 1
+    return 0 if bench(args.model, args.threads, tuple(peers), args.runs, shapes=dict(args.shape)) else 1
 
 
 def _cmd_lower(args: argparse.Namespace) -> int:
@@ -205,7 +221,7 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
     from autoconfig.fusion.classify import mapping
     from autoconfig.graph.onnx_import import load_onnx
 
-    graph = load_onnx(args.model)
+    graph = load_onnx(args.model, dict(args.shape))
     result = plan(graph, resolve_profile(args.profile), args.strategy)
     kernels = [
         {"kernel": i, "ops": [graph.nodes[v].op for v in group],
@@ -239,7 +255,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = named_target(args.target, args.vlen) if args.vlen is not None else args.target
     manifest = compile_model(args.model, args.out, profile=args.profile, target=target, fusion=args.fusion,
-                     threads=args.threads, progress=not args.no_progress, fast_winograd=args.fast_winograd)  # fmt: skip
+                     threads=args.threads, progress=not args.no_progress, fast_winograd=args.fast_winograd,
+                     shapes=dict(args.shape))  # fmt: skip
     objects = manifest["kernel_objects"]
     print(f"built {args.out}: {len(manifest['kernels'])} kernels for {manifest['target']} "
           f"({objects['compiled']} compiled, {objects['cached']} from the cache) in "
@@ -353,7 +370,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "same inputs and thread count; a peer not installed says so), and every output's max error against "
         "onnxruntime's. Exit status 1 if our outputs disagree with onnxruntime's.",
     )  # fmt: skip
-    bench.add_argument("model", type=Path, metavar="MODEL.onnx", help="the model (static shapes, float32)")
+    bench.add_argument("model", type=Path, metavar="MODEL.onnx", help="the model (float32)")
+    _add_shape_option(bench)
     bench.add_argument("--threads", type=int, default=None, help="most threads (default: all cores)")
     bench.add_argument("--peers", default="onnxruntime,openvino", metavar="P[,P]",
                        help="runtimes to run next to ours (default onnxruntime,openvino)")  # fmt: skip

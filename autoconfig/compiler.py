@@ -32,10 +32,12 @@ from autoconfig.errors import AutoconfigError, reraised
 
 @reraised
 def compile_model(model: Path | str, out: Path | str, *, profile=None, target=None, fusion: str = "dp",
-                  threads: int | None = None, progress: bool = False, fast_winograd: bool = False) -> dict:  # fmt: skip
+                  threads: int | None = None, progress: bool = False, fast_winograd: bool = False,
+                  shapes: dict | None = None) -> dict:  # fmt: skip
     """`autoconfig build`: run the passes on the ONNX file `model` into directory `out`;
     returns the manifest. `progress` shows a bar while kernels compile (on stderr);
-    `fast_winograd` lets 3x3 layers use Winograd F(4,3), faster but less accurate."""
+    `fast_winograd` lets 3x3 layers use Winograd F(4,3), faster but less accurate;
+    `shapes` fixes dynamic dimensions (`graph.onnx_import.Shapes`)."""
     from tqdm import tqdm
 
     from autoconfig.artifact import write_artifact
@@ -53,7 +55,7 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
         raise AutoconfigError(f"cannot write {out}: directory {out.parent} does not exist")
     threads = checks.threads(threads)
     prof, tgt = resolve(profile, target)
-    graph = load_onnx(model)  # 1-2: import, simplify
+    graph = load_onnx(model, shapes)  # 1-2: import, simplify
     cache = default_cache()
     try:
         fusion_plan = plan(graph, prof, fusion, decisions_of(cache))  # 3

@@ -9,7 +9,7 @@ ids within their table or an attention mask with padding (`accuracy.sample_input
 the build.
 
 Usage: python scripts/check_models.py MODEL.onnx ... [--profile P] [--target T]
-       [--fusion dp] [--threads N] [--json F]
+       [--fusion dp] [--threads N] [--json F] [--shape NAME=SIZE ...]
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from autoconfig.cli import shape_option
 
-def check(path: str, profile: str | None, target: str | None, fusion: str, threads: int | None) -> dict:
-    """Build, run and compare one model (in the calling process)."""
+
+def check(path: str, profile: str | None, target: str | None, fusion: str, threads: int | None,
+          shapes: dict | None = None) -> dict:  # fmt: skip
+    """Build, run and compare one model (in the calling process), `shapes` fixing its
+    dynamic dimensions."""
     import autoconfig
     from autoconfig.accuracy import ERROR_BOUND, onnxruntime_session, output_error, sample_inputs
     from autoconfig.errors import AutoconfigError
@@ -34,7 +38,7 @@ def check(path: str, profile: str | None, target: str | None, fusion: str, threa
         start = time.perf_counter()
         try:
             manifest = autoconfig.compile_model(path, Path(tmp) / "built", profile=profile, target=target,
-                                                fusion=fusion, threads=threads)  # fmt: skip
+                                                fusion=fusion, threads=threads, shapes=shapes)  # fmt: skip
         except AutoconfigError as err:
             return {"model": path, "status": "refused", "why": str(err), "build_s": time.perf_counter() - start}
         build_s = time.perf_counter() - start
@@ -64,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fusion", default="dp", choices=("dp", "greedy", "none"))
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the results here too")
+    parser.add_argument("--shape", action="append", default=[], type=shape_option, metavar="NAME=SIZE",
+                        help="fix a dynamic dimension of every model, as autoconfig build --shape")  # fmt: skip
     args = parser.parse_args(argv)
     results = []
     for path in args.models:
         try:
             with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-                result = pool.submit(check, path, args.profile, args.target, args.fusion, args.threads).result()
+                result = pool.submit(check, path, args.profile, args.target, args.fusion, args.threads,
+                                     dict(args.shape)).result()  # fmt: skip
         except Exception as err:  # a crash of the build or the run is this model's result
             result = {"model": path, "status": "crashed", "why": f"{type(err).__name__}: {err}"}
         results.append(result)

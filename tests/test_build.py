@@ -652,3 +652,43 @@ def test_outputs_that_read_few_taps_are_convolved_by_region(tmp_path, case):
     assert taps <= 0.5 * out[2] * out[3] * 9  # the regions' multiply-adds per channel pair against the padded window's
     require_runnable(get_target("avx2"))
     build_and_compare(model, "avx2", tmp_path / "net")
+
+
+def dynamic_net() -> onnx.ModelProto:
+    """A convolution on a [batch, 3, ?, ?] input flattened by shape arithmetic (Shape,
+    Gather, Concat into Reshape), as exporters write a model with dynamic axes."""
+    h = onnx.helper
+    w = np.random.default_rng(5).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("Shape", ["y"], ["shape"], name="shape"),
+             h.make_node("Gather", ["shape", "zero"], ["batch"], name="batch", axis=0),
+             h.make_node("Concat", ["batch", "minus_one"], ["flat_shape"], name="concat", axis=0),
+             h.make_node("Reshape", ["y", "flat_shape"], ["out"], name="flatten")]  # fmt: skip
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch_size", 3, None, None])
+    out = h.make_tensor_value_info("out", onnx.TensorProto.FLOAT, ["batch_size", None])
+    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]  # fmt: skip
+    graph = h.make_graph(nodes, "dynamic", [x], [out], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def test_dynamic_dimensions_are_fixed_by_name_or_by_input(tmp_path, capsys):
+    """A model with dynamic axes builds once its sizes are given (a named dimension, an
+    input's whole shape) and matches onnxruntime; without them, or with a name the model
+    lacks, the build stops with one line saying which --shape to give."""
+    model, path = dynamic_net(), tmp_path / "dynamic.onnx"
+    onnx.save(model, path)
+    args = ["build", str(path), "--profile", str(PROFILES["avx2"]), "--target", "avx2", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 2
+    assert "dynamic dimension 'batch_size': give its size with --shape batch_size=SIZE" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "a"), "--shape", "batch_size=2"]) == 2
+    assert "--shape INPUT=1x3x224x224" in capsys.readouterr().err  # the unnamed height and width
+    assert main([*args, "--out", str(tmp_path / "a"), "--shape", "height=5"]) == 2
+    assert "--shape height: neither an input (x) nor a named dimension (batch_size)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(tmp_path / "a"), "--shape", "x=2x3x"])
+    require_runnable(get_target("avx2"))
+    assert main([*args, "--out", str(tmp_path / "b"), "--shape", "x=2x3x5x7"]) == 0
+    loaded = autoconfig.load(tmp_path / "b")
+    x = np.random.default_rng(1).standard_normal((2, 3, 5, 7), dtype=np.float32)
+    np.testing.assert_allclose(loaded({"x": x})["out"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

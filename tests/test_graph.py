@@ -125,11 +125,21 @@ def test_unsupported_operator_names_node_and_type():
         import_model(model)
 
 
-def test_dynamic_dimension_names_node_and_type():
+def test_dynamic_dimension_names_input_or_node_and_the_fix():
+    """A dynamic input is refused before anything folds, saying which --shape fixes it;
+    a value whose size the run decides (a Reshape to a shape given at run time), by its
+    node."""
     model = tiny([helper.make_node("Relu", ["x"], ["y"], name="act")],
                  [value("x", ["batch", 3])], [value("y", ["batch", 3])])  # fmt: skip
-    with pytest.raises(AutoconfigError, match=r"node 'act' \(Relu\): 'x' has a dynamic dimension 'batch'"):
+    with pytest.raises(AutoconfigError, match=r"^model: input 'x' has a dynamic dimension 'batch': give its size with "
+                                              r"--shape batch=SIZE$"):  # fmt: skip
         import_model(model)
+    assert import_model(model, shapes={"batch": 4}).types["y"].shape == (4, 3)
+    reshape = tiny([helper.make_node("Reshape", ["x", "to"], ["y"], name="r")],
+                   [value("x", [2, 3]), helper.make_tensor_value_info("to", TensorProto.INT64, [2])],
+                   [value("y", None)])  # fmt: skip
+    with pytest.raises(AutoconfigError, match=r"node 'r' \(Reshape\): 'y' has (a dynamic dimension|an unknown rank)"):
+        import_model(reshape)
 
 
 def test_malformed_file_is_one_clear_error(tmp_path):

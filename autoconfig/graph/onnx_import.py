@@ -25,8 +25,14 @@ SUPPORTED = frozenset(OPERATORS)
 """The operators of the operator table."""
 
 
-def load_onnx(path: Path | str) -> Graph:
-    """Read, check and import an ONNX file; fold constants and BatchNormalization."""
+Shapes = dict[str, "int | tuple[int, ...]"]
+"""Sizes given for a model's dynamic dimensions: an input's name with its whole shape,
+or a named dimension (an ONNX dim_param such as 'batch_size') with its size."""
+
+
+def load_onnx(path: Path | str, shapes: Shapes | None = None) -> Graph:
+    """Read, check and import an ONNX file, with `shapes` fixing its dynamic dimensions;
+    fold constants and BatchNormalization."""
     path = Path(path)
     try:
         model = onnx.load(str(path))
@@ -34,14 +40,20 @@ def load_onnx(path: Path | str) -> Graph:
         raise AutoconfigError(f"cannot read {path}: no such file") from None
     except Exception as err:  # onnx raises DecodeError and others for malformed files
         raise AutoconfigError(f"{path} is not a valid ONNX model: {' '.join(str(err).split())}") from None
-    return import_model(model, path.name)
+    return import_model(model, path.name, shapes)
 
 
-def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
-    """The graph IR of an in-memory ONNX model."""
+def import_model(model: onnx.ModelProto, source: str = "model", shapes: Shapes | None = None) -> Graph:
+    """The graph IR of an in-memory ONNX model, `shapes` fixing its dynamic dimensions."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not OPSETS[0] <= opset <= OPSETS[1]:
         raise AutoconfigError(f"{source}: ONNX opset {opset} is not supported ({OPSETS[0]}-{OPSETS[1]})")
+    if shapes:
+        model = with_shapes(model, shapes, source)
+    for info in model.graph.input:  # before folding: shape arithmetic folds only on static shapes
+        kind = _tensor_type(info)
+        if isinstance(kind, str) and info.name not in {t.name for t in model.graph.initializer}:
+            raise AutoconfigError(f"{source}: input {info.name!r} {kind}")
     folded = fold(model, _named(model.graph.node), opset, source)
     _check_supported(folded.nodes, source)
     g, constants = folded.inferred, folded.constants
@@ -62,6 +74,33 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     from autoconfig.graph.simplify import simplify
 
     return simplify(graph)
+
+
+def with_shapes(model: onnx.ModelProto, shapes: Shapes, source: str) -> onnx.ModelProto:
+    """A copy of `model` whose inputs have the `shapes` given (an input by name, or a
+    named dimension wherever it appears), its other values' shapes left to inference."""
+    fixed = onnx.ModelProto.FromString(model.SerializeToString())
+    g = fixed.graph
+    inputs = {i.name: i for i in g.input if i.name not in {t.name for t in g.initializer}}
+    named = {d.dim_param for v in [*g.input, *g.output] for d in v.type.tensor_type.shape.dim if d.dim_param}
+    for name, size in shapes.items():
+        if name not in inputs and name not in named:
+            raise AutoconfigError(f"{source}: --shape {name}: neither an input ({', '.join(inputs)}) nor a named "
+                                  f"dimension ({', '.join(sorted(named)) or 'none'}) of the model")  # fmt: skip
+        if name in inputs:
+            dims = inputs[name].type.tensor_type.shape.dim
+            given = (size,) if isinstance(size, int) else tuple(size)
+            if len(given) != len(dims):
+                raise AutoconfigError(f"{source}: --shape {name}: {len(given)} sizes for an input of rank {len(dims)}")
+            for d, value in zip(dims, given):
+                d.Clear()
+                d.dim_value = value
+    for value in [*g.input, *g.output]:
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param in shapes and not isinstance(shapes[d.dim_param], tuple):
+                d.dim_value = int(shapes[d.dim_param])
+    del g.value_info[:]  # inferred again from the shapes given
+    return fixed
 
 
 def _named(nodes) -> list[onnx.NodeProto]:
@@ -124,18 +163,19 @@ def _tensor_type(info: onnx.ValueInfoProto) -> TensorType | str:
         return f"is a {kind.removesuffix('_type') if kind else 'typeless'} value, not a tensor"
     tensor = info.type.tensor_type
     if not tensor.HasField("shape"):
-        return f"has a dynamic dimension 'unknown rank'; {STATIC}"
+        return f"has an unknown rank: {WHOLE_SHAPE}"
     dims = []
     for d in tensor.shape.dim:
         if d.HasField("dim_value") and d.dim_value < 0:
             return f"has a negative size ({d.dim_value}) in onnx's shape inference"
         if not d.HasField("dim_value"):
-            return f"has a dynamic dimension {d.dim_param or '?'!r}; {STATIC}"
+            how = f"give its size with --shape {d.dim_param}=SIZE" if d.dim_param else WHOLE_SHAPE
+            return f"has a dynamic dimension {d.dim_param or '?'!r}: {how}"
         dims.append(d.dim_value)
     return TensorType(tuple(dims), helper.tensor_dtype_to_np_dtype(tensor.elem_type).name)
 
 
-STATIC = "autoconfig needs static shapes (fix batch and image size)"
+WHOLE_SHAPE = "give the input's whole shape with --shape INPUT=1x3x224x224 (autoconfig builds static shapes)"
 
 
 def _attribute(a: onnx.AttributeProto):
