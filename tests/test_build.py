@@ -692,3 +692,33 @@ def test_dynamic_dimensions_are_fixed_by_name_or_by_input(tmp_path, capsys):
     loaded = autoconfig.load(tmp_path / "b")
     x = np.random.default_rng(1).standard_normal((2, 3, 5, 7), dtype=np.float32)
     np.testing.assert_allclose(loaded({"x": x})["out"], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def rotary_net() -> onnx.ModelProto:
+    """A rotary position embedding as Llama's export writes it: x·cos + rotate_half(x)·sin,
+    then scaled: two chains of elementwise ops joined by an Add."""
+    h, rng = onnx.helper, np.random.default_rng(9)
+    consts = {"cos": rng.standard_normal((8, 16)), "sin": rng.standard_normal((8, 16)), "half": [8], "end": [16],
+              "zero": [0], "axis": [3], "scale": [0.5]}  # fmt: skip
+    inits = [onnx.numpy_helper.from_array(np.asarray(v, np.int64 if k in ("half", "end", "zero", "axis") else np.float32), k)
+             for k, v in consts.items()]  # fmt: skip
+    nodes = [h.make_node("Mul", ["x", "cos"], ["x_cos"], name="x_cos"),
+             h.make_node("Slice", ["x", "half", "end", "axis"], ["upper"], name="upper"),
+             h.make_node("Slice", ["x", "zero", "half", "axis"], ["lower"], name="lower"),
+             h.make_node("Neg", ["upper"], ["minus_upper"], name="negate"),
+             h.make_node("Concat", ["minus_upper", "lower"], ["rotated"], name="rotate", axis=3),
+             h.make_node("Mul", ["rotated", "sin"], ["rotated_sin"], name="rotated_sin"),
+             h.make_node("Add", ["x_cos", "rotated_sin"], ["embedded"], name="embed"),
+             h.make_node("Mul", ["embedded", "scale"], ["y"], name="scaled")]  # fmt: skip
+    graph = h.make_graph(nodes, "rotary", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 16])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 16])], inits)  # fmt: skip
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("fusion", ["dp", "greedy"])
+def test_two_elementwise_chains_joined_are_two_kernels_at_least(tmp_path, fusion):
+    """A group whose second chain reads nothing the first computed (the rotated half of
+    a rotary embedding, added to the first's product) is cut where it starts: the
+    planner's group stayed whole and the build stopped."""
+    require_runnable(get_target("avx2"))
+    build_and_compare(rotary_net(), "avx2", tmp_path / "built", fusion)

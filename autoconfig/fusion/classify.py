@@ -284,8 +284,10 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]], pass
     """Where a group must be cut (the length of its first part), or None. A kernel
     computes one chain of values (the anchor's output, or the streamed input, then each
     op's) and writes only the last: a chain value read by two ops of the group (but a
-    gate and the Mul by it: `gated`) starts a new kernel at the second,
-    and one read outside the group (or a graph output) ends the kernel. A mean tail
+    gate and the Mul by it: `gated`) starts a new kernel at the second, so does an op
+    after the anchor reading nothing the group computed (a second chain, as in a rotary
+    embedding's two products added), and one read outside the group (or a graph
+    output) ends the kernel. A mean tail
     last reads the value written, of a mean host's kernel. Views, and the `passive`
     data movement the group's product addresses, compute nothing."""
     if len(nodes) > 1 and mean_tail(graph, nodes[-1]):
@@ -306,7 +308,11 @@ def _cut(graph: Graph, nodes: list[Node], consumers: dict[str, list[Node]], pass
     first = next((n for n in nodes if computes(n)), None)
     chain = {streamed_input(graph, first)} if first is not None and info(first).kernel is Kernel.ELEMENTWISE else set()
     readers: dict[str, list[Node]] = {}
+    produced: set[str] = set()
     for i, node in enumerate(nodes):
+        if i > anchor and computes(node) and not produced & set(node.inputs):
+            return i
+        produced.update(node.outputs)
         for value in set(node.inputs) & chain:
             seen = readers.setdefault(value, [])
             seen.append(node)
