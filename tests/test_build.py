@@ -722,3 +722,15 @@ def test_two_elementwise_chains_joined_are_two_kernels_at_least(tmp_path, fusion
     planner's group stayed whole and the build stopped."""
     require_runnable(get_target("avx2"))
     build_and_compare(rotary_net(), "avx2", tmp_path / "built", fusion)
+
+
+def test_fast_winograd_is_asked_for_by_the_build():
+    """A 3x3 layer where F(4,3) is the fastest plan runs F(2,3) unless the build passes
+    fast_winograd (`autoconfig build --fast-winograd`)."""
+    b = zoo.Builder("winograd", 0)
+    model = b.model("input", [1, 64, 56, 56], [(b.conv("input", 64, 64, 3), [1, 64, 56, 56])])
+    summaries = {fast: [k.summary for k in build_model(import_model(model), load_profile(PROFILES["avx2"]),
+                                                       get_target("avx2"), threads=1, fast_winograd=fast).kernels]
+                 for fast in (False, True)}  # fmt: skip
+    assert any("F(2,3)" in s for s in summaries[False]) and not any("F(4,3)" in s for s in summaries[False])
+    assert any("F(4,3)" in s for s in summaries[True])
