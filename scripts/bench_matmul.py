@@ -211,6 +211,7 @@ def main() -> int:
     harness.add_run_options(parser, "bench-matmul")
     parser.add_argument("--quick", action="store_true", help="squares up to 1024, every third zoo shape")
     args = parser.parse_args()
+    harness.require_plotting("bench_matmul")
 
     from autoconfig.machine import Machine
     from autoconfig.resolve import resolve_profile

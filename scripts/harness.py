@@ -30,6 +30,7 @@ Usage (from a benchmark script): ``harness.measure(module, peers, tasks, threads
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -213,11 +214,19 @@ def add_run_options(parser, name: str) -> None:
     parser.add_argument("--plot", default=f"{name}.png")
 
 
+def require_plotting(benchmark: str) -> None:
+    """Stop before anything runs when the plot could not be drawn at the end."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit(f"{benchmark}: its plot needs matplotlib (pip install -e '.[bench]'); nothing was run")
+
+
 def start(args, benchmark: str):
     """After `add_run_options`: the profile (this machine's if none was given), its
-    path for the workers (None: theirs too), and the run's Report."""
+    path for the workers (None: theirs too), and the run's Report; stops at once
+    without matplotlib (`require_plotting`)."""
     from autoconfig.resolve import resolve_profile
 
+    require_plotting(benchmark)
     profile = resolve_profile(args.profile)
     path = str(Path(args.profile).resolve()) if args.profile else None
     report = Report(benchmark, profile.name,
