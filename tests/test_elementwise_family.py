@@ -94,3 +94,33 @@ def test_each_binary_operator_either_way_round_matches_onnxruntime(op):
     model.opset_import[0].version = OPSET
     x = np.round(3 * np.random.default_rng(2).standard_normal((1, 4, 9, 9)), 1).astype(np.float32)
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+
+
+def _sums_prelus_dropouts() -> onnx.ModelProto:
+    """Sum of three values, Mean of two, PRelu by one slope and by a slope per channel
+    (of both signs, some above 1), and an inference Dropout, on one input."""
+    h, rng = onnx.helper, np.random.default_rng(4)
+    slopes = np.array([-0.5, 0.0, 0.25, 1.0, 3.0, -2.0], np.float32).reshape(6, 1, 1)
+    inits = [onnx.numpy_helper.from_array(slopes, "slopes"), onnx.numpy_helper.from_array(np.array([0.1], np.float32), "one"),
+             onnx.numpy_helper.from_array(rng.standard_normal((6, 5, 7)).astype(np.float32), "c")]  # fmt: skip
+    nodes = [h.make_node("Sigmoid", ["x"], ["s"]), h.make_node("Sum", ["x", "s", "c"], ["sum"]),
+             h.make_node("Mean", ["sum", "x"], ["mean"]), h.make_node("PRelu", ["mean", "slopes"], ["p"]),
+             h.make_node("PRelu", ["p", "one"], ["q"]), h.make_node("Dropout", ["q"], ["y"], name="drop")]  # fmt: skip
+    graph = h.make_graph(nodes, "sums", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 6, 5, 7])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 6, 5, 7])], inits)  # fmt: skip
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], ir_version=8)
+
+
+def test_sums_prelus_and_dropouts_match_onnxruntime():
+    """Sum and Mean as pairs of Adds, PRelu as LeakyRelu or two Relus and a scale (exact
+    for any slope), Dropout as nothing, against onnxruntime on both signs; a Dropout
+    in training mode is refused in one line."""
+    require_runnable(get_target("avx2"))
+    model = _sums_prelus_dropouts()
+    x = np.random.default_rng(2).standard_normal((2, 6, 5, 7)).astype(np.float32)
+    for fusion in ("dp", "none"):
+        assert_close(built_outputs(model, {"x": x}, fusion, 1), onnxruntime_outputs(model, {"x": x}))
+    model.graph.node[-1].input.extend(["", "train"])
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(True), "train"))
+    with pytest.raises(AutoconfigError, match="node 'drop' \\(Dropout\\): training mode is not generated"):
+        import_model(model)

@@ -152,6 +152,10 @@ OPERATORS: dict[str, OpInfo] = {
     "Where": OpInfo(_1, _EW, ref.where),  # a selection with one constant branch
     **{name: OpInfo(_1, _EW, ref.binary(function)) for name, function in BINARY_REFERENCE.items()},
     "Pow": OpInfo(_1, _EW, ref.binary(np.power), parameters=(1,)),  # as products or a square root
+    "Sum": OpInfo(_1, _EW, ref.onnx_op("Sum")),  # as pairs of Adds (graph.simplify)
+    "Mean": OpInfo(_1, _EW, ref.onnx_op("Mean")),  # as pairs of Adds, scaled
+    "PRelu": OpInfo(_1, _EW, ref.onnx_op("PRelu"), parameters=(1,)),  # as LeakyRelu, or Relus and a scale
+    "Dropout": OpInfo(_1, _INJ, ref.onnx_op("Dropout"), kernel=_V),  # inference: an Identity
     **{name: OpInfo(_1, _EW, u.reference, parameters=u.parameters, check=u.check) for name, u in UNARY.items()},
     "BatchNormalization": OpInfo(_1, _BC, ref.batchnorm, parameters=(1, 2, 3, 4)),  # per-channel operands: Broadcast
     "Concat": OpInfo(_1, _INJ, ref.concat, kernel=_MV),
@@ -169,9 +173,11 @@ OPERATORS: dict[str, OpInfo] = {
     "Transpose": OpInfo(_S, _INJ, ref.transpose, kernel=_MV),
     "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV, (1, 2, 3)),
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
-    "ConvTranspose": OpInfo(_MM, _OUT, ref.conv_transpose, window_reads, _EA, (1, 2)),  # as a Conv
-    "InstanceNormalization": OpInfo(_MM, _OUT, ref.instance_normalization, kernel=_A, parameters=(1, 2)),  # as its ops
-    "LayerNormalization": OpInfo(_MM, _OUT, ref.layer_normalization, kernel=_A, parameters=(1, 2)),  # as its ops
+    "ConvTranspose": OpInfo(_MM, _OUT, ref.onnx_op("ConvTranspose"), window_reads, _EA, (1, 2)),  # as a Conv
+    "InstanceNormalization": OpInfo(_MM, _OUT, ref.onnx_op("InstanceNormalization"), kernel=_A,
+                                    parameters=(1, 2)),  # as its ops
+    "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,
+                                 parameters=(1, 2)),  # as its ops (or one kernel)
 }
 """Every operator the importer accepts, with all it needs (a test checks each row)."""
 

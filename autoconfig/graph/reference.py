@@ -80,19 +80,10 @@ def onnx_reference(op: str, a: dict, *inputs: np.ndarray, opset: int = 22) -> li
     return onnx_node_outputs(helper.make_node(op, names, ["y"], **a), feeds, opset)
 
 
-def conv_transpose(a: dict, x, w, b=None):
-    """onnx's: the build computes it as a convolution (`graph.simplify`)."""
-    return onnx_reference("ConvTranspose", a, x, w, b)[0]
-
-
-def instance_normalization(a: dict, x, scale, bias):
-    """onnx's: the build computes it as its definition's ops (`graph.simplify`)."""
-    return onnx_reference("InstanceNormalization", a, x, scale, bias)[0]
-
-
-def layer_normalization(a: dict, x, scale, bias=None):
-    """onnx's: the build computes it as its definition's ops (`graph.simplify`)."""
-    return onnx_reference("LayerNormalization", a, x, scale, bias)[0]
+def onnx_op(op: str) -> Callable[..., np.ndarray]:
+    """`op`'s first output by onnx's reference (the build computes it as other ops:
+    `graph.simplify`)."""
+    return lambda a, *inputs: onnx_reference(op, a, *inputs)[0]
 
 
 def gather(a: dict, x, indices):

@@ -1,7 +1,9 @@
 """Graph simplifications applied at import, after the fold pass (`graph.fold`).
 
-- Max and Min of one input become an Identity, of more than two a chain of pairs; a
-  Where whose branches are both tensors, two selections with one constant branch, added;
+- Max, Min, Sum and Mean of one input become an Identity, of more a chain of pairs (a
+  Mean's sum scaled); PRelu a LeakyRelu or Relu(x) − slope·Relu(−x); an inference
+  Dropout an Identity; a Where whose branches are both tensors, two selections with one
+  constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
   negations (`_reductions_as_others`); ReduceLogSumExp and LogSoftmax through the
@@ -49,6 +51,7 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
     _variadic_in_pairs(graph)
+    _prelus_and_dropouts(graph)
     _bools_as_floats(graph)
     _selections_of_two(graph)
     _einsums_as_products(graph)
@@ -83,30 +86,64 @@ POWERS_AS_PRODUCTS = 4
 """Integer exponents up to this become repeated products (GPT-2's x³)."""
 
 
-VARIADIC = ("Max", "Min")
-"""Operators of any number of inputs that the kernels compute two at a time."""
+VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
+"""Operators of any number of inputs that the kernels compute two at a time, and the
+operator of each pair (a Mean's sum is then scaled by 1/n)."""
 
 
 def _variadic_in_pairs(graph: Graph) -> None:
-    """Max or Min of one input becomes an Identity, of more than two a chain of pairs
-    (each pair's result broadcast to both)."""
+    """Max, Min, Sum or Mean of one input becomes an Identity, of more a chain of pairs
+    (each pair's result broadcast to both); a Mean's sum is multiplied by 1/n."""
     made: list[Node] = []
     for node in graph.nodes:
-        if node.op not in VARIADIC or len(node.inputs) == 2:
+        pair = VARIADIC.get(node.op)
+        if pair is None or (pair == node.op and len(node.inputs) == 2):
             made.append(node)
             continue
         if len(node.inputs) == 1:
             made.append(Node(node.name, "Identity", node.inputs, node.outputs, {}))
             continue
-        value = node.inputs[0]
+        value, out, m = node.inputs[0], node.outputs[0], _Made(graph, node.name)
+        shape = graph.types[out].shape
         for i, other in enumerate(node.inputs[1:], 1):
-            last = i == len(node.inputs) - 1
-            out = node.outputs[0] if last else f"{node.outputs[0]} (inputs 0-{i})"
-            if not last:
-                shape = np.broadcast_shapes(graph.types[value].shape, graph.types[other].shape)
-                graph.types[out] = TensorType(tuple(shape), graph.types[node.outputs[0]].dtype)
-            made.append(Node(node.name if last else f"{node.name} (inputs 0-{i})", node.op, [value, other], [out], {}))
-            value = out
+            last = i == len(node.inputs) - 1 and node.op != "Mean"
+            step = np.broadcast_shapes(graph.types[value].shape, graph.types[other].shape)
+            value = m.op(pair, [value, other], shape if last else tuple(step), out=out if last else "")
+        if node.op == "Mean":
+            m.op("Mul", [value, m.constant("reciprocal", np.array(1 / len(node.inputs), np.float32))], shape, out=out)
+        made += m.nodes
+    graph.nodes = made
+
+
+def _prelus_and_dropouts(graph: Graph) -> None:
+    """PRelu by a single slope becomes LeakyRelu; by a slope per channel (or any constant
+    shape), Relu(x) − slope·Relu(−x), exact for slopes of any sign and size. An
+    inference Dropout (no training_mode, or a constant false one) becomes an Identity;
+    its mask is not generated."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        if node.op == "Dropout":
+            training = node.inputs[2] if len(node.inputs) > 2 else ""
+            if training and not (graph.is_constant(training) and not np.asarray(graph.constants[training]).any()):
+                raise AutoconfigError(f"node {node.name!r} (Dropout): training mode is not generated")
+            if len(node.outputs) > 1 and node.outputs[1]:
+                raise AutoconfigError(f"node {node.name!r} (Dropout): its mask output is not generated")
+            made.append(Node(node.name, "Identity", node.inputs[:1], node.outputs[:1], {}))
+            continue
+        if node.op != "PRelu":
+            made.append(node)
+            continue
+        (x, slope), out = node.inputs, node.outputs[0]
+        if not graph.is_constant(slope):
+            raise AutoconfigError(f"node {node.name!r} (PRelu): a slope computed at run time is not generated")
+        values = np.asarray(graph.constants[slope], np.float32)
+        if values.size == 1:
+            made.append(Node(node.name, "LeakyRelu", [x], [out], {"alpha": float(values.reshape(-1)[0])}))
+            continue
+        m, shape = _Made(graph, node.name), graph.types[out].shape
+        negative = m.op("Relu", [m.op("Neg", [x], shape)], shape)
+        m.op("Sub", [m.op("Relu", [x], shape), m.op("Mul", [negative, slope], shape)], shape, out=out)
+        made += m.nodes
     graph.nodes = made
 
 
