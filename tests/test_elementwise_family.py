@@ -124,3 +124,20 @@ def test_sums_prelus_and_dropouts_match_onnxruntime():
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(True), "train"))
     with pytest.raises(AutoconfigError, match="node 'drop' \\(Dropout\\): training mode is not generated"):
         import_model(model)
+
+
+@pytest.mark.parametrize("op, attrs", [("DepthToSpace", {"blocksize": 2, "mode": "DCR"}),
+                                       ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}),
+                                       ("SpaceToDepth", {"blocksize": 2}), ("Tile", {})])  # fmt: skip
+def test_rearrangements_match_onnxruntime(op, attrs):
+    """DepthToSpace (both modes) and SpaceToDepth as views around a Transpose, Tile as
+    views around an Expand, after a Relu so that they read a computed tensor."""
+    require_runnable(get_target("avx2"))
+    h = onnx.helper
+    inits = [onnx.numpy_helper.from_array(np.array([1, 2, 1, 3], np.int64), "repeats")] if op == "Tile" else []
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node(op, ["r", *(["repeats"] if inits else [])], ["y"], **attrs)]
+    graph = h.make_graph(nodes, op.lower(), [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 4, 6])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], ir_version=8)
+    x = np.random.default_rng(6).standard_normal((2, 8, 4, 6)).astype(np.float32)
+    np.testing.assert_array_equal(built_outputs(model, {"x": x}, "dp", 1)[0], onnxruntime_outputs(model, {"x": x})[0])

@@ -112,6 +112,11 @@ def expansion_reads(node: Node, graph: Graph) -> float:
     return graph.types[node.outputs[0]].elements / max(1, graph.types[node.inputs[0]].elements)
 
 
+def _depth_space_mode(attrs: dict) -> None:
+    if attrs.get("mode", "DCR") not in ("DCR", "CRD"):
+        raise ValueError(f"mode {attrs['mode']!r} is not DCR or CRD")
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """One ONNX operator as every part of the project sees it."""
@@ -171,6 +176,9 @@ OPERATORS: dict[str, OpInfo] = {
     "Unsqueeze": OpInfo(_R, _INJ, ref.unsqueeze, kernel=_V, parameters=(1,)),
     "Pad": OpInfo(_R, _INJ, ref.pad, kernel=_MV, parameters=(1, 2, 3)),
     "Transpose": OpInfo(_S, _INJ, ref.transpose, kernel=_MV),
+    **{op: OpInfo(_S, _INJ, ref.onnx_op(op), kernel=_MV, check=_depth_space_mode)
+       for op in ("DepthToSpace", "SpaceToDepth")},  # as views and a Transpose (graph.simplify)
+    "Tile": OpInfo(_M, _BC, ref.onnx_op("Tile"), expansion_reads, _MV, (1,)),  # as views and an Expand
     "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV, (1, 2, 3)),
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
     "ConvTranspose": OpInfo(_MM, _OUT, ref.onnx_op("ConvTranspose"), window_reads, _EA, (1, 2)),  # as a Conv

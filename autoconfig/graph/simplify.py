@@ -2,8 +2,9 @@
 
 - Max, Min, Sum and Mean of one input become an Identity, of more a chain of pairs (a
   Mean's sum scaled); PRelu a LeakyRelu or Relu(x) − slope·Relu(−x); an inference
-  Dropout an Identity; a Where whose branches are both tensors, two selections with one
-  constant branch, added;
+  Dropout an Identity; DepthToSpace, SpaceToDepth and Tile views and a Transpose or an
+  Expand (`_rearranged`); a Where whose branches are both tensors, two selections with
+  one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
   negations (`_reductions_as_others`); ReduceLogSumExp and LogSoftmax through the
@@ -52,6 +53,7 @@ def simplify(graph: Graph) -> Graph:
     topological order."""
     _variadic_in_pairs(graph)
     _prelus_and_dropouts(graph)
+    _rearranged(graph)
     _bools_as_floats(graph)
     _selections_of_two(graph)
     _einsums_as_products(graph)
@@ -113,6 +115,47 @@ def _variadic_in_pairs(graph: Graph) -> None:
             m.op("Mul", [value, m.constant("reciprocal", np.array(1 / len(node.inputs), np.float32))], shape, out=out)
         made += m.nodes
     graph.nodes = made
+
+
+REARRANGED = ("DepthToSpace", "SpaceToDepth", "Tile")
+"""Data movement computed as views and the movements the kernels have."""
+
+
+def _rearranged(graph: Graph) -> None:
+    """DepthToSpace and SpaceToDepth become a Reshape, a Transpose and a Reshape (the
+    spec's definition, DCR or CRD); Tile an Expand between Reshapes: each axis given a
+    repeat axis before it, expanded to the repeats, merged back."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        if node.op not in REARRANGED:
+            made.append(node)
+            continue
+        m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+        shape, wanted = graph.types[x].shape, graph.types[out].shape
+        if node.op == "Tile":
+            if not graph.is_constant(node.inputs[1]):
+                raise AutoconfigError(f"node {node.name!r} (Tile): repeats computed at run time are not generated")
+            repeats = np.asarray(graph.constants[node.inputs[1]]).reshape(-1)
+            grown = tuple(int(d) for r, size in zip(repeats, shape) for d in (r, size))
+            spread = m.reshape(x, tuple(d for size in shape for d in (1, size)))
+            m.reshape(m.op("Expand", [spread, m.constant("grown", np.array(grown, np.int64))], grown), wanted, out=out)
+        else:
+            split, perm = _depth_space_axes(node, shape)
+            moved = m.op("Transpose", [m.reshape(x, split)], tuple(split[p] for p in perm), perm=perm)
+            m.reshape(moved, wanted, out=out)
+        made += m.nodes
+    graph.nodes = made
+
+
+def _depth_space_axes(node: Node, shape: tuple[int, ...]) -> tuple[tuple[int, ...], list[int]]:
+    """The 6-D split of a DepthToSpace's or SpaceToDepth's input and the permutation of
+    its axes (ONNX's definitions)."""
+    (n, c, h, w), size, dcr = shape, node.attrs["blocksize"], node.attrs.get("mode", "DCR") == "DCR"
+    if node.op == "SpaceToDepth":
+        return (n, c, h // size, size, w // size, size), [0, 3, 5, 1, 2, 4] if dcr else [0, 1, 3, 5, 2, 4]
+    if dcr:
+        return (n, size, size, c // size**2, h, w), [0, 3, 4, 1, 5, 2]
+    return (n, c // size**2, size, size, h, w), [0, 1, 4, 2, 5, 3]
 
 
 def _prelus_and_dropouts(graph: Graph) -> None:
@@ -261,12 +304,12 @@ def _product(m: _Made, graph: Graph, operands: list[tuple[str, str]], output: st
         shape = (*[size[c] for c in batch], math.prod(size[c] for c in rows), math.prod(size[c] for c in columns))
         if graph.is_constant(x):
             return m.constant("matrix", graph.constants[x].reshape(shape))
-        return m.op("Reshape", [x, m.constant("shape", np.array(shape, np.int64))], shape)
+        return m.reshape(x, shape)
 
     dims = (*[size[c] for c in batch], math.prod(size[c] for c in left), math.prod(size[c] for c in right))
     y = m.op("MatMul", [matrix(a, sa, left, inner), matrix(b, sb, inner, right)], dims)
     shape = tuple(size[c] for c in batch + left + right)
-    y = m.op("Reshape", [y, m.constant("shape", np.array(shape, np.int64))], shape)
+    y = m.reshape(y, shape)
     return y, "".join(batch + left + right)
 
 
@@ -300,8 +343,7 @@ def _log_sum_exps(graph: Graph) -> None:
             m.op("Add", [logged, peak], kept, out=out)
         else:  # the reduced axes dropped
             total = m.op("Add", [logged, peak], kept)
-            m.op("Reshape", [total, m.constant("shape", np.array(graph.types[out].shape, np.int64))],
-                 graph.types[out].shape, out=out)  # fmt: skip
+            m.reshape(total, graph.types[out].shape, out=out)
         made += m.nodes
     graph.nodes = made
 
@@ -754,12 +796,12 @@ def _with_zeros_between(made: _Made, x: str, shape: tuple[int, ...], strides) ->
     if all(s == 1 for s in strides):
         return x, sizes
     spread = [*shape[:2], *(v for n in shape[2:] for v in (n, 1))]
-    view = made.op("Reshape", [x, made.constant("shape", np.array(spread, np.int64))], tuple(spread))
+    view = made.reshape(x, tuple(spread))
     pads = [0] * len(spread) + [0, 0, *(v for s in strides for v in (0, s - 1))]
     padded = made.op("Pad", [view, made.constant("pads", np.array(pads, np.int64))],
                      (*shape[:2], *(v for n, s in zip(shape[2:], strides) for v in (n, s))))  # fmt: skip
     full = (*shape[:2], *sizes)
-    return made.op("Reshape", [padded, made.constant("shape", np.array(full, np.int64))], full), sizes
+    return made.reshape(padded, full), sizes
 
 
 def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
@@ -776,7 +818,7 @@ def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
         begin, end = a.get("pads", [0, 0])
         attrs["pads"] = [0, begin, 0, end]
     made = _Made(graph, node.name)
-    rows = made.op("Reshape", [x, made.constant("shape", np.array([n, c, 1, width], np.int64))], (n, c, 1, width))
+    rows = made.reshape(x, (n, c, 1, width))
     kernel = made.constant("weight", graph.constants[weight][:, :, None, :])
     y = made.op("Conv", [rows, kernel, *node.inputs[2:]], (*out_shape[:2], 1, out_shape[2]), **attrs)
     made.nodes.append(Node(node.name, "Reshape", [y, made.constant("shape", np.array(out_shape, np.int64))],
@@ -897,17 +939,20 @@ class _Made:
         self.nodes.append(Node(out, op, inputs, [out], attrs))
         return out
 
+    def reshape(self, x: str, shape: tuple[int, ...], out: str = "") -> str:
+        """A Reshape of `x` to `shape` made (its shape a constant)."""
+        return self.op("Reshape", [x, self.constant("shape", np.array(shape, np.int64))], tuple(shape), out=out)
+
     def along_axis(self, x: str, shape: list[int], axis: int, weights: np.ndarray, fill: np.ndarray | None) -> str:
         """`x` (of `shape`) times `weights` (out × in) along `axis`, plus `fill` per output."""
         outer, size, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
         out = weights.shape[0]
         if inner == 1:  # rows of the axis' values: x · Wᵀ
-            rows = self.op("Reshape", [x, self.constant("shape", np.array([outer, size], np.int64))], (outer, size))
+            rows = self.reshape(x, (outer, size))
             y = self.op("MatMul", [rows, self.constant("weights", weights.T.astype(np.float32))], (outer, out))
             added = (out,)
         else:  # W · (each outer slice as size × inner)
-            slices = self.op("Reshape", [x, self.constant("shape", np.array([outer, size, inner], np.int64))],
-                             (outer, size, inner))  # fmt: skip
+            slices = self.reshape(x, (outer, size, inner))
             y = self.op("MatMul", [self.constant("weights", weights.astype(np.float32)), slices], (outer, out, inner))
             added = (out, 1)
         if fill is not None:
