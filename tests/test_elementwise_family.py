@@ -13,6 +13,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import BINARY, UNARY
 from autoconfig.graph import zoo
 from autoconfig.graph.onnx_import import import_model
+from autoconfig.graph.ops import OPERATORS
 from autoconfig.profile import load_profile
 from kernels.target import get_target
 from tests.conftest import require_runnable
@@ -141,3 +142,20 @@ def test_rearrangements_match_onnxruntime(op, attrs):
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], ir_version=8)
     x = np.random.default_rng(6).standard_normal((2, 8, 4, 6)).astype(np.float32)
     np.testing.assert_array_equal(built_outputs(model, {"x": x}, "dp", 1)[0], onnxruntime_outputs(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("size", [2, 5])
+def test_lrn_matches_onnxruntime(size):
+    """LRN as its definition (the window's sum of squares a 1x1 convolution by a band, an
+    even window one channel longer after than before), against onnxruntime (which
+    refuses an even size: the table's reference there, the spec's sum)."""
+    require_runnable(get_target("avx2"))
+    h = onnx.helper
+    node = h.make_node("LRN", ["x"], ["y"], size=size, alpha=0.02, beta=0.75, bias=2.0)
+    graph = h.make_graph([node], "lrn", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 7, 5, 6])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 7, 5, 6])])  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], ir_version=8)
+    x = 3 * np.random.default_rng(8).standard_normal((1, 7, 5, 6)).astype(np.float32)
+    attrs = {a.name: h.get_attribute_value(a) for a in node.attribute}
+    expected = onnxruntime_outputs(model, {"x": x}) if size % 2 else [OPERATORS["LRN"].reference(attrs, x)]
+    assert_close(built_outputs(model, {"x": x}, "dp", 1), expected)

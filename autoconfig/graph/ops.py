@@ -184,6 +184,7 @@ OPERATORS: dict[str, OpInfo] = {
     "ConvTranspose": OpInfo(_MM, _OUT, ref.onnx_op("ConvTranspose"), window_reads, _EA, (1, 2)),  # as a Conv
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.onnx_op("InstanceNormalization"), kernel=_A,
                                     parameters=(1, 2)),  # as its ops
+    "LRN": OpInfo(_MM, _OUT, ref.lrn, kernel=_A),  # as its ops (graph.simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,
                                  parameters=(1, 2)),  # as its ops (or one kernel)
 }

@@ -86,6 +86,15 @@ def onnx_op(op: str) -> Callable[..., np.ndarray]:
     return lambda a, *inputs: onnx_reference(op, a, *inputs)[0]
 
 
+def lrn(a: dict, x):
+    """The spec's LRN (onnx's reference sums over the first `batch` channels only): each
+    channel over the ⌊(size−1)/2⌋ before it and ⌈(size−1)/2⌉ after it."""
+    size, channels = a["size"], x.shape[1]
+    squares = np.stack([np.sum(x[:, max(0, c - (size - 1) // 2): c + size // 2 + 1] ** 2, axis=1)
+                        for c in range(channels)], axis=1)  # fmt: skip
+    return (x / (a.get("bias", 1.0) + a.get("alpha", 1e-4) / size * squares) ** a.get("beta", 0.75)).astype(x.dtype)
+
+
 def gather(a: dict, x, indices):
     """Elements along `axis` at `indices` (negative ones counting from the end)."""
     axis = a.get("axis", 0) % x.ndim

@@ -3,7 +3,8 @@
 - Max, Min, Sum and Mean of one input become an Identity, of more a chain of pairs (a
   Mean's sum scaled); PRelu a LeakyRelu or Relu(x) − slope·Relu(−x); an inference
   Dropout an Identity; DepthToSpace, SpaceToDepth and Tile views and a Transpose or an
-  Expand (`_rearranged`); a Where whose branches are both tensors, two selections with
+  Expand (`_rearranged`); LRN its definition, the window's sum of squares a 1x1
+  convolution (`_lrns_as_ops`); a Where whose branches are both tensors, two selections with
   one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
@@ -54,6 +55,7 @@ def simplify(graph: Graph) -> Graph:
     _variadic_in_pairs(graph)
     _prelus_and_dropouts(graph)
     _rearranged(graph)
+    _lrns_as_ops(graph)
     _bools_as_floats(graph)
     _selections_of_two(graph)
     _einsums_as_products(graph)
@@ -156,6 +158,30 @@ def _depth_space_axes(node: Node, shape: tuple[int, ...]) -> tuple[tuple[int, ..
     if dcr:
         return (n, size, size, c // size**2, h, w), [0, 3, 4, 1, 5, 2]
     return (n, c // size**2, size, size, h, w), [0, 1, 4, 2, 5, 3]
+
+
+def _lrns_as_ops(graph: Graph) -> None:
+    """LRN becomes its definition: x / (bias + alpha/size · Σ x² over the size channels
+    around each one)^beta, the window sum a 1x1 convolution by a banded 0/1 matrix and
+    the power exp(−beta · log(·)) times x."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        if node.op != "LRN":
+            made.append(node)
+            continue
+        m, (x,), out, a = _Made(graph, node.name), node.inputs, node.outputs[0], node.attrs
+        shape, size, channels = graph.types[x].shape, a["size"], graph.types[x].shape[1]
+        offsets = np.arange(channels)[None, :] - np.arange(channels)[:, None]  # [output, input]: input − output
+        band = ((offsets >= -((size - 1) // 2)) & (offsets <= size // 2)).astype(np.float32)  # ⌊(size−1)/2⌋ before
+        window = m.constant("window", band.reshape(channels, channels, *[1] * (len(shape) - 2)))
+        sums = m.op("Conv", [m.op("Mul", [x, x], shape), window], shape)
+        scaled = m.op("Mul", [sums, m.constant("alpha", np.array(a.get("alpha", 1e-4) / size, np.float32))], shape)
+        base = m.op("Add", [scaled, m.constant("bias", np.array(a.get("bias", 1.0), np.float32))], shape)
+        power = m.op("Mul", [m.op("Log", [base], shape), m.constant("beta", np.array(-a.get("beta", 0.75), np.float32))],
+                     shape)  # fmt: skip
+        m.op("Mul", [x, m.op("Exp", [power], shape)], shape, out=out)
+        made += m.nodes
+    graph.nodes = made
 
 
 def _prelus_and_dropouts(graph: Graph) -> None:
