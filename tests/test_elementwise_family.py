@@ -132,11 +132,11 @@ def test_sums_prelus_and_dropouts_match_onnxruntime():
                                        ("SpaceToDepth", {"blocksize": 2}), ("Tile", {})])  # fmt: skip
 def test_rearrangements_match_onnxruntime(op, attrs):
     """DepthToSpace (both modes) and SpaceToDepth as views around a Transpose, Tile as
-    views around an Expand, after a Relu so that they read a computed tensor."""
+    views around an Expand, after a Neg so that they read a computed tensor of both signs."""
     require_runnable(get_target("avx2"))
     h = onnx.helper
     inits = [onnx.numpy_helper.from_array(np.array([1, 2, 1, 3], np.int64), "repeats")] if op == "Tile" else []
-    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node(op, ["r", *(["repeats"] if inits else [])], ["y"], **attrs)]
+    nodes = [h.make_node("Neg", ["x"], ["r"]), h.make_node(op, ["r", *(["repeats"] if inits else [])], ["y"], **attrs)]
     graph = h.make_graph(nodes, op.lower(), [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 4, 6])],
                          [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)  # fmt: skip
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], ir_version=8)

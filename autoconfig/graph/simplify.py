@@ -4,13 +4,13 @@
   Mean's sum scaled); PRelu a LeakyRelu or Relu(x) − slope·Relu(−x); an inference
   Dropout an Identity; DepthToSpace, SpaceToDepth and Tile views and a Transpose or an
   Expand (`_rearranged`); LRN its definition, the window's sum of squares a 1x1
-  convolution (`_lrns_as_ops`); a Where whose branches are both tensors, two selections with
+  convolution (`_lrn_as_ops`); a Where whose branches are both tensors, two selections with
   one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
   times the count, with the ops before and after it, ReduceMin a ReduceMax between two
   negations (`_reductions_as_others`); ReduceLogSumExp and LogSoftmax through the
   maximum and the log of the sum of e^(x − max) (`_log_sum_exps`); an Einsum, a batched
-  MatMul between transposes (`_einsums_as_products`);
+  MatMul between transposes (`_einsum_as_products`);
 - `Identity` nodes disappear (their outputs become aliases), and so does a node that
   computes what an earlier one did (the same operator, attributes and inputs);
 - BatchNormalization after a Conv that nothing else reads is folded into the Conv:
@@ -39,6 +39,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -52,15 +53,11 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
-    _variadic_in_pairs(graph)
-    _prelus_and_dropouts(graph)
-    _rearranged(graph)
-    _lrns_as_ops(graph)
+    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops):
+        _rewritten(graph, rewrite)
     _bools_as_floats(graph)
-    _selections_of_two(graph)
-    _einsums_as_products(graph)
-    _reductions_as_others(graph)
-    _log_sum_exps(graph)
+    for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps):
+        _rewritten(graph, rewrite)
     _int64_inputs(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
@@ -90,63 +87,63 @@ POWERS_AS_PRODUCTS = 4
 """Integer exponents up to this become repeated products (GPT-2's x³)."""
 
 
+def _rewritten(graph: Graph, rewrite: Callable[[Graph, Node], list[Node] | None]) -> None:
+    """Each node for which `rewrite` returns nodes replaced by them, in place."""
+    made: list[Node] = []
+    for node in graph.nodes:
+        replaced = rewrite(graph, node)
+        made += [node] if replaced is None else replaced
+    graph.nodes = made
+
+
 VARIADIC = {"Max": "Max", "Min": "Min", "Sum": "Add", "Mean": "Add"}
 """Operators of any number of inputs that the kernels compute two at a time, and the
 operator of each pair (a Mean's sum is then scaled by 1/n)."""
 
 
-def _variadic_in_pairs(graph: Graph) -> None:
+def _variadic_in_pairs(graph: Graph, node: Node) -> list[Node] | None:
     """Max, Min, Sum or Mean of one input becomes an Identity, of more a chain of pairs
     (each pair's result broadcast to both); a Mean's sum is multiplied by 1/n."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        pair = VARIADIC.get(node.op)
-        if pair is None or (pair == node.op and len(node.inputs) == 2):
-            made.append(node)
-            continue
-        if len(node.inputs) == 1:
-            made.append(Node(node.name, "Identity", node.inputs, node.outputs, {}))
-            continue
-        value, out, m = node.inputs[0], node.outputs[0], _Made(graph, node.name)
-        shape = graph.types[out].shape
-        for i, other in enumerate(node.inputs[1:], 1):
-            last = i == len(node.inputs) - 1 and node.op != "Mean"
-            step = np.broadcast_shapes(graph.types[value].shape, graph.types[other].shape)
-            value = m.op(pair, [value, other], shape if last else tuple(step), out=out if last else "")
-        if node.op == "Mean":
-            m.op("Mul", [value, m.constant("reciprocal", np.array(1 / len(node.inputs), np.float32))], shape, out=out)
-        made += m.nodes
-    graph.nodes = made
+    pair = VARIADIC.get(node.op)
+    if pair is None or (pair == node.op and len(node.inputs) == 2):
+        return None
+    if len(node.inputs) == 1:
+        return [Node(node.name, "Identity", node.inputs, node.outputs, {})]
+    value, out, m = node.inputs[0], node.outputs[0], _Made(graph, node.name)
+    shape = graph.types[out].shape
+    for i, other in enumerate(node.inputs[1:], 1):
+        last = i == len(node.inputs) - 1 and node.op != "Mean"
+        step = np.broadcast_shapes(graph.types[value].shape, graph.types[other].shape)
+        value = m.op(pair, [value, other], shape if last else tuple(step), out=out if last else "")
+    if node.op == "Mean":
+        m.op("Mul", [value, m.constant("reciprocal", np.array(1 / len(node.inputs), np.float32))], shape, out=out)
+    return m.nodes
 
 
 REARRANGED = ("DepthToSpace", "SpaceToDepth", "Tile")
 """Data movement computed as views and the movements the kernels have."""
 
 
-def _rearranged(graph: Graph) -> None:
+def _rearranged(graph: Graph, node: Node) -> list[Node] | None:
     """DepthToSpace and SpaceToDepth become a Reshape, a Transpose and a Reshape (the
     spec's definition, DCR or CRD); Tile an Expand between Reshapes: each axis given a
     repeat axis before it, expanded to the repeats, merged back."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        if node.op not in REARRANGED:
-            made.append(node)
-            continue
-        m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
-        shape, wanted = graph.types[x].shape, graph.types[out].shape
-        if node.op == "Tile":
-            if not graph.is_constant(node.inputs[1]):
-                raise AutoconfigError(f"node {node.name!r} (Tile): repeats computed at run time are not generated")
-            repeats = np.asarray(graph.constants[node.inputs[1]]).reshape(-1)
-            grown = tuple(int(d) for r, size in zip(repeats, shape) for d in (r, size))
-            spread = m.reshape(x, tuple(d for size in shape for d in (1, size)))
-            m.reshape(m.op("Expand", [spread, m.constant("grown", np.array(grown, np.int64))], grown), wanted, out=out)
-        else:
-            split, perm = _depth_space_axes(node, shape)
-            moved = m.op("Transpose", [m.reshape(x, split)], tuple(split[p] for p in perm), perm=perm)
-            m.reshape(moved, wanted, out=out)
-        made += m.nodes
-    graph.nodes = made
+    if node.op not in REARRANGED:
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape, wanted = graph.types[x].shape, graph.types[out].shape
+    if node.op == "Tile":
+        if not graph.is_constant(node.inputs[1]):
+            raise AutoconfigError(f"node {node.name!r} (Tile): repeats computed at run time are not generated")
+        repeats = np.asarray(graph.constants[node.inputs[1]]).reshape(-1)
+        grown = tuple(int(d) for r, size in zip(repeats, shape) for d in (r, size))
+        spread = m.reshape(x, tuple(d for size in shape for d in (1, size)))
+        m.reshape(m.op("Expand", [spread, m.constant("grown", np.array(grown, np.int64))], grown), wanted, out=out)
+    else:
+        split, perm = _depth_space_axes(node, shape)
+        moved = m.op("Transpose", [m.reshape(x, split)], tuple(split[p] for p in perm), perm=perm)
+        m.reshape(moved, wanted, out=out)
+    return m.nodes
 
 
 def _depth_space_axes(node: Node, shape: tuple[int, ...]) -> tuple[tuple[int, ...], list[int]]:
@@ -160,78 +157,68 @@ def _depth_space_axes(node: Node, shape: tuple[int, ...]) -> tuple[tuple[int, ..
     return (n, c // size**2, size, size, h, w), [0, 1, 4, 2, 5, 3]
 
 
-def _lrns_as_ops(graph: Graph) -> None:
+def _lrn_as_ops(graph: Graph, node: Node) -> list[Node] | None:
     """LRN becomes its definition: x / (bias + alpha/size · Σ x² over the size channels
     around each one)^beta, the window sum a 1x1 convolution by a banded 0/1 matrix and
     the power exp(−beta · log(·)) times x."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        if node.op != "LRN":
-            made.append(node)
-            continue
-        m, (x,), out, a = _Made(graph, node.name), node.inputs, node.outputs[0], node.attrs
-        shape, size, channels = graph.types[x].shape, a["size"], graph.types[x].shape[1]
-        offsets = np.arange(channels)[None, :] - np.arange(channels)[:, None]  # [output, input]: input − output
-        band = ((offsets >= -((size - 1) // 2)) & (offsets <= size // 2)).astype(np.float32)  # ⌊(size−1)/2⌋ before
-        window = m.constant("window", band.reshape(channels, channels, *[1] * (len(shape) - 2)))
-        sums = m.op("Conv", [m.op("Mul", [x, x], shape), window], shape)
-        scaled = m.op("Mul", [sums, m.constant("alpha", np.array(a.get("alpha", 1e-4) / size, np.float32))], shape)
-        base = m.op("Add", [scaled, m.constant("bias", np.array(a.get("bias", 1.0), np.float32))], shape)
-        power = m.op("Mul", [m.op("Log", [base], shape), m.constant("beta", np.array(-a.get("beta", 0.75), np.float32))],
-                     shape)  # fmt: skip
-        m.op("Mul", [x, m.op("Exp", [power], shape)], shape, out=out)
-        made += m.nodes
-    graph.nodes = made
+    if node.op != "LRN":
+        return None
+    m, (x,), out, a = _Made(graph, node.name), node.inputs, node.outputs[0], node.attrs
+    shape, size, channels = graph.types[x].shape, a["size"], graph.types[x].shape[1]
+    offsets = np.arange(channels)[None, :] - np.arange(channels)[:, None]  # [output, input]: input − output
+    band = ((offsets >= -((size - 1) // 2)) & (offsets <= size // 2)).astype(np.float32)  # ⌊(size−1)/2⌋ before
+    window = m.constant("window", band.reshape(channels, channels, *[1] * (len(shape) - 2)))
+    sums = m.op("Conv", [m.op("Mul", [x, x], shape), window], shape)
+    scaled = m.op("Mul", [sums, m.constant("alpha", np.array(a.get("alpha", 1e-4) / size, np.float32))], shape)
+    base = m.op("Add", [scaled, m.constant("bias", np.array(a.get("bias", 1.0), np.float32))], shape)
+    power = m.op("Mul", [m.op("Log", [base], shape), m.constant("beta", np.array(-a.get("beta", 0.75), np.float32))],
+                 shape)  # fmt: skip
+    m.op("Mul", [x, m.op("Exp", [power], shape)], shape, out=out)
+    return m.nodes
 
 
-def _prelus_and_dropouts(graph: Graph) -> None:
+def _prelu(graph: Graph, node: Node) -> list[Node] | None:
     """PRelu by a single slope becomes LeakyRelu; by a slope per channel (or any constant
-    shape), Relu(x) − slope·Relu(−x), exact for slopes of any sign and size. An
-    inference Dropout (no training_mode, or a constant false one) becomes an Identity;
-    its mask is not generated."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        if node.op == "Dropout":
-            training = node.inputs[2] if len(node.inputs) > 2 else ""
-            if training and not (graph.is_constant(training) and not np.asarray(graph.constants[training]).any()):
-                raise AutoconfigError(f"node {node.name!r} (Dropout): training mode is not generated")
-            if len(node.outputs) > 1 and node.outputs[1]:
-                raise AutoconfigError(f"node {node.name!r} (Dropout): its mask output is not generated")
-            made.append(Node(node.name, "Identity", node.inputs[:1], node.outputs[:1], {}))
-            continue
-        if node.op != "PRelu":
-            made.append(node)
-            continue
-        (x, slope), out = node.inputs, node.outputs[0]
-        if not graph.is_constant(slope):
-            raise AutoconfigError(f"node {node.name!r} (PRelu): a slope computed at run time is not generated")
-        values = np.asarray(graph.constants[slope], np.float32)
-        if values.size == 1:
-            made.append(Node(node.name, "LeakyRelu", [x], [out], {"alpha": float(values.reshape(-1)[0])}))
-            continue
-        m, shape = _Made(graph, node.name), graph.types[out].shape
-        negative = m.op("Relu", [m.op("Neg", [x], shape)], shape)
-        m.op("Sub", [m.op("Relu", [x], shape), m.op("Mul", [negative, slope], shape)], shape, out=out)
-        made += m.nodes
-    graph.nodes = made
+    shape), Relu(x) − slope·Relu(−x), exact for slopes of any sign and size."""
+    if node.op != "PRelu":
+        return None
+    (x, slope), out = node.inputs, node.outputs[0]
+    if not graph.is_constant(slope):
+        raise AutoconfigError(f"node {node.name!r} (PRelu): a slope computed at run time is not generated")
+    values = np.asarray(graph.constants[slope], np.float32)
+    if values.size == 1:
+        return [Node(node.name, "LeakyRelu", [x], [out], {"alpha": float(values.reshape(-1)[0])})]
+    m, shape = _Made(graph, node.name), graph.types[out].shape
+    negative = m.op("Relu", [m.op("Neg", [x], shape)], shape)
+    m.op("Sub", [m.op("Relu", [x], shape), m.op("Mul", [negative, slope], shape)], shape, out=out)
+    return m.nodes
 
 
-def _selections_of_two(graph: Graph) -> None:
+def _dropout(graph: Graph, node: Node) -> list[Node] | None:
+    """An inference Dropout (no training_mode, or a constant false one) becomes an
+    Identity; its mask is not generated."""
+    if node.op != "Dropout":
+        return None
+    training = node.inputs[2] if len(node.inputs) > 2 else ""
+    if training and not (graph.is_constant(training) and not np.asarray(graph.constants[training]).any()):
+        raise AutoconfigError(f"node {node.name!r} (Dropout): training mode is not generated")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise AutoconfigError(f"node {node.name!r} (Dropout): its mask output is not generated")
+    return [Node(node.name, "Identity", node.inputs[:1], node.outputs[:1], {})]
+
+
+def _selections_of_two(graph: Graph, node: Node) -> list[Node] | None:
     """Where(c, x, y) whose branches are neither a single constant becomes
     Where(c, x, 0) + Where(c, 0, y): each a selection with one constant branch, which
     the kernels compute, and the sum exact (one side is zero; only a −0 comes out +0)."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        if node.op != "Where" or any(graph.is_constant(v) and graph.constants[v].size == 1 for v in node.inputs[1:]):
-            made.append(node)
-            continue
-        m, (condition, x, y), out = _Made(graph, node.name), node.inputs, node.outputs[0]
-        zero = m.constant("zero", np.zeros((), np.float32))
-        shape = graph.types[out].shape
-        taken = m.op("Where", [condition, x, zero], shape)
-        left = m.op("Where", [condition, zero, y], shape)
-        made += [*m.nodes, Node(node.name, "Add", [taken, left], [out], {})]
-    graph.nodes = made
+    if node.op != "Where" or any(graph.is_constant(v) and graph.constants[v].size == 1 for v in node.inputs[1:]):
+        return None
+    m, (condition, x, y), out = _Made(graph, node.name), node.inputs, node.outputs[0]
+    zero = m.constant("zero", np.zeros((), np.float32))
+    shape = graph.types[out].shape
+    taken = m.op("Where", [condition, x, zero], shape)
+    left = m.op("Where", [condition, zero, y], shape)
+    return [*m.nodes, Node(node.name, "Add", [taken, left], [out], {})]
 
 
 AS_OTHERS = {"ReduceSum": ("ReduceMean", "", ""), "ReduceSumSquare": ("ReduceMean", "Square", ""),
@@ -242,55 +229,47 @@ element first (Square: a product of the value with itself), and the op on the re
 after it."""
 
 
-def _reductions_as_others(graph: Graph) -> None:
+def _reductions_as_others(graph: Graph, node: Node) -> list[Node] | None:
     """ReduceSum and the other sums become ReduceMean (the same inputs and attributes)
     of the elements as `AS_OTHERS` says, times the count of reduced elements, then the
     op after the sum: the mean kernel sums and scales once, the elementwise ops fuse
     around it; ReduceMin, the negated ReduceMax of the negated elements (exact)."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        axes = reduced_axes(node, graph) if node.op in AS_OTHERS else None
-        if axes is None:
-            made.append(node)
-            continue
-        m, (reduction, before, after), out = _Made(graph, node.name), AS_OTHERS[node.op], node.outputs[0]
-        x, shape = node.inputs[0], graph.types[out].shape
-        count = math.prod(graph.types[x].shape[a] for a in axes)  # not 0: an empty tensor is folded
-        if before:
-            x = m.op("Mul" if before == "Square" else before, [x, x] if before == "Square" else [x],
-                     graph.types[x].shape)  # fmt: skip
-        total = m.op(reduction, [x, *node.inputs[1:]], shape, **node.attrs)
-        if reduction == "ReduceMean":
-            total = m.op("Mul", [total, m.constant("count", np.array(count, np.float32))], shape,
-                         out="" if after else out)  # fmt: skip
-        if after:
-            m.op(after, [total], shape, out=out)
-        made += m.nodes
-    graph.nodes = made
+    axes = reduced_axes(node, graph) if node.op in AS_OTHERS else None
+    if axes is None:
+        return None
+    m, (reduction, before, after), out = _Made(graph, node.name), AS_OTHERS[node.op], node.outputs[0]
+    x, shape = node.inputs[0], graph.types[out].shape
+    count = math.prod(graph.types[x].shape[a] for a in axes)  # not 0: an empty tensor is folded
+    if before:
+        x = m.op("Mul" if before == "Square" else before, [x, x] if before == "Square" else [x],
+                 graph.types[x].shape)  # fmt: skip
+    total = m.op(reduction, [x, *node.inputs[1:]], shape, **node.attrs)
+    if reduction == "ReduceMean":
+        total = m.op("Mul", [total, m.constant("count", np.array(count, np.float32))], shape,
+                     out="" if after else out)  # fmt: skip
+    if after:
+        m.op(after, [total], shape, out=out)
+    return m.nodes
 
 
-def _einsums_as_products(graph: Graph) -> None:
+def _einsum_as_products(graph: Graph, node: Node) -> list[Node] | None:
     """Einsum of two operands as one batched MatMul: each operand's letters only it has
     and the output lacks summed first, then each transposed to (batch, its own letters,
     the contracted ones) and reshaped to [batch..., rows, columns]; the product reshaped
     to its letters and transposed to the output's order. Of one operand: the sum of the
     letters the output lacks, then a transpose."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        if node.op != "Einsum":
-            made.append(node)
-            continue
-        m = _Made(graph, node.name)
-        terms, output = einsum_terms(node.attrs["equation"])
-        others = ["".join(terms[1 - i]) if len(terms) == 2 else "" for i in range(len(terms))]
-        operands = [_summed(m, graph, x, t, set(output) | set(o)) for x, t, o in zip(node.inputs, terms, others)]
-        if len(terms) == 1:
-            (x, letters), = operands
-        else:
-            x, letters = _product(m, graph, operands, output)
-        _transposed(m, graph, x, letters, output, node.outputs[0])
-        made += m.nodes
-    graph.nodes = made
+    if node.op != "Einsum":
+        return None
+    m = _Made(graph, node.name)
+    terms, output = einsum_terms(node.attrs["equation"])
+    others = ["".join(terms[1 - i]) if len(terms) == 2 else "" for i in range(len(terms))]
+    operands = [_summed(m, graph, x, t, set(output) | set(o)) for x, t, o in zip(node.inputs, terms, others)]
+    if len(terms) == 1:
+        (x, letters), = operands
+    else:
+        x, letters = _product(m, graph, operands, output)
+    _transposed(m, graph, x, letters, output, node.outputs[0])
+    return m.nodes
 
 
 def _summed(m: _Made, graph: Graph, x: str, letters: str, kept: set[str]) -> tuple[str, str]:
@@ -339,39 +318,34 @@ def _product(m: _Made, graph: Graph, operands: list[tuple[str, str]], output: st
     return y, "".join(batch + left + right)
 
 
-def _log_sum_exps(graph: Graph) -> None:
+def _log_sum_exps(graph: Graph, node: Node) -> list[Node] | None:
     """ReduceLogSumExp as m + log(Σ e^(x − m)) and LogSoftmax as (x − m) − log(Σ e^(x − m)),
     m the maximum over the axes (LogSoftmax's: its axis, or before opset 13 the axes from
     `legacy_axis` on): no e^x overflows, as in onnxruntime's kernels."""
-    made: list[Node] = []
-    for node in graph.nodes:
-        rank = len(graph.types[node.inputs[0]].shape) if node.inputs else 0
-        if node.op == "LogSoftmax":
-            axes = tuple(range(node.attrs["legacy_axis"] % rank, rank)) if "legacy_axis" in node.attrs else \
-                (node.attrs.get("axis", -1) % rank,)  # fmt: skip
-        else:
-            axes = reduced_axes(node, graph) if node.op == "ReduceLogSumExp" else None
-        if axes is None:
-            made.append(node)
-            continue
-        m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
-        shape = graph.types[x].shape
-        kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
-        along = m.constant("axes", np.array(axes, np.int64))
-        peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
-        shifted = m.op("Sub", [x, peak], shape)
-        mean = m.op("ReduceMean", [m.op("Exp", [shifted], shape), along], kept, keepdims=1)
-        count = m.constant("count", np.array(math.prod(shape[a] for a in axes), np.float32))
-        logged = m.op("Log", [m.op("Mul", [mean, count], kept)], kept)
-        if node.op == "LogSoftmax":
-            m.op("Sub", [shifted, logged], shape, out=out)
-        elif kept == graph.types[out].shape:
-            m.op("Add", [logged, peak], kept, out=out)
-        else:  # the reduced axes dropped
-            total = m.op("Add", [logged, peak], kept)
-            m.reshape(total, graph.types[out].shape, out=out)
-        made += m.nodes
-    graph.nodes = made
+    rank = len(graph.types[node.inputs[0]].shape) if node.inputs else 0
+    if node.op == "LogSoftmax":
+        axes = tuple(range(node.attrs["legacy_axis"] % rank, rank)) if "legacy_axis" in node.attrs else \
+            (node.attrs.get("axis", -1) % rank,)  # fmt: skip
+    else:
+        axes = reduced_axes(node, graph) if node.op == "ReduceLogSumExp" else None
+    if axes is None:
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape = graph.types[x].shape
+    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    along = m.constant("axes", np.array(axes, np.int64))
+    peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
+    shifted = m.op("Sub", [x, peak], shape)
+    mean = m.op("ReduceMean", [m.op("Exp", [shifted], shape), along], kept, keepdims=1)
+    count = m.constant("count", np.array(math.prod(shape[a] for a in axes), np.float32))
+    logged = m.op("Log", [m.op("Mul", [mean, count], kept)], kept)
+    if node.op == "LogSoftmax":
+        m.op("Sub", [shifted, logged], shape, out=out)
+    elif kept == graph.types[out].shape:
+        m.op("Add", [logged, peak], kept, out=out)
+    else:  # the reduced axes dropped
+        m.reshape(m.op("Add", [logged, peak], kept), graph.types[out].shape, out=out)
+    return m.nodes
 
 
 def _bools_as_floats(graph: Graph) -> None:
