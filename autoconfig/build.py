@@ -36,7 +36,7 @@ from autoconfig.fusion.classify import attention_cores, streamed_input
 from autoconfig.fusion.planning import Plan
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
-from autoconfig.layouts import output_layouts, transform_back_ns
+from autoconfig.layouts import kept_layout
 from autoconfig.profile import HardwareProfile
 from autoconfig.runtime import Call, Part, Ref
 from kernels import elementwise as ew
@@ -152,11 +152,7 @@ def _elementwise(b: Builder, nodes: list[Node]) -> KernelGroup:
     chain = match_epilogue(b, start, nodes, plane_axis(out_shape), out_shape)
     if b.graph.types[start].shape != out_shape:  # every computed input is broadcast
         start = b.broadcast(start, out_shape)
-    layout, held = "nchw", b.layout(start)
-    if held != "nchw":  # stay blocked unless its readers pay more than the transform back
-        options = output_layouts(b, chain.end)
-        if held in options and options[held] <= options["nchw"] + transform_back_ns(b, out_shape, held):
-            layout = held
+    layout = kept_layout(b, b.layout(start), chain.end, out_shape)
     x = b.read(start, layout)
     operands = chain.refs(b, layout)
     y = b.write(chain.end, layout)

@@ -68,16 +68,21 @@ def blockable(b: Builder, value: str) -> tuple[kc.Layout, ...]:
     return ("nhwc",) if math.gcd(lanes, shape[1]) in b.machine.fma_by_lanes else ()
 
 
+BLOCK_WRITERS = ("Conv", ELEMENTWISE_GROUP, "MaxPool", "AveragePool")
+"""The kernels (by their group's anchor) that may write a channel-blocked tensor:
+convolutions, and elementwise ops and windowed pools in their input's layout."""
+
+
 def concat_takes_blocks(b: Builder, node: Node) -> bool:
     """A Concat along the channels of one image whose inputs are all blockable and
-    written by convolutions' or elementwise kernels (which may write blocks): the
-    blocks of its inputs, one after the other, are its output's blocks."""
+    written by kernels that may write blocks (`BLOCK_WRITERS`): the blocks of its
+    inputs, one after the other, are its output's blocks."""
     if node.op != "Concat" or b.graph.types[node.outputs[0]].shape[0] != 1:
         return False
     if node.attrs.get("axis", 0) % len(b.graph.types[node.outputs[0]].shape) != 1:
         return False
     return all("nchwc" in blockable(b, v)
-               and b.anchor_of.get(b.producer[v].name) in ("Conv", ELEMENTWISE_GROUP)
+               and b.anchor_of.get(b.producer[v].name) in BLOCK_WRITERS
                for v in node.inputs)  # fmt: skip
 
 
@@ -100,6 +105,26 @@ def transform_back_ns(b: Builder, shape: tuple[int, ...], layout: kc.Layout) -> 
         return 0.0
     config = Reblock.of(shape, b.target.f32_lanes, False, layout)
     return conv_model.reblock_ns(config, b.machine, b.threads)[0]
+
+
+def kept_layout(b: Builder, held: kc.Layout, value: str, input_shape: tuple[int, ...]) -> kc.Layout:
+    """The layout of a kernel that writes `value` in its input's layout (elementwise ops,
+    windowed pools), its input held in `held`: that one, unless `value`'s readers pay
+    more for it than the input's transform back to NCHW saves."""
+    if held == "nchw":
+        return "nchw"
+    options = output_layouts(b, value)
+    keep = held in options and options[held] <= options["nchw"] + transform_back_ns(b, input_shape, held)
+    return held if keep else "nchw"
+
+
+def passing_ns(b: Builder, value: str, input_shape: tuple[int, ...], layout: kc.Layout) -> float:
+    """What the readers of `value`, written by such a kernel, pay (with the kernel's
+    transform back, if it takes one) when the kernel's input is held in `layout`."""
+    options = output_layouts(b, value)
+    if kept_layout(b, layout, value, input_shape) == "nchw":
+        return options["nchw"] + transform_back_ns(b, input_shape, layout)
+    return options[layout]
 
 
 def output_layouts(b: Builder, value: str) -> dict[kc.Layout, float]:

@@ -219,13 +219,13 @@ def _direct_parts(plan: ConvPlan) -> list[tuple[int, ...]]:
 
 
 def pool_calls(config: pl.PoolConfig, threads: int, x: Ref, y: Ref, buffers: Buffers) -> list[Call]:
-    """The call of one pooling layer: x (NCHW) → y; a windowed pool transforms each plane
-    (borders filled) into its thread's scratch plane, an average one reads its
-    per-position scale."""
+    """The call of one pooling layer: x → y in the config's layout; an NCHW windowed pool
+    transforms each plane (borders filled) into its thread's scratch plane; an average
+    one reads its per-position scale."""
     s = config.shape
-    if not s.windowed:
-        return [_planes_call(config.symbol, (y, x), config.units(), threads)]
-    scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" else ()
+    scale = (buffers.constant(pl.average_scale(s)),) if s.kind == "average" and s.windowed else ()
+    if not config.workspace():
+        return [_planes_call(config.symbol, (y, x, *scale), config.units(), threads)]
     return [_planes_scratch_call(config.symbol, (y, x, *scale), config.workspace(), s.planes, threads, buffers)]
 
 

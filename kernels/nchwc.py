@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -74,6 +74,16 @@ if TYPE_CHECKING:
 
 
 Layout = Literal["nchw", "nchwc", "nhwc"]
+
+
+class Window(Protocol):
+    """A sliding window over an image's rows and columns: a convolution's or a pool's."""
+
+    height: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]
 BlockedLayout = Literal["nchwc", "nhwc"]
 
 
@@ -144,9 +154,9 @@ class Columns:
         return cls(begin, end, border)
 
 
-def _row_taps(shape: ConvShape, oh: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+def row_taps(shape: Window, oh: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     """(top, kh_begin, kh_end) of output row oh: the input row of filter row 0 (may be
-    negative) and the filter rows that fall inside the image."""
+    negative) and the filter (or window) rows that fall inside the image."""
     sh, dh, (kh_count, _) = shape.strides[0], shape.dilations[0], shape.kernel
     top = arith.subi(arith.muli(oh, index(sh)), index(shape.pads[0]))
     first = arith.maxsi(index(0), arith.ceildivsi(arith.subi(index(0), top), index(dh)))
@@ -154,7 +164,7 @@ def _row_taps(shape: ConvShape, oh: ir.Value) -> tuple[ir.Value, ir.Value, ir.Va
     return top, first, arith.minsi(index(kh_count), last)
 
 
-def _pixel_tiles(columns: Columns, nv: int, tile: Callable[[ir.Value, int, tuple[int, ...] | None], None]) -> None:
+def pixel_tiles(columns: Columns, nv: int, tile: Callable[[ir.Value, int, tuple[int, ...] | None], None]) -> None:
     """tile(ow0, pixels, kws) over one output row: the interior in tiles of nv pixels
     (all taps: kws None), its remainder as one narrower tile, each border pixel alone."""
     full, rest = divmod(columns.interior_end - columns.interior_begin, nv)
@@ -167,7 +177,7 @@ def _pixel_tiles(columns: Columns, nv: int, tile: Callable[[ir.Value, int, tuple
             tile(index(ow), 1, kws)
 
 
-def _zero_pixels(columns: Columns) -> list[int]:
+def zero_pixels(columns: Columns) -> list[int]:
     """Border pixels no tap reaches (a padding wider than the filter): their sum is 0."""
     return [ow for ow, kws in columns.border if not kws]
 
@@ -330,7 +340,7 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
     source, result = Blocks.of(cfg.layout, s.input_shape, lanes), Blocks.of(cfg.layout, s.output_shape, lanes)
 
     def row(n: ir.Value, channel: ir.Value, oh: ir.Value, sums: tuple[ir.Value, ir.Value] | None) -> None:
-        top, kh_begin, kh_end = _row_taps(s, oh)
+        top, kh_begin, kh_end = row_taps(s, oh)
         out_row = result.at(n, channel, oh, index(0))
         weights = arith.muli(channel, index(s.taps))  # the block's [KH, KW, L] weights
 
@@ -355,8 +365,8 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
             _add_to_sums([out.store(acc[j], arith.addi(out_row, arith.muli(offset(ow0, j), index(result.step))),
                                     channel) for j in range(pixels)], sums)  # fmt: skip
 
-        _pixel_tiles(columns, cfg.nv, tile)
-        for ow in _zero_pixels(columns):
+        pixel_tiles(columns, cfg.nv, tile)
+        for ow in zero_pixels(columns):
             _add_to_sums([out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)], sums)
 
     def unit(u: ir.Value, sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # row u of all the rows
@@ -485,7 +495,7 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
         first_block = arith.addi(arith.muli(group, index(blocks)), arith.muli(in_group, index(mv)))
         first_channel = arith.muli(group, index(s.in_per_group))
         vectors = min(mv, blocks)  # a group's last tile may hold fewer: a static count per tile kind
-        top, kh_begin, kh_end = _row_taps(s, oh)
+        top, kh_begin, kh_end = row_taps(s, oh)
         co0 = arith.muli(first_block, index(lanes))
         tile_weights = arith.muli(co0, index(s.in_per_group * s.taps))  # each tile before it: its width of filters
         if not cfg.blocked_input:
@@ -507,15 +517,13 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
                         ih = arith.addi(top, arith.muli(kh, index(s.dilations[0])))
                         start, step = source.at(n, arith.addi(first_channel, c), ih, left), source.step
                         taps = arith.muli(arith.addi(arith.muli(c, index(s.kernel[0])), kh), index(kw_count))
-                        acc = list(acc)
-                        for kw in kws or range(kw_count):
-                            at = arith.addi(arith.muli(offset(taps, kw), index(count * lanes)), tile_weights)
-                            weights = [load(vec, w, [offset(at, v * lanes)]) for v in range(count)]
-                            for j in range(pixels):
-                                value = vector.broadcast(vec, memref.load(x, [offset(start, (j * sw + kw * dw) * step)]))
-                                for v in range(count):
-                                    acc[j * count + v] = vector.fma(value, weights[v], acc[j * count + v])
-                        return acc
+
+                        def tap(kw: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                            at = arith.addi(arith.muli(arith.addi(taps, kw), index(count * lanes)), tile_weights)
+                            column = arith.addi(start, arith.muli(kw, index(dw * step)))
+                            return _tap_products(vec, x, w, acc, (column, sw * step, pixels), (at, count))
+
+                        return _row_of_taps(kw_count, kws, acc, tap)
 
                     return for_carry(kh_begin, kh_end, 1, acc, filter_row)
 
@@ -525,8 +533,8 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
                     for v in range(count):
                         out.store(acc[j * count + v], output_at(v, offset(ow0, j)), channel_of(v))
 
-            _pixel_tiles(columns, cfg.nv, tile)
-            for ow in _zero_pixels(columns):
+            pixel_tiles(columns, cfg.nv, tile)
+            for ow in zero_pixels(columns):
                 for v in range(count):
                     out.store(f32_splat(target, lanes, 0.0), output_at(v, index(ow)), channel_of(v))
 
@@ -538,6 +546,32 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
             when_else(is_last, lambda: with_vectors(last), lambda: with_vectors(vectors))
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+
+
+def _tap_products(vec: ir.VectorType, x: ir.Value, w: ir.Value, acc: list[ir.Value],
+                  pixels: tuple[ir.Value, int, int], vectors: tuple[ir.Value, int]) -> list[ir.Value]:  # fmt: skip
+    """One filter tap's products: acc[j·count + v] += x[column + j·step] (broadcast) ·
+    w[at + v·L .. + L], `pixels` = (column, step, pixel count), `vectors` = (at, count)."""
+    (column, step, count_j), (at, count), lanes = pixels, vectors, vec.shape[0]
+    acc = list(acc)
+    weights = [load(vec, w, [offset(at, v * lanes)]) for v in range(count)]
+    for j in range(count_j):
+        value = vector.broadcast(vec, memref.load(x, [offset(column, j * step)]))
+        for v in range(count):
+            acc[j * count + v] = vector.fma(value, weights[v], acc[j * count + v])
+    return acc
+
+
+def _row_of_taps(kw_count: int, kws: tuple[int, ...] | None, acc: list[ir.Value],
+                 tap: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
+    """A filter row's taps: every column in a loop where all fall inside (unrolled, LLVM
+    keeps the input values neighbouring taps share live, and spills), else the border
+    pixel's columns `kws` unrolled."""
+    if kws is None and kw_count > 1:
+        return for_carry(0, kw_count, 1, acc, tap)
+    for kw in kws or range(kw_count):
+        acc = tap(index(kw), acc)
+    return acc
 
 
 def _group_of(tile: ir.Value, groups: int, per_group: int) -> tuple[ir.Value, ir.Value]:

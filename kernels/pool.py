@@ -20,6 +20,11 @@ The average's divisor depends on the position where the window crosses the paddi
 (count_include_pad = 0) or the ceil-mode overhang past it; the reciprocals are a
 table made with the layer (`average_scale`), read as vectors.
 
+A windowed pool of a channel-blocked input (NCHW[c] or NHWC, `PoolConfig.layout`)
+writes the same layout, each vector L channels of one pixel, so no transform is
+needed: per output row, tiles of `nv` pixels over the taps inside the image (the
+rows found at run time, the border columns apart; `kernels.nchwc.Columns`).
+
 GlobalAveragePool sums each plane in `unroll` vector partial sums (the last vector
 masked), then across lanes, times 1/(H·W); a global max keeps maxima the same way.
 """
@@ -39,9 +44,9 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, check_lanes, f32_memref, f32_splat, f32_vector_type, index, kernel_body
 from kernels.emit import config_symbol, mask_type, new_module, tail_mask, verify
 from kernels.layout import PhaseSplit, copy_plane, source_memref
-from kernels.loops import for_range, for_tiles, for_unrolled, load, maximum, offset, prefix_mask, store
+from kernels.loops import for_carry, for_range, for_tiles, for_unrolled, load, maximum, offset, prefix_mask, store
 from kernels.mlir import arith, ir, memref, vector
-from kernels.nchwc import Blocks, Layout, layout_name
+from kernels.nchwc import Blocks, Columns, Layout, layout_name, pixel_tiles, row_taps, zero_pixels
 from kernels.sizes import ceil_div
 from kernels.target import Target
 
@@ -146,24 +151,28 @@ class PoolConfig:
     nv: int = 1
     chains: int = 1  # windowed: independent accumulators per step at least (its vectors,
     # each split into chains over the taps), so a max or add need not wait for the last
-    layout: Layout = "nchw"  # global only: the input NCHW[c] (c = lanes) or NHWC
-    # (`kernels.nchwc`), each unit's pixels summed as whole vectors of L channels; the
-    # output (one value per channel) is the same memory in every layout
+    layout: Layout = "nchw"  # the input NCHW[c] (c = lanes) or NHWC (`kernels.nchwc`),
+    # read as whole vectors of L channels: a windowed pool writes that layout too; a
+    # global one's output (one value per channel) is the same memory in every layout
 
     @property
     def nr(self) -> int:
         return self.nv * self.lanes
 
     def units(self) -> int:
-        """What threads divide: planes, or vectors of `lanes` channels when blocked."""
-        return self.shape.planes // self.lanes if self.layout != "nchw" else self.shape.planes
+        """What threads divide: planes, or vectors of `lanes` channels when blocked (a
+        windowed pool's: each output row of them)."""
+        if self.layout == "nchw":
+            return self.shape.planes
+        return self.shape.planes // self.lanes * (self.shape.out_height if self.shape.windowed else 1)
 
     def loads_per_unit(self) -> int:
         """Vector loads of one unit: a tap per output vector (windowed), or the plane's
         (or block's) vectors (global)."""
         s = self.shape
         if s.windowed:
-            return s.kernel[0] * s.kernel[1] * s.out_height * ceil_div(s.out_width, self.lanes)
+            vectors = s.out_width if self.layout != "nchw" else s.out_height * ceil_div(s.out_width, self.lanes)
+            return s.kernel[0] * s.kernel[1] * vectors
         return ceil_div(s.height * s.width * (self.lanes if self.layout != "nchw" else 1), self.lanes)
 
     @property
@@ -182,8 +191,6 @@ class PoolConfig:
         if self.nv < 1:
             raise KernelError(f"nv must be >= 1, got {self.nv}")
         if self.layout != "nchw":
-            if self.shape.windowed:
-                raise KernelError("only a global pool reads a channel-blocked input")
             check_blocked(target, self.lanes, {"the channels": self.shape.channels})
         if self.chains < 1:
             raise KernelError(f"chains must be >= 1, got {self.chains}")
@@ -193,21 +200,22 @@ class PoolConfig:
 
     def workspace(self) -> int:
         """f32 elements of one thread's scratch plane (its slack included); 0 for a
-        global pool, which reads the image itself."""
-        return self.split().scratch_plane if self.shape.windowed else 0
+        global or blocked pool, which reads the image itself."""
+        return self.split().scratch_plane if self.shape.windowed and self.layout == "nchw" else 0
 
     def signature(self) -> KernelSignature:
-        """``SYMBOL(y, x[, scale][, work], plane_begin, plane_end)``: x is the NCHW input,
-        work a windowed pool's per-thread scratch plane."""
+        """``SYMBOL(y, x[, scale][, work], plane_begin, plane_end)``: x is the input, work
+        an NCHW windowed pool's per-thread scratch plane."""
         s = self.shape
         params = [Param("y", Role.OUT, extent=(s.planes * s.out_height * s.out_width,)),
                   Param("x", Role.IN, extent=(s.planes * s.height * s.width,))]  # fmt: skip
         if s.kind == "average":
             params.append(Param("scale", Role.IN, extent=(s.out_height * s.out_width,)))
-        if s.windowed:
+        if self.workspace():
             params.append(Param("work", Role.INOUT, extent=(self.workspace(),)))
         params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
-        planes = "planes" if self.layout == "nchw" else f"{layout_name(self.layout, self.lanes)}: vectors of channels"
+        planes = "planes" if self.layout == "nchw" else f"{layout_name(self.layout, self.lanes)}: vectors of channels" + (
+            " by output row" if s.windowed else "")
         return KernelSignature(self.symbol, tuple(params), f"{s.describe()}: {planes} [plane_begin, plane_end).")
 
 
@@ -232,7 +240,11 @@ def generate(config: PoolConfig, target: Target) -> list[KernelModule]:
     sig = config.signature()
     with new_module() as module:
         with kernel_body(module, sig) as args:
-            body = _windowed if config.shape.windowed else _global_blocked if config.layout != "nchw" else _global
+            blocked = config.layout != "nchw"
+            if config.shape.windowed:
+                body = _windowed_blocked if blocked else _windowed
+            else:
+                body = _global_blocked if blocked else _global
             body(config, target, args)
         verify(module)
     return [KernelModule(module=module, signatures=(sig,), target=target)]
@@ -281,6 +293,51 @@ def _windowed(cfg: PoolConfig, target: Target, args: dict) -> None:
         for_range(0, s.out_height, 1, output_row)
 
     for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.planes)), 1, plane)
+
+
+def _windowed_blocked(cfg: PoolConfig, target: Target, args: dict) -> None:
+    """Y[u's row] of unit u (image, L channels, output row oh): per tile of pixels, the
+    taps inside the image combined, times the average's scale at each position."""
+    s, lanes = cfg.shape, cfg.lanes
+    vec = f32_vector_type(target, lanes)
+    source, result = Blocks.of(cfg.layout, s.input_shape, lanes), Blocks.of(cfg.layout, s.output_shape, lanes)
+    x = f32_memref(args["x"], [math.prod(s.input_shape)])
+    y = f32_memref(args["y"], [math.prod(s.output_shape)])
+    scale = f32_memref(args["scale"], [s.out_height * s.out_width]) if "scale" in args else None
+    (kw_count, sw, dw), dh = (s.kernel[1], s.strides[1], s.dilations[1]), s.dilations[0]
+    combine, fill = (maximum, -math.inf) if s.kind == "max" else (arith.addf, 0.0)
+    columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
+
+    def put(value: ir.Value, n: ir.Value, channel: ir.Value, oh: ir.Value, ow: ir.Value) -> None:
+        if scale is not None:
+            at = arith.addi(arith.muli(oh, index(s.out_width)), ow)
+            value = arith.mulf(value, vector.broadcast(vec, memref.load(scale, [at])))
+        store(value, y, [result.at(n, channel, oh, ow)])
+
+    def unit(u: ir.Value) -> None:
+        oh = arith.remsi(u, index(s.out_height))
+        n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
+        top, kh_begin, kh_end = row_taps(s, oh)
+
+        def tile(ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> None:
+            left = arith.subi(arith.muli(ow0, index(sw)), index(s.pads[1]))
+
+            def window_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                row = source.at(n, channel, arith.addi(top, arith.muli(kh, index(dh))), left)
+                for kw in kws or range(kw_count):
+                    for j in range(pixels):
+                        acc[j] = combine(acc[j], load(vec, x, [offset(row, (j * sw + kw * dw) * source.step)]))
+                return acc
+
+            acc = for_carry(kh_begin, kh_end, 1, [f32_splat(target, lanes, fill)] * pixels, window_row)
+            for j in range(pixels):
+                put(acc[j], n, channel, oh, offset(ow0, j))
+
+        pixel_tiles(columns, cfg.nv, tile)
+        for ow in zero_pixels(columns):
+            put(f32_splat(target, lanes, fill), n, channel, oh, index(ow))
+
+    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(cfg.units())), 1, unit)
 
 
 def _global(cfg: PoolConfig, target: Target, args: dict) -> None:

@@ -22,8 +22,10 @@ from autoconfig.demo import run_model_demo
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan
 from autoconfig.graph import zoo
+from autoconfig.families import pool as pool_family
 from autoconfig.graph.onnx_import import import_model
 from autoconfig.machine import Machine
+from autoconfig.models import conv as conv_model
 from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels.cache import default_cache
@@ -71,7 +73,7 @@ def blocked_cnn(seed: int = 5) -> onnx.ModelProto:
     squeeze-excitation scale (an elementwise kernel on blocks), a 1x1 layer adding the
     stem's output after a Relu (an epilogue whose operand follows an op without one), a
     dense 3x3 with Mish, two layers concatenated (their blocks written into place);
-    then a max-pool, which reads NCHW only."""
+    then a max-pool on the blocks."""
     b = zoo.Builder("blocked_cnn", seed)
     x = b.cba("input", 3, 32, 3, stride=2, act="relu")
     y = depthwise_squeeze_excite(b, x, 32, 8)
@@ -88,7 +90,7 @@ def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
     """EfficientNet's inverted residuals with 24 channels between them, which fill no
     block of AVX-512's 16 lanes: a 1x1 projection to 24, a residual Add of two such
     tensors, expansions to 96 with a depthwise layer and its squeeze-excitation between
-    (a global pool and an elementwise scale), a max-pool at the end (NCHW only)."""
+    (a global pool and an elementwise scale), a max-pool at the end."""
     b = zoo.Builder("narrow_cnn", seed)
     x = b.cba("input", 3, 32, 3, stride=2, act="silu")
     y = b.bn(b.conv(x, 32, 24, 1), 24)
@@ -206,14 +208,59 @@ def test_small_cnn_matches_onnxruntime_natively(tmp_path, target, fusion):
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
 def test_channel_blocked_activations_match_onnxruntime(tmp_path, target):
     """The build keeps this CNN's activations in channel blocks between its convolutions
-    and transforms them back to NCHW for the max-pool; the report says which layout each
-    layer reads and writes."""
+    and transforms one back to NCHW where its reader gains by it; the report says which
+    layout each layer reads and writes."""
     require_runnable(get_target(target))
     manifest = build_and_compare(blocked_cnn(), target, tmp_path / "cnn")
     choices = [k["choice"] for k in manifest["kernels"]]
     assert sum("nchwc" in c for c in choices) >= 3, choices
     assert [k["kind"] for k in manifest["kernels"]].count("layout") >= 1
     assert "layout: the input is held in" in (tmp_path / "cnn" / "report.md").read_text()
+
+
+POOLS = (
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [3, 2], "dilations": [2, 2], "pads": [2, 1, 1, 0]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [1, 7], "strides": [1, 1], "pads": [0, 3, 0, 3]}),
+)
+"""Windowed pools as CNNs place them between convolutions (ResNet's stem, GoogLeNet's
+ceil-mode pools, Inception's average branches, DenseNet's transitions), and dilated,
+asymmetrically padded and one-row windows."""
+
+
+def pooled_blocks_net() -> onnx.ModelProto:
+    """Per pool of `POOLS`, a 3x3 convolution to 16 channels, the pool, then another 3x3
+    convolution reading its output; the pooled maps' means are the model's outputs."""
+    b = zoo.Builder("pooled_blocks", 11)
+    x = b.cba("input", 3, 16, 3, act="leaky")
+    outputs = []
+    for op, attrs in POOLS:
+        y = b.op(op, [b.act(b.conv(x, 16, 16, 3), "leaky")], **attrs)
+        outputs.append(b.op("Flatten", [b.op("GlobalAveragePool", [b.conv(y, 16, 32, 3)])], axis=1))
+    return b.model("input", [1, 3, 19, 23], [(y, [1, 32]) for y in outputs])
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_windowed_pools_on_channel_blocks_match_onnxruntime(tmp_path, target, monkeypatch):
+    """Max and average pools of every kind of window (`POOLS`) read channel blocks and
+    write their output in them, and the results match onnxruntime's. The models choose
+    layouts by cost; here every convolution is made to write blocks and every pool to
+    keep them, so that the pools' kernels on blocks are what is tested."""
+    require_runnable(get_target(target))
+    choose_layout = conv_model.choose_layout
+
+    def blocks_first(choice, given, outputs, machine):
+        return choose_layout(choice, given, {k: v + 1e12 * (k == "nchw") for k, v in outputs.items()}, machine)
+
+    monkeypatch.setattr(conv_model, "choose_layout", blocks_first)
+    monkeypatch.setattr(pool_family, "kept_layout", lambda b, held, value, input_shape: held)
+    manifest = build_and_compare(pooled_blocks_net(), target, tmp_path / "pools")
+    pools = [k["choice"] for k in manifest["kernels"] if k["kind"] == "pool" and "Global" not in k["choice"]]
+    assert len(pools) == len(POOLS) and all("nchwc" in c for c in pools), pools
 
 
 def test_nhwc_activations_match_onnxruntime(tmp_path):

@@ -17,7 +17,7 @@ from autoconfig.builder import (
 )  # fmt: skip
 from autoconfig.errors import REFUSALS
 from autoconfig.graph.ir import Node
-from autoconfig.layouts import concat_takes_blocks
+from autoconfig.layouts import concat_takes_blocks, passing_ns
 from autoconfig.lowering import reblock_call
 from autoconfig.models import conv as conv_model
 from autoconfig.runtime import Call, Part, Ref, split
@@ -196,7 +196,14 @@ def _rows_by_ids(b: Builder, node: Node) -> KernelGroup:
                       8 * count * width, f"{count} rows of {width} by id")
 
 
-LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node)),
+def _concat_reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> float:
+    """What a Concat's readers pay when `value`, one of its inputs, is held in `layout`
+    (with its transform back, where the output is not held so; the other inputs
+    assumed held alike)."""
+    return passing_ns(b, reader.outputs[0], b.graph.types[value].shape, layout)
+
+
+LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node), reading_ns=_concat_reading_ns),
              **{op: Lowering(lambda b, node, after: _movement(b, node))
                 for op in ("Transpose", "Slice", "Gather", "GatherND", "Expand", "Split", "Pad", "Resize", "Upsample")}}
 """The data-movement family's operators."""

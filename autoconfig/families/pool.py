@@ -1,6 +1,7 @@
 """The pooling family's lowering: MaxPool and AveragePool in 1-D, 2-D and 3-D (3-D as
 two 2-D pools), GlobalAveragePool and GlobalMaxPool, and ReduceMean and ReduceMax over
-any axes; global pools read channel-blocked tensors in place.
+any axes; global pools read channel-blocked tensors in place, 2-D windowed ones read
+them and write their own output in the same layout where its readers gain by it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import math
 from dataclasses import replace
 
 from autoconfig.builder import (
-    Builder, KernelGroup, Lowering, fail, ops_of, permuted, reads_any_layout, streaming, window_pads,
+    Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming, window_pads,
     window_strides,
 )  # fmt: skip
 from autoconfig.conv import pool_config, pool_shape
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import reduced_axes
+from autoconfig.layouts import kept_layout, passing_ns
 from autoconfig.lowering import pool_calls
 from autoconfig.models import conv as conv_model
 from kernels import pool as pl
@@ -51,13 +53,13 @@ def _pool(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
         raise fail(node, f"onnx's shape inference gives {declared}, but onnxruntime and PyTorch drop a ceil_mode "
                           f"window that starts in the padding: {tuple(shapes[-1].output_shape)}; not built")  # fmt: skip
     configs = [pool_config(shape, b.target) for shape in shapes]
-    if node.op in BLOCKED_POOLS:  # in the layout its input is held in, at a width dividing its channels
-        layout = b.layout(node.inputs[0])  # (NHWC's channels may fill no block of the widest vectors)
-        lanes = configs[0].lanes if layout == "nchw" else math.gcd(configs[0].lanes, shapes[0].channels)
+    layout = _layout(b, node)
+    if layout != "nchw":  # vectors of the input's channels, at a width dividing them
+        lanes = math.gcd(configs[0].lanes, shapes[0].channels)  # (NHWC's may fill no block of the widest)
         configs = [replace(pool_config(shapes[0], b.target, lanes), layout=layout)]
     threads = min(b.threads, max(c.units() for c in configs))
-    x = b.read(node.inputs[0], configs[0].layout)
-    y = b.write(node.outputs[0])
+    x = b.read(node.inputs[0], layout)
+    y = b.write(node.outputs[0], layout if node.op in WINDOWED else "nchw")
     middle = [b.scratch(math.prod(c.shape.output_shape)) for c in configs[:-1]]
     calls = [call for c, source, dest in zip(configs, [x, *middle], [*middle, y])
              for call in pool_calls(c, threads, source, dest, b)]  # fmt: skip
@@ -69,6 +71,31 @@ def _pool(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                       f"{' then '.join(c.shape.describe() for c in configs)}"
                       f"{'' if configs[0].layout == 'nchw' else ' ' + configs[0].layout}, "
                       f"{configs[0].nv} vectors of {configs[0].lanes}, {threads} thread(s)", loads)
+
+
+def _layout(b: Builder, node: Node) -> str:
+    """The layout a pooling reads: its input's, for a global one (its output is the same
+    memory in every layout); for a 2-D windowed one, which writes the layout it reads,
+    its input's unless its readers pay more than the transform back saves."""
+    held = b.layout(node.inputs[0])
+    if node.op in BLOCKED_POOLS:
+        return held
+    if not _reads_blocked(b, node, node.inputs[0]):
+        return "nchw"
+    return kept_layout(b, held, node.outputs[0], b.graph.types[node.inputs[0]].shape)
+
+
+def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:
+    """Global pools read any layout; windowed ones a 2-D pooling's input."""
+    return reader.op in BLOCKED_POOLS or len(b.graph.types[value].shape) == 4
+
+
+def _reading_ns(b: Builder, reader: Node, value: str, layout: str) -> float:
+    """What a windowed pool's readers pay (with its transform back, if it takes one)
+    when its input is held in `layout`; a global pool reads any layout at one cost."""
+    if reader.op in BLOCKED_POOLS:
+        return 0.0
+    return passing_ns(b, reader.outputs[0], b.graph.types[value].shape, layout)
 
 
 def _pool_passes(node: Node, graph: Graph) -> list[pl.PoolShape]:
@@ -143,6 +170,8 @@ def _reduce(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
                       f"{length}, {threads} thread(s)")  # fmt: skip
 
 
-LOWERINGS = {"MaxPool": Lowering(_pool), "AveragePool": Lowering(_pool),
-             **{op: Lowering(_pool, reads_any_layout) for op in BLOCKED_POOLS}}  # fmt: skip
-"""The pooling family's operators; the global ones read any layout."""
+WINDOWED = ("MaxPool", "AveragePool")
+
+LOWERINGS = {op: Lowering(_pool, _reads_blocked, _reading_ns) for op in (*WINDOWED, *BLOCKED_POOLS)}
+"""The pooling family's operators; the global ones read any layout, the windowed ones
+a 2-D pooling's input in any layout."""
