@@ -250,6 +250,11 @@ L1_TLB_PAGES = 64
 more on some): an unpacked B micro-panel whose kc rows each lie on their own page,
 more of them than this, misses it on every row, as if evicted from L1."""
 
+TLB_MISS_LINES = 3.0
+"""An L1 TLB miss that hits the second-level TLB stalls 7-8 cycles on current x86 and
+Arm cores, about the time L2 streams three lines in: its price here, at the profile's
+L2 bandwidth."""
+
 SEGMENT_START_LINES = 1.0
 """Extra line transfers per B row segment that an unpacked (tiled) kernel streams in
 from beyond L2: it reads B as kc row segments of one column tile's width, and the
@@ -371,7 +376,7 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     k_blocks = math.ceil(p.shape.k / c.blocks()[0])
     memory, stall = _blocked_memory_terms(p, m, share)
     terms = [*_tile_terms(p, m, share, k_blocks), *memory]
-    if c.algorithm == "tiled":
+    if c.algorithm == "tiled" or c.transposed:
         terms.append(stall)
     terms.append(_c_passes(p, m, share, k_blocks))
     if c.transposed:
@@ -445,6 +450,23 @@ def _tiled_b_rereads(p: MatmulPlan, m: Machine, share: float, per_level: dict[st
     return 0.0, b_why
 
 
+def _a_strip_pages(p: MatmulPlan, m: Machine) -> tuple[float, str]:
+    """A transposed product's stall on the pages of its A strips, read in place (a strip:
+    mr pixels over K channels of an NCHW or NCHW[c] image): when a strip's K rows lie on
+    more pages than L1's TLB maps, every micro-kernel misses it at each page it crosses,
+    for every column tile (NHWC rows are contiguous: none)."""
+    shape, c = p.shape, p.config
+    if not c.transposed or c.a_nhwc:
+        return 0.0, ""
+    steps, stride = (math.ceil(shape.k / c.lanes), shape.m * c.lanes * F32) if c.blocked else (shape.k, shape.m * F32)
+    crossings = steps * min(1.0, stride / PAGE_BYTES)
+    if crossings <= L1_TLB_PAGES:
+        return 0.0, ""
+    misses = math.ceil(shape.m / c.mr) * math.ceil(shape.n / c.nr) * crossings
+    return (misses * TLB_MISS_LINES * m.line / m.bandwidth["L2"],
+            f"; A strips read in place cross {crossings:.0f} pages each, more than L1's TLB maps, per column tile")
+
+
 def _blocked_memory_terms(p: MatmulPlan, m: Machine, share: float) -> tuple[list[Term], Term]:
     """The blocks' traffic per memory level (A re-read per column tile, B per row block,
     everything once from where the whole problem lies) and a tiled plan's B stall."""
@@ -478,7 +500,9 @@ def _blocked_memory_terms(p: MatmulPlan, m: Machine, share: float) -> tuple[list
                   + (f"; B in row segments of {segment_lines} lines, each start a line more"
                      if segment_lines and level == once_level else ""))
              for level, size in per_level.items()]  # fmt: skip
-    return terms, Term(STALL_TERM, stall * share, f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}")
+    pages, a_why = _a_strip_pages(p, m)
+    return terms, Term(STALL_TERM, (stall + pages) * share,
+                       f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}{a_why}")
 
 
 def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
