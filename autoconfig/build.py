@@ -45,7 +45,7 @@ from kernels.target import Target
 
 FAMILIES: dict[str, Lowering] = {**conv.LOWERINGS, **matmul.LOWERINGS, **pool.LOWERINGS, **softmax.LOWERINGS,
                                  **normalization.LOWERINGS, **movement.LOWERINGS, **attention.LOWERINGS,
-                                 ELEMENTWISE_GROUP: Lowering(None, reads_any_layout)}  # fmt: skip
+                                 ELEMENTWISE_GROUP: Lowering(None, reads_any_layout, writes_blocks=True)}  # fmt: skip
 """The lowering registry: each family's operators, and the group of elementwise ops
 alone (lowered by `_elementwise`, reading any layout)."""
 

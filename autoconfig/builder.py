@@ -617,9 +617,11 @@ class Lowering:
     kernel of the group the node anchors (`after`: the group's epilogue ops; empty for
     data movement; None where the group rule lowers it, as for elementwise groups), and
     the layout plan (`autoconfig.layouts`) asks how the family's kernels read a tensor
-    held channel-blocked: whether they can (`reads_blocked(b, reader, value)`) and at
-    what cost (`reading_ns(b, reader, value, layout)`; None: at one cost)."""
+    held channel-blocked: whether they can (`reads_blocked(b, reader, value)`), at
+    what cost (`reading_ns(b, reader, value, layout)`; None: at one cost), and whether
+    they may write one (`writes_blocks`: a Concat of their outputs then takes blocks)."""
 
     lower: Callable[[Builder, Node, list[Node]], KernelGroup | None] | None
     reads_blocked: Callable[[Builder, Node, str], bool] = reads_no_blocks
     reading_ns: Callable[[Builder, Node, str, str], float] | None = None
+    writes_blocks: bool = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from autoconfig.builder import ELEMENTWISE_GROUP, Builder, Lowering
+from autoconfig.builder import Builder, Lowering
 from autoconfig.graph.ir import Node
 from autoconfig.graph.ops import Kernel, info
 from autoconfig.models import conv as conv_model
@@ -68,22 +68,22 @@ def blockable(b: Builder, value: str) -> tuple[kc.Layout, ...]:
     return ("nhwc",) if math.gcd(lanes, shape[1]) in b.machine.fma_by_lanes else ()
 
 
-BLOCK_WRITERS = ("Conv", ELEMENTWISE_GROUP, "MaxPool", "AveragePool")
-"""The kernels (by their group's anchor) that may write a channel-blocked tensor:
-convolutions, and elementwise ops and windowed pools in their input's layout."""
-
-
 def concat_takes_blocks(b: Builder, node: Node) -> bool:
     """A Concat along the channels of one image whose inputs are all blockable and
-    written by kernels that may write blocks (`BLOCK_WRITERS`): the blocks of its
-    inputs, one after the other, are its output's blocks."""
+    written by kernels that may write blocks (`Lowering.writes_blocks`): the blocks of
+    its inputs, one after the other, are its output's blocks."""
     if node.op != "Concat" or b.graph.types[node.outputs[0]].shape[0] != 1:
         return False
     if node.attrs.get("axis", 0) % len(b.graph.types[node.outputs[0]].shape) != 1:
         return False
     return all("nchwc" in blockable(b, v)
-               and b.anchor_of.get(b.producer[v].name) in BLOCK_WRITERS
+               and _writes_blocks(b, b.producer[v])
                for v in node.inputs)  # fmt: skip
+
+
+def _writes_blocks(b: Builder, writer: Node) -> bool:
+    family = _family(b, writer)
+    return family is not None and family.writes_blocks
 
 
 def reading_ns(b: Builder, value: str, layout: kc.Layout) -> float:
@@ -111,20 +111,22 @@ def kept_layout(b: Builder, held: kc.Layout, value: str, input_shape: tuple[int,
     """The layout of a kernel that writes `value` in its input's layout (elementwise ops,
     windowed pools), its input held in `held`: that one, unless `value`'s readers pay
     more for it than the input's transform back to NCHW saves."""
-    if held == "nchw":
-        return "nchw"
-    options = output_layouts(b, value)
-    keep = held in options and options[held] <= options["nchw"] + transform_back_ns(b, input_shape, held)
-    return held if keep else "nchw"
+    return _passing(b, held, value, input_shape)[0]
 
 
 def passing_ns(b: Builder, value: str, input_shape: tuple[int, ...], layout: kc.Layout) -> float:
     """What the readers of `value`, written by such a kernel, pay (with the kernel's
     transform back, if it takes one) when the kernel's input is held in `layout`."""
+    return _passing(b, layout, value, input_shape)[1]
+
+
+def _passing(b: Builder, held: kc.Layout, value: str, input_shape: tuple[int, ...]) -> tuple[kc.Layout, float]:
+    """(`kept_layout`, `passing_ns`): the cheaper of keeping `held` and going back to NCHW."""
     options = output_layouts(b, value)
-    if kept_layout(b, layout, value, input_shape) == "nchw":
-        return options["nchw"] + transform_back_ns(b, input_shape, layout)
-    return options[layout]
+    back = options["nchw"] + transform_back_ns(b, input_shape, held)
+    if held != "nchw" and held in options and options[held] <= back:
+        return held, options[held]
+    return "nchw", back
 
 
 def output_layouts(b: Builder, value: str) -> dict[kc.Layout, float]:

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
 
 Layout = Literal["nchw", "nchwc", "nhwc"]
+BlockedLayout = Literal["nchwc", "nhwc"]
 
 
 class Window(Protocol):
@@ -84,7 +85,6 @@ class Window(Protocol):
     strides: tuple[int, int]
     dilations: tuple[int, int]
     pads: tuple[int, int, int, int]
-BlockedLayout = Literal["nchwc", "nhwc"]
 
 
 def layout_name(layout: str, lanes: int) -> str:

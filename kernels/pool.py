@@ -144,13 +144,15 @@ class PoolShape:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """`nv` vectors of `lanes` output pixels per step (global: `nv` partial sums)."""
+    """`nv` vectors of `lanes` output pixels per step (global: `nv` partial sums;
+    windowed on blocks: `nv` pixels, each a vector of `lanes` channels)."""
 
     shape: PoolShape
     lanes: int
     nv: int = 1
-    chains: int = 1  # windowed: independent accumulators per step at least (its vectors,
+    chains: int = 1  # windowed NCHW: independent accumulators per step at least (its vectors,
     # each split into chains over the taps), so a max or add need not wait for the last
+    # (on blocks, the nv pixels are the independent accumulators)
     layout: Layout = "nchw"  # the input NCHW[c] (c = lanes) or NHWC (`kernels.nchwc`),
     # read as whole vectors of L channels: a windowed pool writes that layout too; a
     # global one's output (one value per channel) is the same memory in every layout

@@ -353,6 +353,23 @@ def test_a_panel_filling_every_way_of_its_sets_is_l2_traffic_not_a_stall():
     assert terms(64)["l1 misses"] > 0
 
 
+def test_transposed_strips_on_more_pages_than_the_tlb_maps_stall():
+    # A 1x1 convolution 288->64 on 35x35 with its output channels in the lanes: read in
+    # place from NCHW, each of a strip's 288 channel rows is 4900 B from the next, a page
+    # each (measured inside Inception-V3: 2.0-2.5 ms against 0.53 predicted without the
+    # stall); from NCHW[c] one page per block of 8 channels (36 pages), from NHWC none;
+    # at 32 channels (32 pages) the strip stays mapped
+    profile = load_profile(HOST_PROFILE)
+    config = mm.MatmulConfig(ANY, "packed", 8, 6, 2, transposed=True)
+
+    def stall(k: int, **layout) -> float:
+        plan = MatmulPlan(replace(at(config, (1225, 64, k)), **layout))
+        return next(t.ns for t in predict(plan, profile).terms if t.name == "l1 misses")
+
+    assert stall(288) > 0
+    assert stall(288, blocked=True) == stall(288, blocked=True, a_nhwc=True) == stall(32) == 0
+
+
 @pytest.mark.slow
 def test_cli_explain():
     done = subprocess.run(

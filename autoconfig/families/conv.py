@@ -144,5 +144,5 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
     return min(costs)
 
 
-LOWERINGS = {"Conv": Lowering(_conv, _reads_blocked, _reading_ns)}
+LOWERINGS = {"Conv": Lowering(_conv, _reads_blocked, _reading_ns, writes_blocks=True)}
 """The convolution family's operator."""

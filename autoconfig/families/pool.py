@@ -172,6 +172,7 @@ def _reduce(b: Builder, node: Node, axes: tuple[int, ...]) -> KernelGroup:
 
 WINDOWED = ("MaxPool", "AveragePool")
 
-LOWERINGS = {op: Lowering(_pool, _reads_blocked, _reading_ns) for op in (*WINDOWED, *BLOCKED_POOLS)}
+LOWERINGS = {op: Lowering(_pool, _reads_blocked, _reading_ns, writes_blocks=op in WINDOWED)
+             for op in (*WINDOWED, *BLOCKED_POOLS)}  # fmt: skip
 """The pooling family's operators; the global ones read any layout, the windowed ones
-a 2-D pooling's input in any layout."""
+a 2-D pooling's input in any layout and write their output in it."""
