@@ -1,7 +1,7 @@
 """Attention of one head in one kernel: each block of query rows computes its scores
-against every key, the scores' epilogue (a mask, a bias), their softmax and their
-product with V, holding the block's score rows in the part's scratch (a few KiB per
-row: cache-resident) — no [queries, keys] tensor is written or read back::
+against the keys, the scores' epilogue (a mask, a bias), their softmax and their
+product with V, holding only the block's score rows in the part's scratch — no
+[queries, keys] tensor is written or read back. All keys at once::
 
     Kᵀ → work[0 : width·keys']                       # once per part, keys' = keys padded
     for each block of `tiles` x `rows` query rows in [row_begin, row_end):
@@ -11,6 +11,14 @@ row: cache-resident) — no [queries, keys] tensor is written or read back::
         S = cleanup(S / s)                             # ops without operands (a NaN cleanup)
         O[block] = S · V                               # per tile of V's columns, each register tile
                                                        # (without a cleanup: (S · V) / s instead)
+
+or, with a `key_block`, the keys streamed in chunks through an online softmax (score
+rows of one chunk; the block's output rows, running maxima and sums in scratch)::
+
+        for each chunk of keys [k0, k0 + key_block):
+            S = epilogue(Q[block] · Kᵀ[:, chunk]);  m' = max(m, max of each row of S)
+            S = e^(S − m');  a = e^(m − m');  s = s·a + Σ of each row;  m = m'
+            U[block] = U[block]·a + S · V[chunk]       # the last chunk writes O = U / s
 
 A tile of Kᵀ or V is read from L1 by every register tile of the block. The rows past
 the last full block run one register tile at a time, then one row at a time. Q, K, V and O are strided
@@ -33,6 +41,15 @@ from kernels.mlir import arith, ir, memref, vector
 from kernels.target import Target
 
 
+ONLINE_STATES = ("max", "sum", "scale")
+"""Per query row of a streamed block: the running max, the running sum of exponents,
+and the factor the latest chunk rescaled both by."""
+
+WHOLE, FIRST, MIDDLE, LAST = "whole", "first", "middle", "last"
+"""Which keys a chunk of scores covers: all of them, or the first, a middle or the last
+chunk of a streamed softmax."""
+
+
 @dataclass(frozen=True)
 class AttentionConfig:
     """softmax(epilogue(Q·Kᵀ))·V for `queries` x `width` Q, `keys` x `width` K (or its
@@ -51,6 +68,7 @@ class AttentionConfig:
     epilogue: ep.Epilogue = field(default=())  # on the scores; operands [queries, keys] or one per key
     cleanup: ep.Epilogue = field(default=())  # ops without operands on the probabilities
     k_transposed: bool = False  # K given as Kᵀ, width x keys
+    key_block: int = 0  # keys per chunk of the online softmax (whole register tiles); 0: all keys at once
 
     @property
     def symbol(self) -> str:
@@ -62,9 +80,30 @@ class AttentionConfig:
         step = self.lanes * self.vectors
         return -(-self.keys // step) * step
 
+    @property
+    def span(self) -> int:
+        """A score row's length in scratch: the keys padded, or one chunk's."""
+        return self.key_block or self.padded_keys
+
+    @property
+    def block_rows(self) -> int:
+        return self.rows * self.tiles
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.keys // self.span)
+
     def workspace(self) -> int:
-        """Floats of one part's scratch: Kᵀ, the block's score rows, their sums' inverses."""
-        return (self.width + self.rows * self.tiles) * self.padded_keys + self.rows * self.tiles
+        """Floats of one part's scratch: Kᵀ, the block's score rows, then their sums'
+        inverses; or, streaming, the block's output rows and their running states."""
+        if not self.key_block:
+            return (self.width + self.block_rows) * self.padded_keys + self.block_rows
+        return self.width * self.padded_keys + self.block_rows * (self.span + self.v_span + len(ONLINE_STATES))
+
+    @property
+    def v_span(self) -> int:
+        """An output row's length in scratch: V's columns padded to whole vectors."""
+        return -(-self.v_width // self.lanes) * self.lanes
 
     def row_lengths(self) -> tuple[int, int, int, int]:
         """The rows' lengths of Q, K (as given), V and O."""
@@ -82,6 +121,11 @@ class AttentionConfig:
             raise KernelError(f"attention row strides {self.strides} are shorter than the rows")
         if any(op.operand for op in self.cleanup):
             raise KernelError("an attention's cleanup takes no operand")
+        if self.key_block and (self.key_block % (self.lanes * self.vectors) or self.key_block >= self.keys):
+            raise KernelError(f"attention key blocks of {self.key_block} are not whole register tiles of fewer "
+                              f"than the {self.keys} keys")
+        if self.key_block and self.cleanup:
+            raise KernelError("a streamed attention takes no cleanup (its probabilities are never whole)")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(o, q, k, v[, epilogue operands], work, row_begin, row_end)``."""
@@ -158,16 +202,26 @@ class _Head:
         return [arith.addi(arith.muli(c, index(self.cfg.padded_keys)), key)]
 
     def at_s(self, r: int | ir.Value, key: ir.Value) -> list[ir.Value]:
-        """Score row r's [key] in the flat scratch, after Kᵀ."""
-        n = self.cfg.padded_keys
-        if isinstance(r, int):
-            return [offset(key, (self.cfg.width + r) * n)]
-        return [arith.addi(key, arith.muli(offset(r, self.cfg.width), index(n)))]
+        """Score row r's [key] (from its chunk's first) in the flat scratch, after Kᵀ."""
+        return self.after_keys(r, key, 0, self.cfg.span)
 
-    def at_inverse(self, r: ir.Value) -> list[ir.Value]:
-        """Where score row r's sum's inverse is kept, after the score rows."""
+    def at_u(self, r: int | ir.Value, column: ir.Value) -> list[ir.Value]:
+        """A streamed block's output row r's [column], after the score rows."""
+        return self.after_keys(r, column, self.cfg.block_rows * self.cfg.span, self.cfg.v_span)
+
+    def at_state(self, name: str, r: ir.Value) -> list[ir.Value]:
+        """Row r's sum's inverse (all keys at once), or its running state `name`."""
         cfg = self.cfg
-        return [offset(r, (cfg.width + cfg.rows * cfg.tiles) * cfg.padded_keys)]
+        first = cfg.block_rows * (cfg.span + (cfg.v_span if cfg.key_block else 0))
+        states = ONLINE_STATES if cfg.key_block else ("inverse",)
+        return self.after_keys(0, r, first + states.index(name) * cfg.block_rows, 1)
+
+    def after_keys(self, r: int | ir.Value, at: ir.Value, start: int, length: int) -> list[ir.Value]:
+        """[r, at] of the rows of `length` floats from `start` on, after Kᵀ."""
+        start += self.cfg.width * self.cfg.padded_keys
+        if isinstance(r, int):
+            return [offset(at, start + r * length)]
+        return [arith.addi(at, offset(arith.muli(r, index(length)), start))]
 
     def pack_keys(self) -> None:
         """Kᵀ[c, j] = K[j, c] (a copy where K is given transposed): squares of L keys by L
@@ -207,37 +261,60 @@ class _Head:
 
     def block(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
         """Scores, softmax and output of query rows [row0, row0 + Σ heights), in register
-        tiles of those heights."""
-        self.scores_of(row0, heights)
-        for_range(0, sum(heights), 1, lambda r: self.softmax_row(arith.addi(row0, r), r))
-        self.output_of(row0, heights)
+        tiles of those heights: all keys at once, or chunk by chunk."""
+        cfg = self.cfg
+        if not cfg.key_block:
+            self.chunk(row0, heights, index(0), cfg.keys, WHOLE)
+            return
+        last = (cfg.chunks - 1) * cfg.key_block
+        self.chunk(row0, heights, index(0), cfg.key_block, FIRST)
+        for_range(1, cfg.chunks - 1, 1, lambda c: self.chunk(row0, heights, arith.muli(c, index(cfg.key_block)),
+                                                             cfg.key_block, MIDDLE))  # fmt: skip
+        self.chunk(row0, heights, index(last), cfg.keys - last, LAST)
 
-    def scores_of(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
-        """S = Q·Kᵀ: per tile of keys (its Kᵀ stays in L1), every register tile of rows."""
+    def chunk(self, row0: ir.Value, heights: tuple[int, ...], base: ir.Value, count: int, stage: str) -> None:
+        """The block's scores against keys [base, base + count), their softmax (or its
+        online step), and their product with those keys' rows of V."""
+        self.scores_of(row0, heights, base, count)
+
+        def row(r: ir.Value) -> None:
+            if stage == WHOLE:
+                self.softmax_row(arith.addi(row0, r), r)
+            else:
+                self.online_step(arith.addi(row0, r), r, base, count, stage)
+
+        for_range(0, sum(heights), 1, row)
+        self.output_of(row0, heights, base, count, stage)
+
+    def scores_of(self, row0: ir.Value, heights: tuple[int, ...], base: ir.Value, count: int) -> None:
+        """S = Q·Kᵀ over keys [base, base + count): per tile of keys (its Kᵀ stays in L1),
+        every register tile of rows."""
         cfg, lanes = self.cfg, self.cfg.lanes
         step = lanes * cfg.vectors
 
         def tile(t: ir.Value) -> None:
             key0 = arith.muli(t, index(step))
+            first = arith.addi(base, key0)
             for top, rows in _tops(heights):
                 acc = micro_kernel(self.vec, rows, cfg.vectors, index(0), index(cfg.width), 1,
                                    lambda r, c, _t: memref.load(self.q, [offset(row0, top + r), c]),
-                                   lambda v, c, _t: load(self.vec, self.work, self.at_t(c, offset(key0, v * lanes))))
+                                   lambda v, c, _t: load(self.vec, self.work, self.at_t(c, offset(first, v * lanes))))
                 for r in range(rows):
                     for v in range(cfg.vectors):
                         store(acc[r * cfg.vectors + v], self.work, self.at_s(top + r, offset(key0, v * lanes)))
 
-        for_range(0, cfg.padded_keys // step, 1, tile)
+        for_range(0, -(-count // step), 1, tile)
 
     def softmax_row(self, row: ir.Value, r: ir.Value) -> None:
-        """Score row r (query `row`): the epilogue and the row's max, the exponents and
-        their sum; then the probabilities and their cleanup, or, without a cleanup, the
-        sum's inverse kept for the output to scale by."""
+        """Score row r (query `row`) over all keys: the epilogue and the row's max, the
+        exponents and their sum; then the probabilities and their cleanup, or, without a
+        cleanup, the sum's inverse kept for the output to scale by."""
         cfg, f32 = self.cfg, ir.F32Type.get()
-        total = self.exponents(r, self.row_max(row, r))
-        inverse = arith.divf(arith.constant(f32, 1.0), vector.reduction(f32, vector.CombiningKind.ADD, total))
+        peak = vector.broadcast(self.vec, self.row_max(row, r, index(0), cfg.keys))
+        total = vector.reduction(f32, vector.CombiningKind.ADD, self.exponents(r, peak, cfg.keys))
+        inverse = arith.divf(arith.constant(f32, 1.0), total)
         if not cfg.cleanup:
-            memref.store(inverse, self.work, self.at_inverse(r))
+            memref.store(inverse, self.work, self.at_state("inverse", r))
             return
         scale = vector.broadcast(self.vec, inverse)
 
@@ -247,29 +324,51 @@ class _Head:
 
         for_range(0, -(-cfg.keys // cfg.lanes), 1, lambda j: normalized(self.key(j)))
 
-    def row_max(self, row: ir.Value, r: ir.Value) -> ir.Value:
-        """The epilogue applied to score row r (stored back where there is one), and the
-        row's max over the keys (the lanes past them −inf), broadcast."""
+    def online_step(self, row: ir.Value, r: ir.Value, base: ir.Value, count: int, stage: str) -> None:
+        """Score row r's chunk (keys [base, base + count)): the epilogue, the running max
+        m' (the exponents taken from 0 while it is −inf, so a row masked so far adds
+        nothing), e^(s − m') and the running sum rescaled by a = e^(m − m')."""
+        f32 = ir.F32Type.get()
+        peak = self.row_max(row, r, base, count)
+        if stage != FIRST:
+            old = memref.load(self.work, self.at_state("max", r))
+            peak = maximum(peak, old)
+        masked = arith.cmpf(arith.CmpFPredicate.OEQ, peak, arith.constant(f32, -math.inf))
+        start = arith.select(masked, arith.constant(f32, 0.0), peak)
+        total = vector.reduction(f32, vector.CombiningKind.ADD,
+                                 self.exponents(r, vector.broadcast(self.vec, start), count))  # fmt: skip
+        if stage != FIRST:
+            scale = ep.exp(arith.subf(old, start))
+            total = arith.addf(arith.mulf(memref.load(self.work, self.at_state("sum", r)), scale), total)
+            memref.store(scale, self.work, self.at_state("scale", r))
+        memref.store(peak, self.work, self.at_state("max", r))
+        memref.store(total, self.work, self.at_state("sum", r))
+
+    def row_max(self, row: ir.Value, r: ir.Value, base: ir.Value, count: int) -> ir.Value:
+        """The epilogue applied to score row r's keys [base, base + count) (stored back
+        where there is one), and their max (the lanes past them −inf)."""
         cfg, lanes = self.cfg, self.cfg.lanes
-        whole, tail = cfg.keys // lanes, cfg.keys % lanes
+        whole, tail = count // lanes, count % lanes
         lowest = f32_splat(self.target, lanes, -math.inf)
 
         def scored(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
             value = load(self.vec, self.work, self.at_s(r, key))
             if cfg.epilogue:
-                value = ep.apply(cfg.epilogue, value, lambda i: self.operand(i, row, key, lane_mask))
+                at = arith.addi(base, key)
+                value = ep.apply(cfg.epilogue, value, lambda i: self.operand(i, row, at, lane_mask))
                 store(value, self.work, self.at_s(r, key))
             return value if lane_mask is None else arith.select(lane_mask, value, lowest)
 
         top = for_carry(0, whole, 1, [lowest], lambda j, acc: [maximum(acc[0], scored(self.key(j), None))])[0]
         if tail:
             top = maximum(top, scored(index(whole * lanes), tail_mask(self.target, lanes, tail)))
-        return vector.broadcast(self.vec, vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top))
+        return vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top)
 
-    def exponents(self, r: ir.Value, peak: ir.Value) -> ir.Value:
-        """Score row r replaced by e^(s − peak); the vector of their partial sums."""
-        cfg, lanes = self.cfg, self.cfg.lanes
-        whole, tail = cfg.keys // lanes, cfg.keys % lanes
+    def exponents(self, r: ir.Value, peak: ir.Value, count: int) -> ir.Value:
+        """Score row r's first `count` replaced by e^(s − peak); the vector of their
+        partial sums."""
+        lanes = self.cfg.lanes
+        whole, tail = count // lanes, count % lanes
         zero = f32_splat(self.target, lanes, 0.0)
 
         def exponent(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
@@ -292,25 +391,45 @@ class _Head:
         at = [key] if self.cfg.epilogue[i].operand == "channel" else [row, key]
         return load(self.vec, tensor, at, lane_mask)
 
-    def output_of(self, row0: ir.Value, heights: tuple[int, ...]) -> None:
-        """O = S·V: per tile of V's columns (`vectors` vectors), every register tile of
-        rows, over the keys."""
+    def output_of(self, row0: ir.Value, heights: tuple[int, ...], base: ir.Value, count: int, stage: str) -> None:
+        """S·V over keys [base, base + count): per tile of V's columns (`vectors`
+        vectors), every register tile of rows; each row written (`write_row`)."""
         cfg, lanes = self.cfg, self.cfg.lanes
         for col0 in range(0, cfg.v_width, lanes * cfg.vectors):
             columns = min(lanes * cfg.vectors, cfg.v_width - col0)
-            count = -(-columns // lanes)
-            masks = [tail_mask(self.target, lanes, columns - v * lanes) if columns - v * lanes < lanes else None
-                     for v in range(count)]  # fmt: skip
+            vectors = -(-columns // lanes)
+            masks = [tail_mask(self.target, lanes, columns - v * lanes) for v in range(vectors)]
             for top, rows in _tops(heights):
-                acc = micro_kernel(self.vec, rows, count, index(0), index(cfg.keys), 1,
+                acc = micro_kernel(self.vec, rows, vectors, index(0), index(count), 1,
                                    lambda r, j, _t: memref.load(self.work, self.at_s(top + r, j)),
-                                   lambda v, j, _t: load(self.vec, self.v, [j, index(col0 + v * lanes)], masks[v]))
+                                   lambda v, j, _t: load(self.vec, self.v, [arith.addi(base, j),
+                                                                            index(col0 + v * lanes)], masks[v]))
                 for r in range(rows):
-                    scale = None if cfg.cleanup else vector.broadcast(self.vec, memref.load(
-                        self.work, self.at_inverse(index(top + r))))  # fmt: skip
-                    for v in range(count):
-                        value = acc[r * count + v] if scale is None else arith.mulf(acc[r * count + v], scale)
-                        store(value, self.o, [offset(row0, top + r), index(col0 + v * lanes)], masks[v])
+                    self.write_row(acc[r * vectors:(r + 1) * vectors], offset(row0, top + r), index(top + r), col0,
+                                   masks, stage)  # fmt: skip
+
+    def write_row(self, values: list[ir.Value], row: ir.Value, r: ir.Value, col0: int, masks: list[ir.Value | None],
+                  stage: str) -> None:  # fmt: skip
+        """Row r's products with V from column col0 on: scaled by the row's sum's inverse
+        (unless a cleanup did) into O; or, streaming, kept (the first chunk), added to
+        the kept row rescaled (the middle ones), and divided by the sum into O (the last:
+        NaN where every key was −inf, as their softmax is)."""
+        f32, kept = ir.F32Type.get(), stage in (FIRST, MIDDLE)
+        scale = None
+        if stage in (MIDDLE, LAST):
+            rescale = vector.broadcast(self.vec, memref.load(self.work, self.at_state("scale", r)))
+            values = [vector.fma(load(self.vec, self.work, self.at_u(r, index(col0 + v * self.cfg.lanes)), masks[v]),
+                               rescale, value) for v, value in enumerate(values)]  # fmt: skip
+        if stage == WHOLE and not self.cfg.cleanup:
+            scale = memref.load(self.work, self.at_state("inverse", r))
+        elif stage == LAST:  # m − m: NaN where the max is ±inf, else 0 (a NaN constant has no LLVM text)
+            peak = memref.load(self.work, self.at_state("max", r))
+            inverse = arith.divf(arith.constant(f32, 1.0), memref.load(self.work, self.at_state("sum", r)))
+            scale = arith.addf(inverse, arith.subf(peak, peak))
+        for v, value in enumerate(values):
+            value = value if scale is None else arith.mulf(value, vector.broadcast(self.vec, scale))
+            column = index(col0 + v * self.cfg.lanes)
+            store(value, self.work if kept else self.o, self.at_u(r, column) if kept else [row, column], masks[v])
 
 
 def _tops(heights: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -13,6 +13,10 @@ import pytest
 import autoconfig
 from autoconfig.accuracy import ERROR_BOUND, output_error, sample_inputs
 from autoconfig.loader import LIBRARY
+from autoconfig.machine import Machine
+from autoconfig.models import attention as attention_model
+from autoconfig.models.attention import AttentionShape
+from autoconfig.profile import load_profile
 from autoconfig.cli import main
 from autoconfig.graph import zoo
 from kernels.target import get_target
@@ -21,7 +25,7 @@ from kernels import attention as ak
 from kernels import epilogue as ep
 from kernels.library import build_library
 from tests.conftest import require_runnable, target_for
-from tests.test_build import PROFILES, build_and_compare, onnxruntime_outputs
+from tests.test_build import HWPROFILES, PROFILES, build_and_compare, onnxruntime_outputs
 
 
 def layer_norm(b: zoo.Builder, x: str, width: int, axis: int = -1, bias: bool = True) -> str:
@@ -312,6 +316,11 @@ ATTENTION_CASES = {
     "K given transposed, per-key operands, 6x2 tiles": dict(shape=(30, 50, 12, 64), strides=(0, 60, 64, 70),
                                                             k_transposed=True, epilogue=(ep.scale(), ep.bias()),
                                                             tile=(6, 2, 3)),
+    "streamed keys, masked rows, a row range": dict(shape=(37, 130, 20, 24), strides=(40, 21, 30, 50), rows=(2, 31),
+                                                    epilogue=(ep.residual(),), key_tiles=1),
+    "streamed Kᵀ, per-key operands, 6x2 tiles": dict(shape=(30, 150, 12, 64), strides=(0, 160, 64, 70),
+                                                     k_transposed=True, epilogue=(ep.scale(), ep.bias()),
+                                                     tile=(6, 2, 3), key_tiles=1),
 }
 
 
@@ -320,14 +329,18 @@ ATTENTION_CASES = {
 def test_the_attention_kernel_matches_numpy(target, case):
     """One head's fused attention on odd sizes (masked key and column vectors), strided
     Q, K, V and O, K given either way, operands per score or per key, a fully masked
-    row (NaN replaced by 0), and a range of rows: the rows outside it are not written."""
+    row (NaN, or 0 with the NaN cleanup) and one masked over its first keys, a range of
+    rows (the rows outside it are not written); all keys at once or streamed in chunks
+    of `key_tiles` register tiles of keys (the last one partial)."""
     t = target_for(target)
     require_runnable(t)
     spec = ATTENTION_CASES[case]
     (queries, keys, width, v_width), strides = spec["shape"], spec["strides"]
     rows, vectors, tiles = spec.get("tile", (4, 3, 2))
     config = ak.AttentionConfig(queries, keys, width, v_width, t.f32_lanes, rows, vectors, tiles, strides,
-                                spec.get("epilogue", ()), spec.get("cleanup", ()), spec.get("k_transposed", False))
+                                spec.get("epilogue", ()), spec.get("cleanup", ()), spec.get("k_transposed", False),
+                                spec.get("key_tiles", 0) * t.f32_lanes * vectors)  # fmt: skip
+    assert config.chunks >= 3 if "key_tiles" in spec else config.chunks == 1
     kernel = build_library(ak.generate(config, t), this_host()).kernel(config.symbol)
     rng = np.random.default_rng(21)
     q_rows, k_rows, v_rows, o_rows = (config.row_stride(i) for i in range(4))
@@ -342,6 +355,7 @@ def test_the_attention_kernel_matches_numpy(target, case):
         else:
             mask = np.where(rng.random((queries, keys)) < 0.3, -np.inf, 0.0).astype(np.float32)
             mask[9] = -np.inf  # a query that sees no key
+            mask[3, :keys // 2] = -np.inf  # one that sees none of the first chunk's
             operands.append(mask)
     begin, end = spec.get("rows", (0, queries))
     kernel(out, q, k, v, *operands, np.empty(config.workspace(), np.float32), begin, end)
@@ -376,3 +390,33 @@ def test_the_dp_runs_an_attention_core_as_one_kernel(tmp_path, target, heads):
     assert ops.count("(MatMul)") == 2 and {"(Add)", "(Softmax)", "(Transpose)"} <= set(ops), ops
     assert f"x{heads}" in fused["choice"] and (target != "avx2" or "2 thread(s)" in fused["choice"])
     assert "attention" not in {k["kind"] for k in greedy["kernels"]} and len(dp["kernels"]) < len(greedy["kernels"])
+
+
+@pytest.mark.parametrize("target, tokens", [("avx2", 4096), pytest.param("rvv128", 1024, marks=pytest.mark.slow)])
+def test_long_sequences_stream_the_keys_through_an_online_softmax(tmp_path, target, tokens):
+    """At thousands of tokens a block's score rows over every key outgrow the L1: the
+    attention model streams the keys in chunks (the online softmax; from about 4096 keys
+    on the x86 profiles, 1024 on the K1's), and the result matches onnxruntime."""
+    t = target_for(target)
+    require_runnable(t)
+    b = zoo.Builder("long_attention", 5)
+    model = b.model("input", [1, tokens, 64], [(attention(b, "input", tokens, 64, 1), None)])
+    manifest = build_and_compare(model, t.name, tmp_path / "long", vlen=t.vector_bits if t.scalable else None)
+    (fused,) = [k for k in manifest["kernels"] if k["kind"] == "attention"]
+    assert "keys streamed in" in fused["choice"], fused["choice"]
+
+
+@pytest.mark.parametrize("profile", sorted(p.name for p in HWPROFILES.glob("*.yaml")))
+def test_the_attention_model_streams_keys_only_where_score_rows_outgrow_the_l1(profile):
+    """On every profile: at 128 keys all keys at once (a block's score rows sit in L1, and
+    streaming only adds rescaling); at 16384 keys in chunks; never with a cleanup on the
+    probabilities, which needs them whole."""
+    machine = Machine.of(load_profile(HWPROFILES / profile))
+    lanes = max(machine.fma_by_lanes)
+
+    def key_block(keys: int, cleanup: ep.Epilogue = ()) -> int:
+        shape = AttentionShape(1, 256, keys, 64, 64)
+        return attention_model.choose(shape, machine, lanes, 1, (0, 0, 0, 0), (), cleanup).config.key_block
+
+    assert key_block(128) == 0 and key_block(16384) > 0
+    assert key_block(16384, (ep.EpilogueOp("replace_nan"),)) == 0

@@ -46,7 +46,8 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
                    [kind for kind in (op.operand for op in chain.ops) if kind])  # fmt: skip
     apart = [f"{name} rows {stride} apart" for name, stride in zip(("Q", "K", "V", "O"), strides) if stride]
     given = ["K read transposed" if scores.b_transposed else "K given as Kᵀ"]
-    summary = (f"fused {config.rows}x{config.vectors}, {config.tiles} per block, x{shape.heads} "
+    streamed = f", keys streamed in {config.chunks} chunks of {config.key_block}" if config.key_block else ""
+    summary = (f"fused {config.rows}x{config.vectors}, {config.tiles} per block{streamed}, x{shape.heads} "
                f"({', '.join(apart + given)}), {best.plan.threads} thread(s)")
     return KernelGroup(scores_node.name, ops_of([scores_node, *after]), "attention", calls,
                        b.modules(ak.generate, config), best.total_ns,

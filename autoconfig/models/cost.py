@@ -108,7 +108,8 @@ def epilogue_term(epilogue: ep.Epilogue, vectors: int, outputs: int, m: Machine,
 
 STALL_TERM = "l1 misses"
 """Traffic that does not overlap the kernel: an evicted B micro-panel's reloads; a
-blocked direct convolution's input read again per channel tile."""
+blocked direct convolution's input read again per channel tile; an attention block's
+score rows passed over beyond the L1."""
 
 
 C_PASSES_TERM = "c passes"
@@ -117,7 +118,7 @@ lies by then, and written back: priced as a stall, not as traffic overlapping th
 FMAs (as overlapping traffic it changed no prediction)."""
 
 
-KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue", "prologue")
+KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue", "prologue", "rescale")
 SCALED_TERM = "weights scaled"
 """A transposed product's prologue: its weights copied, each row scaled, before it runs."""
 
