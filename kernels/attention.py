@@ -422,10 +422,11 @@ class _Head:
                                rescale, value) for v, value in enumerate(values)]  # fmt: skip
         if stage == WHOLE and not self.cfg.cleanup:
             scale = memref.load(self.work, self.at_state("inverse", r))
-        elif stage == LAST:  # m − m: NaN where the max is ±inf, else 0 (a NaN constant has no LLVM text)
-            peak = memref.load(self.work, self.at_state("max", r))
+        elif stage == LAST:
+            masked = arith.cmpf(arith.CmpFPredicate.OEQ, memref.load(self.work, self.at_state("max", r)),
+                                arith.constant(f32, -math.inf))  # fmt: skip
             inverse = arith.divf(arith.constant(f32, 1.0), memref.load(self.work, self.at_state("sum", r)))
-            scale = arith.addf(inverse, arith.subf(peak, peak))
+            scale = arith.select(masked, arith.constant(f32, math.nan), inverse)
         for v, value in enumerate(values):
             value = value if scale is None else arith.mulf(value, vector.broadcast(self.vec, scale))
             column = index(col0 + v * self.cfg.lanes)

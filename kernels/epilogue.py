@@ -402,8 +402,7 @@ def _log_op(value: ir.Value) -> ir.Value:
     y = arith.select(subnormal, arith.subf(y, _const(value, 23 * LN2)), y)
     y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, value, _const(value, np.inf)), value, y)
     y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, value, _const(value, 0.0)), _const(value, -np.inf), y)
-    nan = arith.mulf(arith.subf(value, value), _const(value, np.inf))  # 0·inf: a NaN constant has no LLVM text
-    return arith.select(arith.cmpf(arith.CmpFPredicate.ULT, value, _const(value, 0.0)), nan, y)
+    return arith.select(arith.cmpf(arith.CmpFPredicate.ULT, value, _const(value, 0.0)), _const(value, np.nan), y)
 
 
 def _elu(op: EpilogueOp, value: ir.Value) -> ir.Value:
@@ -558,6 +557,7 @@ KINDS: dict[str, Kind] = {
     "floor": Kind(lambda op, y, r: math.floor(y), lambda op, y, r: np.floor(y), 1),
     "ceil": Kind(lambda op, y, r: math.ceil(y), lambda op, y, r: np.ceil(y), 1),
     "round": Kind(lambda op, y, r: math.roundeven(y), lambda op, y, r: np.round(y), 1),
+    "trunc": Kind(lambda op, y, r: math.trunc(y), lambda op, y, r: np.trunc(y), 1),
     "sign": Kind(lambda op, y, r: _sign(y), lambda op, y, r: np.sign(y), 4),
     "elu": Kind(lambda op, y, r: _elu(op, y), lambda op, y, r: op.beta * np.where(y > 0, y, op.alpha * np.expm1(y)),
                 21, shown=("alpha", "beta")),

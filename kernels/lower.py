@@ -116,7 +116,7 @@ def to_llvm_ir(module: ir.Module | ir.OpView, pipeline: str = PIPELINE) -> str:
             raise KernelError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
 
 
-_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|nan)(?!\w)")
+_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|[-+]?q?nan)(?!\w)")
 
 
 def exact_float_literals(llvm_ir: str) -> str:
@@ -124,7 +124,8 @@ def exact_float_literals(llvm_ir: str) -> str:
     same value). The bindings' newer LLVM prints them as short decimals
     (``1.000000e-01``, rejected unless exact in double precision) or as raw f32 bits
     (``f0xC2B0C0A5``, a syntax llvmlite's LLVM does not know), infinities as ``-inf`` and
-    ``+inf`` (a max-pooling border, a clip with one bound), which it does not read either. Every decimal literal is
+    ``+inf`` (a max-pooling border, a clip with one bound) and NaN as ``+qnan`` (a row
+    gathered by an id out of range), which it does not read either. Every decimal literal is
     taken as an f32: generated kernels hold no f64 values."""
 
     def hexadecimal(match: re.Match) -> str:
@@ -132,7 +133,7 @@ def exact_float_literals(llvm_ir: str) -> str:
         if literal.startswith("f0x"):
             value = struct.unpack("<f", int(literal[3:], 16).to_bytes(4, "little"))[0]
         else:
-            value = struct.unpack("<f", struct.pack("<f", float(literal)))[0]  # rounded to f32
+            value = struct.unpack("<f", struct.pack("<f", float(literal.replace("q", ""))))[0]  # rounded to f32
         return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
 
     lines = llvm_ir.split("\n")  # most hold no literal: a cheap test first (a kernel's IR in 4x less time)
