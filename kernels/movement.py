@@ -59,6 +59,8 @@ class GatherConfig:
     lanes: int
     nv: int = 2
     indexed: int = 0  # > 0: the first axis' offsets are ids read at run time (wrapped below 0 by this many) times its table's entries
+    float_ids: bool = False  # the ids float32 (integers computed at run time), each checked here: a row whose
+    # id lies outside [-indexed, indexed) takes the fill value
 
     @property
     def symbol(self) -> str:
@@ -74,12 +76,14 @@ class GatherConfig:
             raise KernelError(f"a gather needs a non-empty output and source: {self}")
         if self.run is not None and not 0 <= self.run[0] < self.run[1] <= self.shape[-1]:
             raise KernelError(f"run {self.run} is not inside the last axis of {self.shape}")
+        if self.float_ids and not (self.indexed and self.fill is not None):
+            raise KernelError("float ids are checked in the kernel: they need a table (indexed) and a fill value")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, tables, [ids,] row_begin, row_end)``; `tables` holds the axes'
         int64 tables one after another (two floats per entry); `ids`, where indexed,
-        the int64 ids along the first axis (checked in range by the runner)."""
-        ids = (Param("ids", Role.IN, extent=(2 * self.shape[0],)),) if self.indexed else ()
+        the ids along the first axis: int64 (checked in range by the runner) or float32."""
+        ids = (Param("ids", Role.IN, extent=((1 if self.float_ids else 2) * self.shape[0],)),) if self.indexed else ()
         return KernelSignature(self.symbol, (
             Param("y", Role.OUT, extent=(math.prod(self.shape),)), Param("x", Role.IN, extent=(self.source,)),
             Param("tables", Role.IN, extent=(2 * sum(self.shape),)), *ids,
@@ -103,8 +107,9 @@ def _rows(cfg: GatherConfig, target: Target, args: dict) -> None:
     def entry(axis: int, i: ir.Value) -> ir.Value:
         value = index(memref.load(tables, [arith.addi(index(starts[axis]), i)]))
         if axis == 0 and cfg.indexed:  # an id, made non-negative, times the stride its table holds
-            given = index(memref.load(i64_memref(args["ids"], [cfg.shape[0]]), [i]))
+            given, inside = _id(cfg, args["ids"], i)
             value = arith.muli(arith.select(less(given, 0), arith.addi(given, index(cfg.indexed)), given), value)
+            value = value if inside is None else arith.select(inside, value, index(-1))  # -1: the fill
         return value
 
     def row(r: ir.Value) -> None:
@@ -127,6 +132,19 @@ def _rows(cfg: GatherConfig, target: Target, args: dict) -> None:
                       lambda: _copy_run(cfg, target, x, y, r, first))  # fmt: skip
 
     for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), 1, row)
+
+
+def _id(cfg: GatherConfig, ids: ir.Value, i: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+    """The i-th id as an index, and for float ids whether it lies in [-indexed,
+    indexed) (false for NaN; an id outside reads row 0 instead)."""
+    if not cfg.float_ids:
+        return index(memref.load(i64_memref(ids, [cfg.shape[0]]), [i])), None
+    f32 = ir.F32Type.get()
+    given = memref.load(f32_memref(ids, [cfg.shape[0]]), [i])
+    inside = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, given, arith.constant(f32, -float(cfg.indexed))),
+                        arith.cmpf(arith.CmpFPredicate.OLT, given, arith.constant(f32, float(cfg.indexed))))
+    safe = arith.select(inside, given, arith.constant(f32, 0.0))
+    return index(arith.fptosi(ir.IntegerType.get_signless(64), safe)), inside
 
 
 def _gather_element(cfg: GatherConfig, x: ir.Value, y: ir.Value, r: ir.Value, j: ir.Value, at: ir.Value) -> None:

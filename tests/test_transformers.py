@@ -420,3 +420,79 @@ def test_the_attention_model_streams_keys_only_where_score_rows_outgrow_the_l1(p
 
     assert key_block(128) == 0 and key_block(16384) > 0
     assert key_block(16384, (ep.EpilogueOp("replace_nan"),)) == 0
+
+
+def position_counters(seed: int = 23, tokens: int = 9, width: int = 8, vocab: int = 30) -> onnx.ModelProto:
+    """The position ids language models compute from their int64 inputs: OPT's (the
+    mask's running count, zero where masked, less one, plus the table's offset of two)
+    and RoBERTa's (the running count of non-padding ids, int32, plus the padding id;
+    its token types picked from a buffer of zeros by those positions), each a Gather
+    of a position table; and a float cast to int64 and back (truncation)."""
+    b = zoo.Builder("position_counters", seed)
+    mask, axis = "attention_mask", b.const("axis", np.array(1, np.int64))
+    counted = b.op("Mul", [b.op("CumSum", [mask, axis]), mask])
+    opt = b.op("Add", [b.op("Sub", [counted, b.const("one", np.array(1, np.int64))]), b.const("two", np.array(2, np.int64))])
+    kept = b.op("Cast", [b.op("Not", [b.op("Equal", ["input_ids", b.const("pad", np.array(1, np.int64))])])],
+                to=onnx.TensorProto.INT32)  # fmt: skip
+    roberta = b.op("Add", [b.op("Cast", [b.op("Mul", [b.op("CumSum", [kept, axis]), kept])], to=onnx.TensorProto.INT64),
+                           b.const("pad", np.array(1, np.int64))])  # fmt: skip
+    types = b.op("GatherElements", [b.const("buffer", np.zeros((1, tokens), np.int64)), roberta], axis=1)
+    table = b.const("positions", b.rng.standard_normal((tokens + 2, width)))
+    y = b.op("Add", [b.op("Gather", [table, opt]), b.op("Gather", [table, roberta])])
+    y = b.op("Add", [y, b.op("Gather", [b.const("types", b.rng.standard_normal((1, width))), types])])
+    y = b.op("Add", [y, b.op("Gather", [b.const("words", b.rng.standard_normal((vocab, width))), "input_ids"])])
+    scaled = b.op("Mul", [b.op("Cast", [b.op("Unsqueeze", [counted, b.const("at", np.array([2], np.int64))])],
+                                       to=onnx.TensorProto.FLOAT), b.const("c", np.float32(-0.7))])  # fmt: skip
+    truncated = b.op("Cast", [b.op("Cast", [scaled], to=onnx.TensorProto.INT64)], to=onnx.TensorProto.FLOAT)
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        b.nodes, "position_counters", [value(n, onnx.TensorProto.INT64, [1, tokens]) for n in ("input_ids", mask)],
+        [value(y, onnx.TensorProto.FLOAT, None), value(b.op("Add", [y, truncated]), onnx.TensorProto.FLOAT, None)],
+        b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
+def test_integers_computed_from_int64_inputs_are_held_as_floats(tmp_path):
+    """Position ids counted from the mask and from the ids (CumSum, comparisons and
+    arithmetic on int64 and int32 values) index their tables; a gather from a buffer of
+    one value folds; a float cast to int64 truncates toward zero. A computed id outside
+    its table (a mask holding 9) fills its row with NaN: never a wild read."""
+    require_runnable(get_target("avx2"))
+    onnx.save(position_counters(), tmp_path / "counters.onnx")
+    manifest = autoconfig.compile_model(tmp_path / "counters.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                                        target=get_target("avx2"))  # fmt: skip
+    assert not any("GatherElements" in " ".join(k["ops"]) for k in manifest["kernels"])
+    model = autoconfig.load(tmp_path / "built")
+    feeds = sample_inputs(manifest["inputs"])
+    feeds["input_ids"][0, [2, 5]] = 1  # padding ids
+    for ours, expected in zip(model(feeds).values(), onnxruntime_outputs(position_counters(), feeds), strict=True):
+        error, spread = output_error(ours, expected)
+        assert error <= ERROR_BOUND * spread
+    feeds["attention_mask"][0, 4] = 9  # counts past the table from there on, where not masked
+    (rows, _) = model(feeds).values()
+    outside = np.cumsum(feeds["attention_mask"][0]) * feeds["attention_mask"][0] + 1 >= 9 + 2
+    assert outside[4] and not outside[:4].any() and (np.isnan(rows[0]).all(axis=1) == outside).all()
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
+    """CumSum along a middle and a last axis, each direction, inclusive or not."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("cumsums", 29)
+    middle = b.op("CumSum", ["input", b.const("axis", np.array(-2, np.int64))], exclusive=exclusive, reverse=reverse)
+    last = b.op("CumSum", ["input", b.const("axis", np.array(2, np.int32))], exclusive=exclusive, reverse=reverse)
+    manifest = build_and_compare(b.model("input", [2, 7, 13], [(middle, None), (last, None)], opset=17), "avx2",
+                                 tmp_path / "built")  # fmt: skip
+    assert {k["kind"] for k in manifest["kernels"]} <= {"matmul", "transform", "view"}, manifest["kernels"]
+
+
+def test_a_cumsum_along_too_long_an_axis_is_refused_in_one_line(tmp_path, capsys):
+    b = zoo.Builder("long_cumsum", 31)
+    y = b.op("CumSum", ["input", b.const("axis", np.array(1, np.int64))])
+    onnx.save(b.model("input", [1, 5000], [(y, None)], opset=17), tmp_path / "long.onnx")
+    assert main(["build", str(tmp_path / "long.onnx"), "--out", str(tmp_path / "built"), "--profile",
+                 str(PROFILES["avx2"])]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(CumSum): along 5000 elements, more than the 2048 generated" in err, err

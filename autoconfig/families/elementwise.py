@@ -53,13 +53,18 @@ def _gelu(attrs: dict) -> ep.EpilogueOp:
     return ep.EpilogueOp("gelu_tanh" if approximate == "tanh" else "gelu")
 
 
+INTEGERS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+"""Integer types computed at run time, held as float32 (`graph.simplify._int64_inputs`)."""
+
+
 def _cast(attrs: dict) -> ep.EpilogueOp:
     """A cast to bool tests for non-zero; one to float is none (floats and bools are
-    held alike; the import drops such casts, and converts int64 inputs as they are read)."""
+    held alike; the import drops such casts, and converts int64 inputs as they are read);
+    one to an integer truncates toward zero (the integer held as float32)."""
     to = attrs.get("to")
-    if to not in (onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT):
+    if to not in (onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT, *INTEGERS):
         raise ValueError(f"a cast to {onnx.TensorProto.DataType.Name(to or 0)} is not generated")
-    return ep.EpilogueOp("nonzero" if to == onnx.TensorProto.BOOL else "identity")
+    return ep.EpilogueOp({onnx.TensorProto.BOOL: "nonzero", onnx.TensorProto.FLOAT: "identity"}.get(to, "trunc"))
 
 
 SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875

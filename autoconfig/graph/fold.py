@@ -4,7 +4,8 @@ constant, whatever its operator.
 Reads an ONNX model; writes the nodes left to run, the constants (the initializers and
 every folded value) and onnx's shape inference of what is left. A node folds when all
 its inputs are constants (or empty: a tensor of no elements has one value), or when it
-reads only its input's shape (Shape, Size) and that shape is static: so the shape
+reads only its input's shape (Shape, Size) and that shape is static, or picks elements
+of a constant holding one value (Gather, GatherElements): so the shape
 arithmetic exporters write (Shape → Gather → Concat
 → Reshape, ConstantOfShape, Range, Expand, Equal/Where/Cast on int64 ...) folds whatever
 operators it uses. Values are computed by onnx's own reference implementation
@@ -27,6 +28,11 @@ from autoconfig.graph.reference import onnx_node_outputs
 
 SHAPE_READERS = frozenset({"Shape", "Size"})
 """Operators that read only their input's shape, not its values."""
+
+SELECTORS = frozenset({"Gather", "GatherElements"})
+"""Operators that pick elements of their first input by the indices of their second:
+from a constant holding one value throughout (a buffer of zero token types), what they
+pick is known whatever the indices (assumed in range, as everywhere)."""
 
 DRAWN = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                    "Bernoulli"})  # fmt: skip
@@ -82,7 +88,17 @@ def _foldable(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: di
         return False  # If, Loop, Scan: their bodies read values of the enclosing graph
     if node.op_type in SHAPE_READERS:
         return node.input[0] in constants or node.input[0] in shapes
+    if node.op_type in SELECTORS and _uniform(constants.get(node.input[0])):
+        return node.input[1] in constants or node.input[1] in shapes
     return all(not i or i in constants or _empty(i, shapes) for i in node.input)
+
+
+def _uniform(array: np.ndarray | None) -> bool:
+    """Whether `array` is a constant of one value throughout (and of some elements)."""
+    if array is None or array.size == 0:
+        return False
+    flat = array.reshape(-1)
+    return bool(flat[-1] == flat[0]) and bool((flat == flat[0]).all())  # a table's last entry rules most out
 
 
 def _empty(name: str, shapes: dict[str, tuple]) -> bool:
@@ -92,8 +108,9 @@ def _empty(name: str, shapes: dict[str, tuple]) -> bool:
 
 def _evaluate(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: dict[str, tuple],
               opset: int, source: str) -> dict[str, np.ndarray]:  # fmt: skip
-    """The node's outputs by onnx's reference implementation; a shape reader's input is
-    a zero-strided array of the right shape (no memory: only its shape is read)."""
+    """The node's outputs by onnx's reference implementation; a shape reader's input,
+    or a selector's indices into a constant of one value, is a zero-strided array of
+    zeros of the right shape (no memory: only its shape matters)."""
     feeds = {}
     for name in node.input:
         if name in constants:

@@ -185,6 +185,7 @@ OPERATORS: dict[str, OpInfo] = {
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.onnx_op("InstanceNormalization"), kernel=_A,
                                     parameters=(1, 2)),  # as its ops
     "LRN": OpInfo(_MM, _OUT, ref.lrn, kernel=_A),  # as its ops (graph.simplify)
+    "CumSum": OpInfo(_MM, _OUT, ref.onnx_op("CumSum"), kernel=_A, parameters=(1,)),  # a triangle's product (simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,
                                  parameters=(1, 2)),  # as its ops (or one kernel)
 }

@@ -18,6 +18,8 @@
 - a linear or cubic Resize with constant scales, sizes and roi becomes one matrix
   product per resized axis (`_resize_as_products`): interpolation is separable, and
   each axis' weights are a constant out × in matrix;
+- a CumSum becomes one matrix product along its axis, by a constant triangle of ones
+  (`_cumsum_as_product`);
 - a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`);
 - ConvTranspose becomes the convolution it is the transpose of (`_transposed_conv`):
   zeros inserted between the input's pixels, then a stride-1 convolution by the
@@ -377,10 +379,22 @@ VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 """Operators that give their input another shape, nothing more."""
 
 
+INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "CumSum", "Equal", "Not",
+                                "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And", "Or"})  # fmt: skip
+"""Operators that compute integers from int64 inputs (a position counter from an
+attention mask, a padding mask from the ids) on their float32 conversions: exact while
+every value stays within 2^24 (ids of vocabularies up to 16M, positions, counts)."""
+
+INTEGER_CASTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+"""Casts of such an integer that keep its float32 conversion as it is."""
+
+
 def _int64_inputs(graph: Graph) -> None:
     """An int64 input (token ids, an attention mask) is read as it is by a Gather of a
     constant table (the ids), and by everything else as its float32 conversion, which
-    the runner writes as the model starts (`Graph.converted`); views keep it int64. Any
+    the runner writes as the model starts (`Graph.converted`); views keep it int64.
+    Integers computed from it (`INTEGER_ARITHMETIC`, int casts) are held as float32
+    values, which a Gather reads as ids checked in the kernel (`families.movement`); any
     other int64 value computed at run time is refused. `Graph.ids_below` gets the rows
     of the tables each input indexes."""
     made: list[Node] = []
@@ -388,7 +402,10 @@ def _int64_inputs(graph: Graph) -> None:
     source = {name: name for name in graph.inputs}  # an int64 value -> the input it views
 
     def as_float(value: str) -> str:
-        """The float32 conversion of an int64 input, or the same view of it."""
+        """The float32 conversion of an int64 input, of a view of one, or of an integer
+        constant beside one; an integer already held as float32 itself."""
+        if value not in integral:
+            return _float_constant(graph, value) if graph.is_constant(value) else value
         name = f"{value}.as_float"
         if name not in graph.types:
             graph.types[name] = TensorType(graph.types[value].shape, "float32")
@@ -400,25 +417,61 @@ def _int64_inputs(graph: Graph) -> None:
         return name
 
     integral = {name for name in graph.inputs if graph.types[name].dtype == "int64"}
+    held: set[str] = set()  # integers computed at run time, held as float32
     for node in graph.nodes:
-        if not any(i in integral for i in node.inputs):
+        if not any(i in integral or i in held for i in node.inputs):  # a cast of floats to integers, say
             made.append(node)
+            _hold(graph, node, held)
         elif node.op in VIEWS and node.inputs[0] in integral:
             integral.add(node.outputs[0])
             views[node.outputs[0]] = node
             source[node.outputs[0]] = source[node.inputs[0]]
             made.append(node)
-        elif node.op == "Gather" and node.inputs[1] in integral and node.inputs[0] not in integral:
+        elif node.op == "Gather" and node.inputs[1] in integral and node.inputs[0] not in integral | held:
             rows, ids = graph.types[node.inputs[0]].shape[node.attrs.get("axis", 0)], source[node.inputs[1]]
             graph.ids_below[ids] = min(graph.ids_below.get(ids, rows), rows)
             made.append(node)
-        elif node.op == "Cast" and node.attrs.get("to") in (onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL):
-            op = "Identity" if node.attrs["to"] == onnx.TensorProto.FLOAT else "Cast"
-            made.append(Node(node.name, op, [as_float(node.inputs[0])], node.outputs, node.attrs))
+        elif node.op == "Cast" and node.attrs.get("to") == onnx.TensorProto.BOOL:
+            made.append(Node(node.name, "Cast", [as_float(node.inputs[0])], node.outputs, node.attrs))
+        elif node.op in INTEGER_ARITHMETIC or node.op in VIEWS or node.op == "Cast" and node.attrs.get("to") in \
+                INTEGER_CASTS or node.op == "Gather" and node.inputs[1] in held:  # fmt: skip
+            operands = 1 if node.op in VIEWS or node.op == "CumSum" else len(node.inputs)  # not shapes or axes
+            inputs = [as_float(i) if i and at < operands else i for at, i in enumerate(node.inputs)]
+            made.append(_held_as_float(graph, node, inputs, held))
         else:
             raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
-                                  f"generated (only int64 inputs, read as indices or cast)")  # fmt: skip
+                                  f"generated (only int64 inputs, read as indices, cast, or in "
+                                  f"{', '.join(sorted(INTEGER_ARITHMETIC))})")  # fmt: skip
     graph.nodes = made
+
+
+def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) -> Node:
+    """`node` on its inputs' float32 conversions (a Gather's table as given); its
+    integer outputs then held as float32 too (a cast to an integer, an Identity)."""
+    if node.op == "Gather":
+        return Node(node.name, "Gather", [node.inputs[0], inputs[1]], node.outputs, node.attrs)
+    _hold(graph, node, held)
+    op = "Identity" if node.op == "Cast" else node.op
+    return Node(node.name, op, inputs[:1] if op == "Identity" else inputs, node.outputs,
+                {} if op == "Identity" else node.attrs)  # fmt: skip
+
+
+def _hold(graph: Graph, node: Node, held: set[str]) -> None:
+    """`node`'s integer outputs held as float32 values."""
+    for out in node.outputs:
+        if out and graph.types[out].dtype in ("int64", "int32") and out not in graph.outputs:
+            graph.types[out] = TensorType(graph.types[out].shape, "float32")
+            held.add(out)
+
+
+def _float_constant(graph: Graph, value: str) -> str:
+    """An integer constant as float32 (beside integers held as float32), once."""
+    name = f"{value}.as_float"
+    if name not in graph.types:
+        array = np.asarray(graph.constants[value])
+        graph.constants[name] = array.astype(np.float32) if array.dtype.kind in "iub" else array
+        graph.types[name] = TensorType(graph.types[value].shape, graph.constants[name].dtype.name)
+    return name
 
 
 MOVES = VIEWS | {"Transpose"}
@@ -629,6 +682,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _resize_as_products(graph, node)
     if node.op == "InstanceNormalization":
         return _instance_norm_as_ops(graph, node)
+    if node.op == "CumSum":
+        return _cumsum_as_product(graph, node)
     if node.op == "LayerNormalization" and (any(node.outputs[1:]) or not all(graph.is_constant(p) for p in
                                                                               node.inputs[1:] if p)):  # fmt: skip
         return _layer_norm_as_ops(graph, node)
@@ -877,6 +932,32 @@ def _shaped(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """`values` in `shape`: reshaped where they are as many, else broadcast."""
     values = np.asarray(values, np.float32)
     return values.reshape(shape) if values.size == np.prod(shape) else np.broadcast_to(values, shape).copy()
+
+
+CUMSUM_AXIS_LIMIT = 2048
+"""The longest axis a CumSum runs along as a product: its triangle of weights holds the
+axis' length squared (16 MB at 2048), and each output costs that many multiply-adds
+(masks and position counters run along a few hundred tokens)."""
+
+
+def _cumsum_as_product(graph: Graph, node: Node) -> list[Node]:
+    """CumSum along its axis as Reshape → MatMul by a constant triangle of ones (each
+    output the sum of the inputs at or before it: exclusive, strictly before; reverse,
+    at or after) → Reshape."""
+    shape = list(graph.types[node.inputs[0]].shape)
+    if not graph.is_constant(node.inputs[1]):
+        raise AutoconfigError(f"node {node.name!r} (CumSum): an axis computed at run time is not generated")
+    axis = int(np.asarray(graph.constants[node.inputs[1]]).reshape(-1)[0]) % len(shape)
+    if shape[axis] > CUMSUM_AXIS_LIMIT:
+        raise AutoconfigError(f"node {node.name!r} (CumSum): along {shape[axis]} elements, more than the "
+                              f"{CUMSUM_AXIS_LIMIT} generated (as a product with a triangle of ones)")  # fmt: skip
+    before = np.tri(shape[axis], k=-1 if node.attrs.get("exclusive", 0) else 0)  # [out, in]: in <= out
+    weights = before.T if node.attrs.get("reverse", 0) else before
+    made = _Made(graph, node.name)
+    summed = made.along_axis(node.inputs[0], shape, axis, weights, None)
+    made.nodes.append(Node(node.name, "Reshape", [summed, made.constant("shape", np.array(shape, np.int64))],
+                           node.outputs, {}))  # fmt: skip
+    return made.nodes
 
 
 def _resize_as_products(graph: Graph, node: Node) -> list[Node]:
