@@ -493,7 +493,7 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
             ops.append(op)
         elif len(users) == 1 and users[0].op == "BatchNormalization":
             used = [users[0]]
-            for op, values in zip((ep.scale(), ep.bias()), _batchnorm_affine(b, users[0], out_shape, channel_axis)):
+            for op, values in _batchnorm_affine(b, users[0], out_shape, channel_axis):
                 ops.append(op)
                 operands.append(values)
         elif len(users) == 1 and users[0].op in elementwise.UNARY:
@@ -525,8 +525,11 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
 
 
 def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
-                      channel_axis: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """An inference BatchNormalization as a per-channel scale, then a bias."""
+                      channel_axis: int) -> list[tuple[ep.EpilogueOp, np.ndarray | str]]:  # fmt: skip
+    """An inference BatchNormalization as a per-channel scale, then a bias; where its
+    channels (axis 1) are not the kernel's (a BatchNorm1d over the columns of rows of
+    tokens, in an elementwise kernel over rows), as the product and sum with those
+    constants broadcast to the output."""
     g = b.graph
     if node.attrs.get("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         raise fail(node, "BatchNormalization in training mode is not generated")
@@ -536,13 +539,16 @@ def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
     factor = scale / np.sqrt(var + node.attrs.get("epsilon", 1e-5))
     shape = [1] * len(out_shape)
     shape[1] = -1
-    pieces = []
-    for values in (factor, bias - mean * factor):
-        along = per_channel(values.astype(np.float32).reshape(shape), out_shape, channel_axis)
-        if along is None:
-            raise fail(node, f"its channels (axis 1 of {out_shape}) are not the planes of the kernel it joins")
-        pieces.append(along)
-    return pieces[0], pieces[1]
+    pieces = [values.astype(np.float32).reshape(shape) for values in (factor, bias - mean * factor)]
+    along = [per_channel(values, out_shape, channel_axis) for values in pieces]
+    if all(values is not None for values in along):
+        return [(ep.scale(), along[0]), (ep.bias(), along[1])]
+    names = []
+    for what, values in zip(("scale", "shift"), pieces):
+        name = f"{node.name}.{what}"
+        g.constants[name], g.types[name] = values, TensorType(values.shape, "float32")
+        names.append(b.broadcast(name, out_shape))
+    return [(ep.EpilogueOp("product"), names[0]), (ep.EpilogueOp("residual"), names[1])]
 
 
 def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],

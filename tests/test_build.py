@@ -418,6 +418,21 @@ def test_instance_normalization_and_1d_convolution_match_onnxruntime(tmp_path, s
     build_and_compare(normalized_net(spatial), "avx2", tmp_path / "built")
 
 
+def test_a_batchnorm_over_the_columns_of_token_rows_matches_onnxruntime(tmp_path):
+    """LeViT's BatchNorm1d after a Linear, on its tokens flattened to rows: its channels
+    are the columns of a 2-D tensor, not the planes of an elementwise kernel over rows,
+    so its scale and shift are read broadcast to the rows."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("rows_batchnorm", 3)
+    x = b.op("Reshape", [b.op("MatMul", ["input", b.const("w", b.rng.standard_normal((32, 24)))]),
+                         b.const("rows", np.array([49, 24], np.int64))])  # fmt: skip
+    stats = [b.const(n, v) for n, v in (("g", b.rng.standard_normal(24)), ("b", b.rng.standard_normal(24)),
+                                        ("m", b.rng.standard_normal(24)), ("v", b.rng.random(24) + 0.5))]  # fmt: skip
+    y = b.op("Reshape", [b.op("BatchNormalization", [x, *stats]), b.const("tokens", np.array([1, 49, 24], np.int64))])
+    manifest = build_and_compare(b.model("input", [1, 49, 32], [(y, None)], opset=17), "avx2", tmp_path / "built")
+    assert any("BatchNormalization" in " ".join(k["ops"]) for k in manifest["kernels"])
+
+
 TRANSPOSED = [((5, 6), 4, 6, 1, {"strides": [2, 2]}),
               ((5, 6), 4, 6, 2, {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 0]}),
               ((7,), 3, 5, 1, {"strides": [2], "pads": [1, 1]}),
