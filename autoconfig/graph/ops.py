@@ -186,6 +186,9 @@ OPERATORS: dict[str, OpInfo] = {
                                     parameters=(1, 2)),  # as its ops
     "LRN": OpInfo(_MM, _OUT, ref.lrn, kernel=_A),  # as its ops (graph.simplify)
     "CumSum": OpInfo(_MM, _OUT, ref.onnx_op("CumSum"), kernel=_A, parameters=(1,)),  # a triangle's product (simplify)
+    "RMSNormalization": OpInfo(_MM, _OUT, ref.onnx_op("RMSNormalization"), kernel=_A,
+                               parameters=(1,)),  # as its ops (graph.simplify)
+    "CastLike": OpInfo(_1, _EW, ref.onnx_op("CastLike")),  # as a Cast to its second input's type (graph.simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,
                                  parameters=(1, 2)),  # as its ops (or one kernel)
 }

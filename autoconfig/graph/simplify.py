@@ -31,8 +31,10 @@
   read the same taps, each region an unpadded convolution of its own (`_tap_regions`);
 - GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
   Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
-- InstanceNormalization, and LayerNormalization whose mean or inverse deviation is
-  read (else it is one kernel of its own), become their definition
+- CastLike becomes a Cast to its second input's type (`_cast_like`);
+- InstanceNormalization, RMSNormalization (no mean subtracted), and LayerNormalization
+  whose mean or inverse deviation is read (else it is one kernel of its own), become
+  their definition
   (`_normalized_as_ops`): the mean and variance over the normalized axes (ReduceMean;
   the spatial axes per image and channel, or the axes from `axis` on), then
   elementwise ops, which the fusion planner groups like any others.
@@ -55,7 +57,7 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
-    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops):
+    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps):
@@ -684,6 +686,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _instance_norm_as_ops(graph, node)
     if node.op == "CumSum":
         return _cumsum_as_product(graph, node)
+    if node.op == "RMSNormalization":
+        return _rms_norm_as_ops(graph, node)
     if node.op == "LayerNormalization" and (any(node.outputs[1:]) or not all(graph.is_constant(p) for p in
                                                                               node.inputs[1:] if p)):  # fmt: skip
         return _layer_norm_as_ops(graph, node)
@@ -904,17 +908,21 @@ def _layer_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
     return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:])
 
 
-def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: tuple[int, ...]) -> list[Node]:
+def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: tuple[int, ...],
+                       subtract_mean: bool = True) -> list[Node]:  # fmt: skip
     """(x − mean) · (1 / √(variance + ε)) · scale + bias, the statistics over `axes`, scale
     and bias (the node's inputs 1 and 2, a bias optional) as constants of shape `params`;
-    the node's outputs 2 and 3, where named, the mean and the inverse deviation."""
+    the node's outputs 2 and 3, where named, the mean and the inverse deviation. Without
+    `subtract_mean` (RMSNormalization), x in place of x − mean: its root mean square."""
     x, scale, bias = [*node.inputs, ""][:3]
-    y, mean_out, inverse_out = [*node.outputs, "", ""][:3]
+    y, mean_out, inverse_out = [*node.outputs, "", ""][:3] if subtract_mean else (node.outputs[0], "", "")
     shape = graph.types[x].shape
     stats = tuple(1 if a in axes else d for a, d in enumerate(shape))
     made = _Made(graph, node.name)
-    mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1, out=mean_out)
-    centred = made.op("Sub", [x, mean], shape)
+    centred = x
+    if subtract_mean:
+        mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1, out=mean_out)
+        centred = made.op("Sub", [x, mean], shape)
     variance = made.op("ReduceMean", [made.op("Mul", [centred, centred], shape)], stats, axes=list(axes), keepdims=1)
     epsilon = made.constant("epsilon", np.array(node.attrs.get("epsilon", 1e-5), np.float32))
     deviation = made.op("Sqrt", [made.op("Add", [variance, epsilon], stats)], stats)
@@ -926,6 +934,29 @@ def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: 
         scale = made.constant("bias", _shaped(graph.constants[bias], params))
     made.nodes.append(Node(node.name, "Add" if bias else "Mul", [normed, scale], [y], {}))
     return made.nodes
+
+
+def _rms_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
+    """x over its root mean square across the axes from `axis` on (+ ε), times a
+    constant scale broadcast over those axes (opset 23)."""
+    x, scale = node.inputs[:2]
+    shape = graph.types[x].shape
+    if not graph.is_constant(scale):
+        raise AutoconfigError(f"node {node.name!r} (RMSNormalization): a computed scale is not generated")
+    axis = node.attrs.get("axis", -1) % len(shape)
+    return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:], subtract_mean=False)
+
+
+def _cast_like(graph: Graph, node: Node) -> list[Node] | None:
+    """CastLike as a Cast to its second input's type."""
+    if node.op != "CastLike":
+        return None
+    dtype = graph.types[node.inputs[1]].dtype
+    try:
+        to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    except TypeError:  # a type numpy does not know (bfloat16, float8 ...)
+        raise AutoconfigError(f"node {node.name!r} (CastLike): a cast to {dtype} is not generated") from None
+    return [Node(node.name, "Cast", node.inputs[:1], node.outputs, {"to": int(to)})]
 
 
 def _shaped(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
