@@ -496,3 +496,13 @@ def test_a_cumsum_along_too_long_an_axis_is_refused_in_one_line(tmp_path, capsys
                  str(PROFILES["avx2"])]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "(CumSum): along 5000 elements, more than the 2048 generated" in err, err
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (1, 2), (0, -1), (0, 9), (1, -7)])
+def test_trilu_keeps_one_side_of_a_diagonal(tmp_path, upper, k):
+    """Trilu (a causal mask's triangle) on the last two axes of a batched tensor, the
+    diagonal shifted either way, past the matrix too."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("trilu", 37)
+    y = b.op("Trilu", ["input", b.const("k", np.array(k, np.int64))], upper=upper)
+    build_and_compare(b.model("input", [2, 5, 7], [(y, None)], opset=17), "avx2", tmp_path / "built")

@@ -188,6 +188,7 @@ OPERATORS: dict[str, OpInfo] = {
     "CumSum": OpInfo(_MM, _OUT, ref.onnx_op("CumSum"), kernel=_A, parameters=(1,)),  # a triangle's product (simplify)
     "RMSNormalization": OpInfo(_MM, _OUT, ref.onnx_op("RMSNormalization"), kernel=_A,
                                parameters=(1,)),  # as its ops (graph.simplify)
+    "Trilu": OpInfo(_1, _EW, ref.onnx_op("Trilu"), parameters=(1,)),  # a Where by a constant triangle (simplify)
     "CastLike": OpInfo(_1, _EW, ref.onnx_op("CastLike")),  # as a Cast to its second input's type (graph.simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,
                                  parameters=(1, 2)),  # as its ops (or one kernel)

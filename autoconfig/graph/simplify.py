@@ -31,7 +31,8 @@
   read the same taps, each region an unpadded convolution of its own (`_tap_regions`);
 - GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
   Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
-- CastLike becomes a Cast to its second input's type (`_cast_like`);
+- CastLike becomes a Cast to its second input's type (`_cast_like`); Trilu a Where
+  keeping x on one side of a constant triangle, 0 elsewhere (`_trilu_as_selection`);
 - InstanceNormalization, RMSNormalization (no mean subtracted), and LayerNormalization
   whose mean or inverse deviation is read (else it is one kernel of its own), become
   their definition
@@ -57,7 +58,7 @@ from autoconfig.graph.reference import resize_axis, resize_shape
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
-    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like):
+    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like, _trilu_as_selection):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps):
@@ -945,6 +946,24 @@ def _rms_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
         raise AutoconfigError(f"node {node.name!r} (RMSNormalization): a computed scale is not generated")
     axis = node.attrs.get("axis", -1) % len(shape)
     return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:], subtract_mean=False)
+
+
+def _trilu_as_selection(graph: Graph, node: Node) -> list[Node] | None:
+    """Trilu as Where(a constant triangle of its last two axes, x, 0): the elements on
+    and above (upper) or below (lower) the k-th diagonal kept."""
+    if node.op != "Trilu":
+        return None
+    x, k = [*node.inputs, ""][:2]
+    if k and not graph.is_constant(k):
+        raise AutoconfigError(f"node {node.name!r} (Trilu): a diagonal computed at run time is not generated")
+    rows, columns = graph.types[x].shape[-2:]
+    offset = int(np.asarray(graph.constants[k]).reshape(-1)[0]) if k else 0
+    above = np.arange(columns)[None, :] - np.arange(rows)[:, None]  # column − row
+    kept = above >= offset if node.attrs.get("upper", 1) else above <= offset
+    made = _Made(graph, node.name)
+    made.nodes.append(Node(node.name, "Where", [made.constant("kept", kept), x,
+                                                made.constant("zero", np.zeros((), np.float32))], node.outputs, {}))
+    return made.nodes
 
 
 def _cast_like(graph: Graph, node: Node) -> list[Node] | None:
