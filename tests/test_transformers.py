@@ -427,7 +427,8 @@ def position_counters(seed: int = 23, tokens: int = 9, width: int = 8, vocab: in
     mask's running count, zero where masked, less one, plus the table's offset of two)
     and RoBERTa's (the running count of non-padding ids, int32, plus the padding id;
     its token types picked from a buffer of zeros by those positions), each a Gather
-    of a position table; and a float cast to int64 and back (truncation)."""
+    of a position table; and floats of both signs cast to int64 and back (truncation
+    toward zero)."""
     b = zoo.Builder("position_counters", seed)
     mask, axis = "attention_mask", b.const("axis", np.array(1, np.int64))
     counted = b.op("Mul", [b.op("CumSum", [mask, axis]), mask])
@@ -441,8 +442,8 @@ def position_counters(seed: int = 23, tokens: int = 9, width: int = 8, vocab: in
     y = b.op("Add", [b.op("Gather", [table, opt]), b.op("Gather", [table, roberta])])
     y = b.op("Add", [y, b.op("Gather", [b.const("types", b.rng.standard_normal((1, width))), types])])
     y = b.op("Add", [y, b.op("Gather", [b.const("words", b.rng.standard_normal((vocab, width))), "input_ids"])])
-    scaled = b.op("Mul", [b.op("Cast", [b.op("Unsqueeze", [counted, b.const("at", np.array([2], np.int64))])],
-                                       to=onnx.TensorProto.FLOAT), b.const("c", np.float32(-0.7))])  # fmt: skip
+    counts = b.op("Cast", [b.op("Unsqueeze", [counted, b.const("at", np.array([2], np.int64))])], to=onnx.TensorProto.FLOAT)
+    scaled = b.op("Add", [b.op("Mul", [counts, b.const("c", np.float32(0.7))]), b.const("d", np.float32(-2.5))])
     truncated = b.op("Cast", [b.op("Cast", [scaled], to=onnx.TensorProto.INT64)], to=onnx.TensorProto.FLOAT)
     value = onnx.helper.make_tensor_value_info
     graph = onnx.helper.make_graph(
@@ -506,3 +507,16 @@ def test_trilu_keeps_one_side_of_a_diagonal(tmp_path, upper, k):
     b = zoo.Builder("trilu", 37)
     y = b.op("Trilu", ["input", b.const("k", np.array(k, np.int64))], upper=upper)
     build_and_compare(b.model("input", [2, 5, 7], [(y, None)], opset=17), "avx2", tmp_path / "built")
+
+
+def test_rms_normalization_and_castlike_match_onnxruntime(tmp_path):
+    """RMSNormalization (opset 23) over the last axis and over the last two, after a
+    product (Llama's norms), and a CastLike to the product's own type."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("rms_norms", 41)
+    x = linear(b, "input", 12, 16)
+    last = b.op("RMSNormalization", [x, b.const("g", b.rng.standard_normal(16) + 1.0)], axis=-1, epsilon=1e-5)
+    both = b.op("RMSNormalization", [x, b.const("g2", b.rng.standard_normal((5, 16)))], axis=-2, epsilon=1e-3)
+    same = b.op("CastLike", [b.op("Relu", [x]), x])
+    build_and_compare(b.model("input", [2, 5, 12], [(last, None), (both, None), (same, None)], opset=23), "avx2",
+                      tmp_path / "built")  # fmt: skip

@@ -50,6 +50,7 @@ import numpy as np
 import onnx
 
 from autoconfig.errors import AutoconfigError
+from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes
 from autoconfig.graph.reference import resize_axis, resize_shape
@@ -388,7 +389,7 @@ INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min",
 attention mask, a padding mask from the ids) on their float32 conversions: exact while
 every value stays within 2^24 (ids of vocabularies up to 16M, positions, counts)."""
 
-INTEGER_CASTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+INTEGER_CASTS = (onnx.TensorProto.FLOAT, *INTEGERS)
 """Casts of such an integer that keep its float32 conversion as it is."""
 
 
@@ -916,7 +917,7 @@ def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: 
     the node's outputs 2 and 3, where named, the mean and the inverse deviation. Without
     `subtract_mean` (RMSNormalization), x in place of x − mean: its root mean square."""
     x, scale, bias = [*node.inputs, ""][:3]
-    y, mean_out, inverse_out = [*node.outputs, "", ""][:3] if subtract_mean else (node.outputs[0], "", "")
+    y, mean_out, inverse_out = [*node.outputs, "", ""][:3]
     shape = graph.types[x].shape
     stats = tuple(1 if a in axes else d for a, d in enumerate(shape))
     made = _Made(graph, node.name)

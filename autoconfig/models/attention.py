@@ -100,8 +100,7 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
     reread = blocks * (s.width * c.padded_keys + s.keys * s.v_width) * F32
     once = (rows * (s.width + s.v_width) + sum(rows * s.keys for op in c.epilogue if op.operand == "output")) * F32
     calls = math.ceil(s.heads / plan.threads) if s.heads >= plan.threads else s.heads
-    held = m.holding_level((s.width * c.padded_keys + s.keys * s.v_width + c.workspace() - c.width * c.padded_keys)
-                           * F32)  # fmt: skip
+    held = m.holding_level((c.workspace() + s.keys * s.v_width) * F32)  # the part's scratch (with Kᵀ), and V
     terms = [
         Term("fma", steps * issue * heads, f"{c.rows}x{c.vectors} tiles of {c.lanes} lanes at "
              f"{m.fma_per_ns():.2f} vector FMAs/ns: scores over {c.padded_keys} keys (padded), then the output"),
