@@ -161,8 +161,14 @@ def _elementwise(b: Builder, nodes: list[Node]) -> KernelGroup:
 
 def _output_copy(b: Builder, name: str) -> KernelGroup | None:
     """A graph output the arena does not hold (a constant, a graph input, a view of
-    one) copied into it, as onnxruntime returns a copy; an empty one needs nothing."""
+    one) copied into it, as onnxruntime returns a copy; an empty one needs nothing. One
+    held in channel blocks (a layer writing channel means writes no other layout) is
+    transformed back to NCHW (queued for `Builder.finish_step`)."""
     size = b.graph.types[name].elements
+    if b.layout(name) != "nchw":
+        b.where[name] = b.where[b._transformed(name, "nchw")]
+        del b.layouts[name]
+        return None
     held = name in b.where and b.buffers[b._absolute(b.where[name][0], 0)[0]].input_index is None
     if held and not b.graph.is_constant(name):
         return None
@@ -220,6 +226,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
             b.step += 1
     for name in dict.fromkeys(graph.outputs):
         group = _output_copy(b, name)
+        kernels += b.finish_step()
         if group is not None:
             kernels.append(group)
             b.step += 1

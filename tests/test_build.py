@@ -103,11 +103,12 @@ def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
     return b.model("input", [1, 3, 50, 50], [(y, [1, 10])])
 
 
-def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9) -> onnx.ModelProto:
+def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9, shown: bool = False) -> onnx.ModelProto:
     """An expansion, a strided 5x5 depthwise layer with SiLU, its squeeze (`squeeze`:
     GlobalAveragePool, ReduceMean over (2, 3) keeping the axes, or dropping them and
     reshaped back), excitation and scale, a projection; the squeeze's means are an
-    output of the model too."""
+    output of the model too, and the depthwise layer's output where `shown` (NCHW,
+    as any reader taking no channel blocks reads it)."""
     b = zoo.Builder(f"squeezed_{squeeze}_{channels}", seed)
     d = b.act(b.bn(b.conv(b.cba("input", 3, channels, 1, act="relu"), channels, channels, 5, 2, channels), channels),
               "silu")  # fmt: skip
@@ -119,7 +120,8 @@ def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9) -> onnx
     scale = b.op("Sigmoid", [b.conv(b.op("Relu", [b.conv(shaped, channels, 4, 1, bias=True)]), 4, channels, 1)])
     y = b.conv(b.op("Mul", [d, scale]), channels, 8, 1)
     kept = [batch, channels, 1, 1] if squeeze != "dropped" else [batch, channels]
-    return b.model("input", [batch, 3, 19, 17], [(y, [batch, 8, 10, 9]), (means, kept)])
+    shown_output = [(d, [batch, channels, 10, 9])] if shown else []
+    return b.model("input", [batch, 3, 19, 17], [(y, [batch, 8, 10, 9]), (means, kept), *shown_output])
 
 
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
@@ -139,6 +141,16 @@ def test_a_depthwise_layer_sums_the_squeeze_that_reads_it(tmp_path, target, chan
         assert len(summed) == (fits and fusion == "dp"), [k["choice"] for k in manifest["kernels"]]
         if summed:
             assert summed[0]["ops"][-1].endswith(("(GlobalAveragePool)", "(ReduceMean)")), summed[0]["ops"]
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_a_layer_writing_channel_means_may_have_nchw_readers(tmp_path, target):
+    """The depthwise layer's output is also an output of the model (NCHW): the layer
+    still sums the squeeze, in channel blocks only, and its output is transformed back."""
+    require_runnable(get_target(target))
+    channels = 2 * get_target(target).f32_lanes
+    manifest = build_and_compare(squeezed_net(channels, "pool", 1, shown=True), target, tmp_path / "dp", "dp")
+    assert any("channel means" in k["choice"] for k in manifest["kernels"]), [k["choice"] for k in manifest["kernels"]]
 
 
 def mlp(seed: int = 1) -> onnx.ModelProto:

@@ -125,7 +125,8 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
     reading another after a transform, whichever is faster, among the plans writing a
     layout its own readers take (the model's choice for it, its prologue and epilogue,
     the one its own kernel will use; a layer with no plan reading blocks pays the
-    transform back). An epilogue's residual reads any layout at one cost."""
+    transform back, one with no plan writing a layout its readers take pays its
+    output's). An epilogue's residual reads any layout at one cost."""
     conv = b.prologue_of.get(reader.name)
     if conv is None and (reader.op != "Conv" or reader.inputs[0] != value):
         return 0.0
@@ -134,13 +135,13 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
     if not conv_model.reads_blocked(shape, b.machine, b.target):  # NCHW, after a transform if blocked
         return transform_back_ns(b, shape.input_shape, layout)
     choice, chain, _ = _own_choice(b, reader)  # asked once
-    writes = ("nchw", *blocked_layouts(b, chain.end))
+    writes = dict.fromkeys(("nchw", *blocked_layouts(b, chain.end)), 0.0)
     costs = []
     for source in ("nchw", "nchwc", "nhwc"):
-        best = choice.best_in((source,), writes)
-        if best is not None:
+        best = choice.best_in((source,), tuple(writes)) or choice.best_in((source,), ("nchwc", "nhwc"))
+        if best is not None:  # the second, writing a layout its readers take none of, transforms back
             shift = conv_model.transform_ns(shape, best, b.machine, layout, source, b.target.f32_lanes)
-            costs.append(best.total_ns + shift)
+            costs.append(best.total_ns + shift + conv_model.written_ns(best, writes, b.machine, b.target.f32_lanes))
     return min(costs)
 
 

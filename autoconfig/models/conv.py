@@ -732,21 +732,33 @@ def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float
     """The plan a layer inside a model runs: the fastest of the choice's algorithms
     counting the transform of its input when the input is held in another layout
     (`given`), and what the readers of its output then pay (`outputs`: the layouts it
-    may write, each with its readers' time); with the reason."""
+    may write, each with its readers' time; a plan writing none of them, as the layers
+    writing channel means all may, pays its output's transform back to NCHW); with the reason."""
     s = choice.best.shape
 
     def cost(p: Prediction) -> tuple[float, float]:
         wanted = input_layout_of(p.config)
         shift = transform_ns(s, p, machine, given, wanted, choice.target.f32_lanes)
-        return p.total_ns + shift + outputs[layout_of(p.config)], shift
+        return p.total_ns + shift + written_ns(p, outputs, machine, choice.target.f32_lanes), shift
 
     options = [(cost(p), p) for p in choice.per_algorithm if layout_of(p.config) in outputs]
-    (_, shift), best = min(options, key=lambda option: option[0][0])
+    (_, shift), best = min(options or [(cost(p), p) for p in choice.per_algorithm], key=lambda option: option[0][0])
+    written = written_ns(best, outputs, machine, choice.target.f32_lanes)
     why = (f"layout: the input is held in {given}; the plan reads {input_layout_of(best.config)} and writes "
            f"{layout_of(best.config)}" + (f", +{shift / 1e3:.1f} µs to transform its input" if shift else "")
            + ("" if len(outputs) > 1 else "; NCHW output: a reader takes no channel blocks (or it has one pixel)")
-           + (f"; its readers then take {outputs[layout_of(best.config)] / 1e3:.1f} µs" if len(outputs) > 1 else ""))
+           + (f"; its readers then take {written / 1e3:.1f} µs" if len(outputs) > 1 or not options else ""))
     return best, why
+
+
+def written_ns(p: Prediction, outputs: dict[Layout, float], machine: Machine, lanes: int) -> float:
+    """What the readers of a plan's output pay (`outputs`, by layout), with the output's
+    transform back to NCHW first where they take none of the plan's layout."""
+    written = layout_of(p.config)
+    if written in outputs:
+        return outputs[written]
+    back = Reblock.of(p.shape.output_shape, lanes, False, written)
+    return outputs["nchw"] + reblock_ns(back, machine, p.plan.threads)[0]
 
 
 @dataclass(frozen=True)
