@@ -279,3 +279,20 @@ def test_products_of_one_dimensional_operands_keep_their_axes():
     assert (column.m, column.n, column.k) == (6, 1, 4) and column.offsets == ((0, 0, 0),)
     batched = products(node, (2, 1, 3, 4), (5, 4, 6))
     assert len(batched.offsets) == 10 and batched.offsets[6] == (12, 24, 108)
+
+
+def test_an_attention_cores_scale_is_no_prologue_of_its_softmax():
+    """Q·Kᵀ, a scale, Softmax, ·V is one attention core: its scale may join the softmax
+    only inside the whole core (the softmax kernel computes nothing before it)."""
+    from autoconfig.graph import zoo
+    from autoconfig.graph.onnx_import import import_model
+
+    b = zoo.Builder("core", 5)
+    q, k, v = (b.op("MatMul", ["input", b.const("w", b.rng.standard_normal((8, 8)))]) for _ in range(3))
+    scores = b.op("Mul", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]), b.const("s", np.array(0.3))])
+    y = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    graph = import_model(b.model("input", [1, 2, 6, 8], [(y, [1, 2, 6, 8])]))
+    scale, softmax = (next(i for i, n in enumerate(graph.nodes) if n.op == op) for op in ("Mul", "Softmax"))
+    rest = [[i] for i in range(len(graph.nodes)) if i not in (scale, softmax)]
+    assert "not its prologue" in is_legal(graph, [[scale, softmax], *rest])
+    assert is_legal(graph, [[scale], [softmax], *rest]) is None

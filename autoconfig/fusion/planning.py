@@ -215,7 +215,8 @@ class Analysis:
     def prologue_fits(self, members: int) -> bool:
         """Whether a group's (`members`, a bitset) ops before its anchor, views aside, are
         a prologue the anchor's kernel computes: per-channel ops on the anchor's input
-        path, read by nothing outside the group (`classify.prologue_op`)."""
+        path, read by nothing outside the group (`classify.prologue_op`), before a
+        convolution (an attention core's scale before its softmax is no prologue)."""
         anchored = members & self.anchors
         if not anchored:
             return True
@@ -223,7 +224,7 @@ class Analysis:
             return self.core_fits(members, final=False)
         anchor = anchored.bit_length() - 1
         before = members & ((1 << anchor) - 1) & ~self.views & ~self.chain_nodes  # chains: `addressing_fits`
-        if before & ~(self.prologue_ops & self.anc[anchor]):
+        if before & ~(self.prologue_ops & self.anc[anchor]) or (before and self.nodes[anchor].op != "Conv"):
             return False
         while before:
             u = before.bit_length() - 1
