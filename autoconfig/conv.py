@@ -17,6 +17,8 @@ import numpy as np
 
 from autoconfig import checks
 from autoconfig.errors import AutoconfigError, reraised
+from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.windows import window_pads, window_strides
 from autoconfig.machine import Machine
 from autoconfig.models.conv import ConvChoice, ConvPlan, choose, predict, validate_plan
 from autoconfig.models.cost import Prediction
@@ -153,6 +155,16 @@ def conv_shape(input_shape: Sequence[int], weight_shape: Sequence[int], *, strid
                               f"the input's {c} channels")  # fmt: skip
     return ConvShape(n, c, h, w, cout, (kh, kw), _pair("strides", strides, 1), _pads(pads),
                      _pair("dilations", dilations, 1), group)  # fmt: skip
+
+
+def node_shape(graph: Graph, node: Node) -> ConvShape:
+    """A 2-D Conv node's shape, from its input's and weight's shapes and its attributes."""
+    weight = graph.types[node.inputs[1]].shape
+    strides = tuple(node.attrs.get("strides", (1, 1)))
+    dilations = tuple(node.attrs.get("dilations", (1, 1)))
+    pads = window_pads(node, graph, weight[2:], strides, dilations)
+    return conv_shape(graph.types[node.inputs[0]].shape, weight, strides=window_strides(node, graph, strides, pads),
+                      pads=pads, dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
 
 
 @reraised

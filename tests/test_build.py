@@ -808,3 +808,12 @@ def test_fast_winograd_is_asked_for_by_the_build():
                  for fast in (False, True)}  # fmt: skip
     assert any("F(2,3)" in s for s in summaries[False]) and not any("F(4,3)" in s for s in summaries[False])
     assert any("F(4,3)" in s for s in summaries[True])
+
+
+def test_a_window_larger_than_the_unpadded_input(tmp_path):
+    """A 1x5 depthwise layer on a 3-pixel-wide input, padded by 2 on each side: valid
+    ONNX, as in small-image networks' late stages; the planner sizes layers padded."""
+    b = zoo.Builder("wide_window", 3)
+    w = b.const("w", b.rng.standard_normal((16, 1, 1, 5), dtype=np.float32))
+    y = b.op("Conv", [b.cba("input", 16, 16, 1), w], kernel_shape=[1, 5], pads=[0, 2, 0, 2], group=16)
+    build_and_compare(b.model("input", [1, 16, 6, 3], [(b.op("Relu", [y]), [1, 16, 6, 3])]), "avx2", tmp_path / "built")

@@ -11,10 +11,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from autoconfig.builder import (
-    Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of, window_pads, window_strides,
-)  # fmt: skip
-from autoconfig.conv import conv_shape
+from autoconfig.builder import Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of
+from autoconfig.conv import node_shape
 from autoconfig.fusion.classify import mean_tail, streamed_input
 from autoconfig.graph.ir import Node
 from autoconfig.layouts import blocked_layouts, output_layouts, transform_back_ns
@@ -34,13 +32,7 @@ def conv_layer(b: Builder, node: Node) -> tuple[kc.ConvShape, np.ndarray, str | 
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     if bias and not g.is_constant(bias):
         raise fail(node, "a bias computed at run time is not generated")
-    strides = tuple(node.attrs.get("strides", (1, 1)))
-    dilations = tuple(node.attrs.get("dilations", (1, 1)))
-    pads = window_pads(node, g, weight.shape[2:], strides, dilations)
-    strides = window_strides(node, g, strides, pads)
-    shape = conv_shape(g.types[node.inputs[0]].shape, weight.shape, strides=strides, pads=pads,
-                       dilations=dilations, group=node.attrs.get("group", 1))  # fmt: skip
-    return shape, weight, bias
+    return node_shape(g, node), weight, bias
 
 
 def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.ConvChoice, Epilogue, Epilogue | None]:

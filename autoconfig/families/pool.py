@@ -9,12 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from autoconfig.builder import (
-    Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming, window_pads,
-    window_strides,
-)  # fmt: skip
+from autoconfig.builder import Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming
 from autoconfig.conv import pool_config, pool_shape
 from autoconfig.graph.ir import Graph, Node
+from autoconfig.graph.windows import window_pads, window_strides
 from autoconfig.graph.ops import reduced_axes
 from autoconfig.layouts import kept_layout, passing_ns
 from autoconfig.lowering import pool_calls

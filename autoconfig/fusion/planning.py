@@ -62,7 +62,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from autoconfig.conv import conv_shape
+from autoconfig.conv import node_shape
 from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import addressing
@@ -191,7 +191,7 @@ class Analysis:
         self.tails = sum(1 << v for v in range(n) if self.tail[v])
         target = target_for_profile(cost.profile) if cost else None
         self.hosts = sum(1 << v for v, node in enumerate(self.nodes) if mean_host(graph, node) and (
-            target is None or conv_model.mean_fits(_conv_shape(graph, node), target)))  # fmt: skip
+            target is None or conv_model.mean_fits(node_shape(graph, node), target)))  # fmt: skip
         self.chains = addressing.chains(graph)
         self.chain_edges: set[tuple[int, int]] = set()  # producer -> consumer along a run a product may address
         self.chain_nodes = 0
@@ -328,7 +328,7 @@ class Analysis:
         if self.anchor[v] and self.prologue_ops >> u & 1:
             if v not in self.prologue_cache:
                 priced = (ep.scale(),) if self._scale_alone(u) else PROLOGUE_PRICED
-                self.prologue_cache[v] = self.cost.prologue_ns(_conv_shape(self.graph, self.nodes[v]), priced)
+                self.prologue_cache[v] = self.cost.prologue_ns(node_shape(self.graph, self.nodes[v]), priced)
             return self.prologue_cache[v]
         if self.legality(u, v) is not Legality.COST:
             return 0.0
@@ -375,13 +375,6 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
             total += cost.machine.traffic_ns(a.output_bytes[u])
             traffic += a.output_bytes[u]
     return total, traffic
-
-
-def _conv_shape(graph: Graph, node: Node) -> ConvShape:
-    """A layer's channels and kernel, unstrided and unpadded: enough for a 1x1 layer (the
-    only kind a prologue joins: `classify.prologue_edge`) and for a mean host's fit."""
-    return conv_shape(graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape,
-                      group=node.attrs.get("group", 1))  # fmt: skip
 
 
 def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
