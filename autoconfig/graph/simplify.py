@@ -23,7 +23,8 @@
 - a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`);
 - ConvTranspose becomes the convolution it is the transpose of (`_transposed_conv`):
   zeros inserted between the input's pixels, then a stride-1 convolution by the
-  flipped filters (s² the multiply-adds of the scatter form at stride s);
+  flipped filters (s² the multiply-adds of the scatter form at stride s); Col2Im a
+  ConvTranspose by one-hot filters (`_col2im_as_transposed_conv`);
 - a convolution's taps that read only padding at every output position (a dilated
   window wider than its input, as in DeepLab's atrous pyramid) are dropped, with the
   pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds; and
@@ -695,6 +696,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _layer_norm_as_ops(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)
+    if node.op == "Col2Im":
+        return [lowered for made in _col2im_as_transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "ConvTranspose":
         return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 4 and graph.is_constant(node.inputs[1]):
@@ -833,6 +836,33 @@ def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
     made.nodes.append(Node(node.name, "Conv", [z, filters, *node.inputs[2:]], node.outputs,
                            {"kernel_shape": list(kernel), "dilations": list(dilations), "group": group,
                             "pads": [max(0, v) for v in lo] + [max(0, v) for v in hi]}))  # fmt: skip
+    return made.nodes
+
+
+def _col2im_as_transposed_conv(graph: Graph, node: Node) -> list[Node]:
+    """Col2Im (each column a block of the image, the blocks summed into it) as a
+    ConvTranspose over the grid of block positions, one group per image channel, by
+    one-hot filters: tap t of a channel's block adds into pixel t of its window."""
+    x, image, block = node.inputs
+    if not (graph.is_constant(image) and graph.is_constant(block)):
+        raise AutoconfigError(f"node {node.name!r} (Col2Im): a computed image or block shape is not generated")
+    (n, columns, _), sizes = graph.types[x].shape, graph.types[node.outputs[0]].shape[2:]
+    kernel = [int(k) for k in graph.constants[block]]
+    rank, taps, a = len(kernel), math.prod(kernel), node.attrs
+    if rank > 2:
+        raise AutoconfigError(f"node {node.name!r} (Col2Im): only 1-D and 2-D images are generated, not {rank}-D")
+    strides, dilations = a.get("strides", [1] * rank), a.get("dilations", [1] * rank)
+    pads = a.get("pads", [0] * 2 * rank)
+    padded = [size + pads[i] + pads[i + rank] for i, size in enumerate(sizes)]
+    reach = [d * (k - 1) + 1 for d, k in zip(dilations, kernel)]
+    grid = [(p - r) // s + 1 for p, r, s in zip(padded, reach, strides)]
+    one_hot = np.eye(taps, dtype=np.float32).reshape(taps, 1, *kernel)
+    made = _Made(graph, node.name)
+    blocks = made.reshape(x, (n, columns, *grid))
+    filters = made.constant("filters", np.tile(one_hot, (columns // taps, 1, *(1,) * rank)))
+    made.nodes.append(Node(node.name, "ConvTranspose", [blocks, filters], node.outputs, {
+        "group": columns // taps, "kernel_shape": kernel, "strides": list(strides), "dilations": list(dilations),
+        "pads": list(pads), "output_padding": [p - (g - 1) * s - r for p, g, s, r in zip(padded, grid, strides, reach)]}))
     return made.nodes
 
 
