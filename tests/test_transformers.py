@@ -477,6 +477,37 @@ def test_integers_computed_from_int64_inputs_are_held_as_floats(tmp_path):
     assert outside[4] and not outside[:4].any() and (np.isnan(rows[0]).all(axis=1) == outside).all()
 
 
+def moved_ids(seed: int = 37, vocab: int = 30) -> onnx.ModelProto:
+    """Token ids [2, 5] moved before their embedding: transposed time-major (XLNet's),
+    the first four steps sliced, a step of constant ids concatenated, one column
+    gathered by a constant index and tiled back to two."""
+    b = zoo.Builder("moved_ids", seed)
+    bounds = [b.const(k, np.array([v], np.int64)) for k, v in (("start", 0), ("end", 4), ("axis", 0))]
+    steps = b.op("Slice", [b.op("Transpose", ["input_ids"], perm=[1, 0]), *bounds])
+    ids = b.op("Concat", [steps, b.const("start", np.array([[3, 4]], np.int64))], axis=0)
+    column = b.op("Gather", [ids, b.const("col", np.array([1], np.int64))], axis=1)
+    ids = b.op("Add", [ids, b.op("Tile", [column, b.const("reps", np.array([1, 2], np.int64))])])
+    y = b.op("Gather", [b.const("words", b.rng.standard_normal((2 * vocab, 8))), ids])
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(b.nodes, "moved_ids", [value("input_ids", onnx.TensorProto.INT64, [2, 5])],
+                                   [value(y, onnx.TensorProto.FLOAT, None)], b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
+def test_int64_ids_moved_before_their_gather(tmp_path):
+    """Transpose, Slice, Concat, Gather by constant indices and Tile of int64 ids run on
+    their float32 conversions; the sums index the table as ids checked in the kernel."""
+    require_runnable(get_target("avx2"))
+    onnx.save(moved_ids(), tmp_path / "moved.onnx")
+    autoconfig.compile_model(tmp_path / "moved.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                             target=get_target("avx2"))  # fmt: skip
+    feeds = {"input_ids": np.random.default_rng(3).integers(0, 30, (2, 5))}
+    (ours,) = autoconfig.load(tmp_path / "built")(feeds).values()
+    np.testing.assert_array_equal(ours, onnxruntime_outputs(moved_ids(), feeds)[0])
+
+
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
     """CumSum along a middle and a last axis, each direction, inclusive or not."""

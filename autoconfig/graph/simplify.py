@@ -393,6 +393,10 @@ every value stays within 2^24 (ids of vocabularies up to 16M, positions, counts)
 INTEGER_CASTS = (onnx.TensorProto.FLOAT, *INTEGERS)
 """Casts of such an integer that keep its float32 conversion as it is."""
 
+INTEGER_MOVES = frozenset({"Transpose", "Slice", "Concat", "Expand", "Tile", "Gather"})
+"""Data movement of such integers (a Gather of them by constant indices; XLNet's ids
+transposed to time-major): the same moves of their float32 conversions."""
+
 
 def _int64_inputs(graph: Graph) -> None:
     """An int64 input (token ids, an attention mask) is read as it is by a Gather of a
@@ -439,21 +443,23 @@ def _int64_inputs(graph: Graph) -> None:
         elif node.op == "Cast" and node.attrs.get("to") == onnx.TensorProto.BOOL:
             made.append(Node(node.name, "Cast", [as_float(node.inputs[0])], node.outputs, node.attrs))
         elif node.op in INTEGER_ARITHMETIC or node.op in VIEWS or node.op == "Cast" and node.attrs.get("to") in \
-                INTEGER_CASTS or node.op == "Gather" and node.inputs[1] in held:  # fmt: skip
-            operands = 1 if node.op in VIEWS or node.op == "CumSum" else len(node.inputs)  # not shapes or axes
+                INTEGER_CASTS or node.op == "Gather" and node.inputs[1] in held or node.op in INTEGER_MOVES and \
+                (node.op == "Concat" or all(graph.is_constant(i) for i in node.inputs[1:] if i)):  # fmt: skip
+            every = node.op in INTEGER_ARITHMETIC - {"CumSum"} or node.op == "Concat"
+            operands = len(node.inputs) if every else 1  # not shapes, axes or indices
             inputs = [as_float(i) if i and at < operands else i for at, i in enumerate(node.inputs)]
             made.append(_held_as_float(graph, node, inputs, held))
         else:
             raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
-                                  f"generated (only int64 inputs, read as indices, cast, or in "
+                                  f"generated (only int64 inputs, read as indices, cast, moved, or in "
                                   f"{', '.join(sorted(INTEGER_ARITHMETIC))})")  # fmt: skip
     graph.nodes = made
 
 
 def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) -> Node:
-    """`node` on its inputs' float32 conversions (a Gather's table as given); its
-    integer outputs then held as float32 too (a cast to an integer, an Identity)."""
-    if node.op == "Gather":
+    """`node` on its inputs' float32 conversions (a Gather by computed ids: its table as
+    given); its integer outputs then held as float32 too (a cast to an integer, an Identity)."""
+    if node.op == "Gather" and node.inputs[1] in held:
         return Node(node.name, "Gather", [node.inputs[0], inputs[1]], node.outputs, node.attrs)
     _hold(graph, node, held)
     op = "Identity" if node.op == "Cast" else node.op
