@@ -817,3 +817,23 @@ def test_a_window_larger_than_the_unpadded_input(tmp_path):
     w = b.const("w", b.rng.standard_normal((16, 1, 1, 5), dtype=np.float32))
     y = b.op("Conv", [b.cba("input", 16, 16, 1), w], kernel_shape=[1, 5], pads=[0, 2, 0, 2], group=16)
     build_and_compare(b.model("input", [1, 16, 6, 3], [(b.op("Relu", [y]), [1, 16, 6, 3])]), "avx2", tmp_path / "built")
+
+
+@pytest.mark.parametrize(("kernel", "strides", "pads", "dilations", "group"), [
+    ((3, 3, 3), (1, 1, 1), (1, 1, 1, 1, 1, 1), (1, 1, 1), 1),
+    ((3, 7, 7), (1, 2, 2), (1, 3, 3, 1, 3, 3), (1, 1, 1), 1),  # a video network's stem
+    ((3, 1, 1), (2, 1, 1), (1, 0, 0, 0, 0, 0), (1, 1, 1), 1),  # (2+1)-D's temporal layer, strided
+    ((2, 3, 3), (1, 1, 1), (2, 1, 1, 2, 1, 1), (2, 1, 1), 2),  # dilated along the depth, grouped
+    ((3, 3, 3), (2, 2, 2), "SAME_UPPER", (1, 1, 1), 1),
+])  # fmt: skip
+def test_a_3d_convolution_is_a_2d_one_over_stacked_depth_slices(tmp_path, kernel, strides, pads, dilations, group):
+    """Conv over (D, H, W), with a bias, then BatchNormalization, ReLU and the global
+    average pool of a video classifier, on a batch of two, against onnxruntime."""
+    b = zoo.Builder("conv3d", 5)
+    w = b.const("w", b.rng.standard_normal((8, 4 // group, *kernel), dtype=np.float32))
+    padding = {"auto_pad": pads} if isinstance(pads, str) else {"pads": list(pads)}
+    y = b.op("Conv", ["input", w, b.const("b", b.rng.standard_normal(8, dtype=np.float32))], kernel_shape=list(kernel),
+             strides=list(strides), dilations=list(dilations), group=group, **padding)  # fmt: skip
+    y = b.op("Relu", [b.bn(y, 8)])
+    model = b.model("input", [2, 4, 7, 9, 10], [(y, None), (b.op("GlobalAveragePool", [y]), None)])
+    build_and_compare(model, "avx2", tmp_path / "built")

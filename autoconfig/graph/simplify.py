@@ -20,7 +20,9 @@
   each axis' weights are a constant out × in matrix;
 - a CumSum becomes one matrix product along its axis, by a constant triangle of ones
   (`_cumsum_as_product`);
-- a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`);
+- a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`), a
+  3-D one a 2-D one over each output depth's input slices stacked as channels
+  (`_conv3d_as_2d`);
 - ConvTranspose becomes the convolution it is the transpose of (`_transposed_conv`):
   zeros inserted between the input's pixels, then a stride-1 convolution by the
   flipped filters (s² the multiply-adds of the scatter form at stride s); Col2Im a
@@ -55,6 +57,7 @@ from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes
 from autoconfig.graph.reference import resize_axis, resize_shape
+from autoconfig.graph.windows import window_pads
 
 
 def simplify(graph: Graph) -> Graph:
@@ -702,6 +705,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _layer_norm_as_ops(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)
+    if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 5 and graph.is_constant(node.inputs[1]):
+        return [lowered for made in _conv3d_as_2d(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "Col2Im":
         return [lowered for made in _col2im_as_transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "ConvTranspose":
@@ -899,6 +904,37 @@ def _with_zeros_between(made: _Made, x: str, shape: tuple[int, ...], strides) ->
                      (*shape[:2], *(v for n, s in zip(shape[2:], strides) for v in (n, s))))  # fmt: skip
     full = (*shape[:2], *sizes)
     return made.reshape(padded, full), sizes
+
+
+def _conv3d_as_2d(graph: Graph, node: Node) -> list[Node]:
+    """A 3-D convolution (N, C, D, H, W) as a 2-D one over N·D' images (D' output
+    depths): the input padded along the depth, each depth tap's strided slice stacked
+    beside its channel (im2col along the depth alone), the filters' depth taps folded
+    into their input channels; the output moved back to (N, Cout, D', H', W')."""
+    x, weight = node.inputs[:2]
+    shape, out_shape, w = graph.types[x].shape, graph.types[node.outputs[0]].shape, graph.constants[weight]
+    (n, c, depth), a, taps = shape[:3], node.attrs, w.shape[2]
+    strides, dilations = list(a.get("strides", [1, 1, 1])), list(a.get("dilations", [1, 1, 1]))
+    pads = list(window_pads(node, graph, w.shape[2:], strides, dilations))
+    made, outs = _Made(graph, node.name), out_shape[2]
+    padded = depth + pads[0] + pads[3]
+    if pads[0] or pads[3]:
+        x = made.op("Pad", [x, made.constant("pads", np.array([0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0], np.int64))],
+                    (n, c, padded, *shape[3:]))  # fmt: skip
+    sliced = (n, c, 1, outs, *shape[3:])
+    stacked = [made.reshape(made.op("Slice", [x, *(made.constant(k, np.array([v], np.int64)) for k, v in (
+        ("start", t * dilations[0]), ("end", t * dilations[0] + (outs - 1) * strides[0] + 1), ("axis", 2),
+        ("step", strides[0])))], (n, c, outs, *shape[3:])), sliced) for t in range(taps)]  # fmt: skip
+    columns = made.op("Concat", stacked, (n, c, taps, outs, *shape[3:]), axis=2) if taps > 1 else stacked[0]
+    moved = made.op("Transpose", [columns], (n, outs, c, taps, *shape[3:]), perm=[0, 3, 1, 2, 4, 5])
+    images = made.reshape(moved, (n * outs, c * taps, *shape[3:]))
+    filters = made.constant("filters", np.ascontiguousarray(w.reshape(w.shape[0], -1, *w.shape[3:]), np.float32))
+    y = made.op("Conv", [images, filters, *node.inputs[2:]], (n * outs, out_shape[1], *out_shape[3:]),
+                kernel_shape=list(w.shape[3:]), strides=strides[1:], dilations=dilations[1:],
+                pads=[pads[1], pads[2], pads[4], pads[5]], group=a.get("group", 1))  # fmt: skip
+    y = made.reshape(y, (n, outs, *out_shape[1:2], *out_shape[3:]))
+    made.nodes.append(Node(node.name, "Transpose", [y], node.outputs, {"perm": [0, 2, 1, 3, 4]}))
+    return made.nodes
 
 
 def _conv1d_as_2d(graph: Graph, node: Node) -> list[Node]:
