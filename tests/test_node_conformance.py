@@ -25,8 +25,6 @@ REFUSED: dict[str, str] = {
     r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",
     r"test_identity_(sequence|opt)": r"is a (sequence|optional) value, not a tensor",
     r"test_upsample_nearest": r"ONNX opset 9 is not supported",
-    r"test_convtranspose_3d": r"\(ConvTranspose\): only 1-D and 2-D ones are generated, not 3-D",
-    r"test_col2im_5d": r"\(Col2Im\): only 1-D and 2-D images are generated, not 3-D",
     r"test_pow(_bcast_array|_example|_types_float32_u?int(32|64))?": r"\(Pow\): only a constant scalar exponent",
     r"test_einsum_batch_diagonal": r"\(Einsum\): equation '\.\.\.ii ?->\.\.\.i': an ellipsis is not generated",
     r"test_dropout_default_mask(_ratio)?": r"\(Dropout\): its mask output is not generated",

@@ -827,8 +827,8 @@ def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
         raise AutoconfigError(f"node {node.name!r} (ConvTranspose): computed weights are not generated")
     shape, out_shape, w = graph.types[x].shape, graph.types[node.outputs[0]].shape, graph.constants[weight]
     rank, a, group = len(shape) - 2, node.attrs, node.attrs.get("group", 1)
-    if rank not in (1, 2):
-        raise AutoconfigError(f"node {node.name!r} (ConvTranspose): only 1-D and 2-D ones are generated, not {rank}-D")
+    if rank not in (1, 2, 3):
+        raise AutoconfigError(f"node {node.name!r} (ConvTranspose): only 1-D to 3-D ones are generated, not {rank}-D")
     strides, dilations, kernel = a.get("strides", [1] * rank), a.get("dilations", [1] * rank), w.shape[2:]
     made = _Made(graph, node.name)
     z, inserted = _with_zeros_between(made, x, shape, strides)
@@ -860,8 +860,8 @@ def _col2im_as_transposed_conv(graph: Graph, node: Node) -> list[Node]:
     (n, columns, _), sizes = graph.types[x].shape, graph.types[node.outputs[0]].shape[2:]
     kernel = [int(k) for k in graph.constants[block]]
     rank, taps, a = len(kernel), math.prod(kernel), node.attrs
-    if rank > 2:
-        raise AutoconfigError(f"node {node.name!r} (Col2Im): only 1-D and 2-D images are generated, not {rank}-D")
+    if rank > 3:
+        raise AutoconfigError(f"node {node.name!r} (Col2Im): only 1-D to 3-D images are generated, not {rank}-D")
     strides, dilations = a.get("strides", [1] * rank), a.get("dilations", [1] * rank)
     pads = a.get("pads", [0] * 2 * rank)
     padded = [size + pads[i] + pads[i + rank] for i, size in enumerate(sizes)]
