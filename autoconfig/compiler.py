@@ -55,14 +55,15 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
         raise AutoconfigError(f"cannot write {out}: directory {out.parent} does not exist")
     threads = checks.threads(threads)
     prof, tgt = resolve(profile, target)
-    graph = load_onnx(model, shapes)  # 1-2: import, simplify
     cache = default_cache()
     try:
+        graph = load_onnx(model, shapes)  # 1-2: import, simplify
         fusion_plan = plan(graph, prof, fusion, decisions_of(cache))  # 3
         built = build_model(graph, prof, tgt, fusion, checks.threads_within(threads, prof), cache, fusion_plan,
                             fast_winograd)  # 4
-    except AutoconfigError as err:  # the file, then the node and operator
-        raise AutoconfigError(f"{Path(model).name}: {err}") from None
+    except AutoconfigError as err:  # the file (unless the message names it), then the node and operator
+        name = Path(model).name
+        raise AutoconfigError(str(err) if name in str(err) else f"{name}: {err}") from None
     # (delay: a warm build, done in well under a second, shows no empty bar)
     with tqdm(desc="compiling kernels", unit="kernel", disable=not progress, leave=False, delay=0.5) as bar:
         def tick(done: int, total: int) -> None:
