@@ -182,6 +182,8 @@ OPERATORS: dict[str, OpInfo] = {
     "Resize": OpInfo(_M, _INJ, ref.resize, expansion_reads, _MV, (1, 2, 3)),
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
     "ConvTranspose": OpInfo(_MM, _OUT, ref.onnx_op("ConvTranspose"), window_reads, _EA, (1, 2)),  # as a Conv
+    **{op: OpInfo(_MM, _OUT, ref.onnx_op(op), kernel=_A, parameters=(1, 2, 3, 4, 7))
+       for op in ("LSTM", "GRU", "RNN")},  # unrolled over the sequence (graph.recurrent)
     "Col2Im": OpInfo(_MM, _OUT, ref.onnx_op("Col2Im"), kernel=_A, parameters=(1, 2)),  # as a ConvTranspose
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.onnx_op("InstanceNormalization"), kernel=_A,
                                     parameters=(1, 2)),  # as its ops

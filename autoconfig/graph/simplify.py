@@ -20,6 +20,7 @@
   each axis' weights are a constant out × in matrix;
 - a CumSum becomes one matrix product along its axis, by a constant triangle of ones
   (`_cumsum_as_product`);
+- LSTM, GRU and RNN are unrolled over their sequence (`graph.recurrent`);
 - a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`), a
   3-D one a 2-D one over each output depth's input slices stacked as channels
   (`_conv3d_as_2d`);
@@ -54,6 +55,7 @@ import onnx
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import INTEGERS
+from autoconfig.graph import recurrent
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes
 from autoconfig.graph.reference import resize_axis, resize_shape
@@ -707,6 +709,9 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _conv1d_as_2d(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 5 and graph.is_constant(node.inputs[1]):
         return [lowered for made in _conv3d_as_2d(graph, node) for lowered in _lowered(graph, made)]
+    if node.op in recurrent.GATES:
+        return [lowered for made in recurrent.unrolled(graph, node, _Made(graph, node.name))
+                for lowered in _lowered(graph, made)]  # fmt: skip
     if node.op == "Col2Im":
         return [lowered for made in _col2im_as_transposed_conv(graph, node) for lowered in _lowered(graph, made)]
     if node.op == "ConvTranspose":
