@@ -128,10 +128,12 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
         return transform_back_ns(b, shape.input_shape, layout)
     choice, chain, _ = _own_choice(b, reader)  # asked once
     writes = dict.fromkeys(("nchw", *blocked_layouts(b, chain.end)), 0.0)
+    allowed = tuple(writes) if any(kc.layout_of(p.config) in writes for p in choice.per_algorithm) else \
+        ("nchw", "nchwc", "nhwc")  # as `choose_layout`: none writes those, so any, then transformed back
     costs = []
     for source in ("nchw", "nchwc", "nhwc"):
-        best = choice.best_in((source,), tuple(writes)) or choice.best_in((source,), ("nchwc", "nhwc"))
-        if best is not None:  # the second, writing a layout its readers take none of, transforms back
+        best = choice.best_in((source,), allowed)
+        if best is not None:
             shift = conv_model.transform_ns(shape, best, b.machine, layout, source, b.target.f32_lanes)
             costs.append(best.total_ns + shift + conv_model.written_ns(best, writes, b.machine, b.target.f32_lanes))
     return min(costs)
