@@ -501,11 +501,11 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
 def _merges(a: Analysis, state: _State, v: int) -> list[tuple[int, ...]]:
     """The sets of v's producer groups v may join: any of those without an anchor or a
     tail, with at most one with (none if v is an anchor, but the attention core's group
-    it continues); none that is sealed; for a tail, the group whose last member it
-    reads, if that group hosts it. Enumerating only
-    these keeps a Concat of many convolutions' outputs (DenseNet's) linear, not
-    exponential."""
-    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v]} - {
+    it continues); none that is sealed, none whose edges to v may not fuse; for a tail,
+    the group whose last member it reads, if that group hosts it. Enumerating only
+    these keeps a Concat of many convolutions' outputs (DenseNet's), or of many
+    elementwise chains' (an unrolled scan's steps), linear, not exponential."""
+    producer_groups = sorted({state.group_of[u] for u, _ in a.in_edges[v] if a.legality(u, v) is not Legality.NO} - {
         g for g, grp in state.groups.items() if grp.sealed})  # fmt: skip
     if a.tail[v]:  # a host's group it completes, or views it reads through
         return [(), *((g,) for g in producer_groups if state.groups[g].tail_reads == a.in_edges[v][0][0]
