@@ -1,7 +1,7 @@
 """Einsum, computed as batched matrix products (`graph.simplify`), against onnxruntime:
 an attention's two contractions, letters summed in one operand alone, transposed
-outputs, an outer product, an implicit output and one operand alone; and its one-line
-refusals."""
+outputs, an outer product, an implicit output, one operand alone and ellipses; and its
+one-line refusals."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ CASES = [  # equation, the computed operand's shape, the constant's (None: one o
     ("i,j->ij", (5,), (3,)),
     ("ij,jk", (3, 4), (4, 2)),
     ("ijk->kj", (2, 3, 4), None),
+    ("...qhd,...khd->...hqk", (2, 3, 5, 2, 4), (2, 3, 6, 2, 4)),  # LongT5's local attention
+    ("...ij,...jk", (2, 3, 4), (2, 4, 5)),  # implicit: the ellipsis's axes first
+    ("b...d,bd->b...", (2, 3, 4, 5), (2, 5)),
+    ("...ij,jk->...ik", (2, 3, 4), (4, 5)),  # an ellipsis of no axes in the second
 ]
 
 
@@ -42,10 +46,11 @@ def test_an_einsum_matches_onnxruntime(equation, shape, other):
 
 
 @pytest.mark.parametrize("equation, why", [("ii->i", "each letter once per term"),
-                                           ("...ij,...jk->...ik", "an ellipsis is not generated")])
+                                           ("...ij,...jk->...ik", "an ellipsis broadcast is not generated")])
 def test_an_einsum_the_build_does_not_compute_is_refused_in_one_line(equation, why):
     b = zoo.Builder("einsum", 5)
-    y = b.op("Einsum", ["input", "input"] if "," in equation else ["input"], equation=equation)
+    shaped = [b.op("Reshape", ["input", b.const("s", np.array(s))]) for s in ([2, 2, 4], [1, 4, 4])]  # 2 over 1
+    y = b.op("Einsum", shaped if "," in equation else ["input"], equation=equation)
     model = b.model("input", [4, 4], [(y, None)])
     with pytest.raises(AutoconfigError, match=rf"node 'einsum_\d+' \(Einsum\): equation .*{why}"):
         import_model(model)

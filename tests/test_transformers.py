@@ -479,12 +479,13 @@ def test_integers_computed_from_int64_inputs_are_held_as_floats(tmp_path):
 
 def moved_ids(seed: int = 37, vocab: int = 30) -> onnx.ModelProto:
     """Token ids [2, 5] moved before their embedding: transposed time-major (XLNet's),
-    the first four steps sliced, a step of constant ids concatenated, one column
-    gathered by a constant index and tiled back to two."""
+    the first four steps sliced, a step of constant ids concatenated, a step of 7s padded
+    on, one column gathered by a constant index and tiled back to two."""
     b = zoo.Builder("moved_ids", seed)
     bounds = [b.const(k, np.array([v], np.int64)) for k, v in (("start", 0), ("end", 4), ("axis", 0))]
     steps = b.op("Slice", [b.op("Transpose", ["input_ids"], perm=[1, 0]), *bounds])
     ids = b.op("Concat", [steps, b.const("start", np.array([[3, 4]], np.int64))], axis=0)
+    ids = b.op("Pad", [ids, b.const("pads", np.array([0, 0, 1, 0], np.int64)), b.const("value", np.array(7, np.int64))])
     column = b.op("Gather", [ids, b.const("col", np.array([1], np.int64))], axis=1)
     ids = b.op("Add", [ids, b.op("Tile", [column, b.const("reps", np.array([1, 2], np.int64))])])
     y = b.op("Gather", [b.const("words", b.rng.standard_normal((2 * vocab, 8))), ids])
@@ -497,8 +498,8 @@ def moved_ids(seed: int = 37, vocab: int = 30) -> onnx.ModelProto:
 
 
 def test_int64_ids_moved_before_their_gather(tmp_path):
-    """Transpose, Slice, Concat, Gather by constant indices and Tile of int64 ids run on
-    their float32 conversions; the sums index the table as ids checked in the kernel."""
+    """Transpose, Slice, Concat, Pad, Gather by constant indices and Tile of int64 ids
+    run on their float32 conversions; the sums index the table as ids checked in the kernel."""
     require_runnable(get_target("avx2"))
     onnx.save(moved_ids(), tmp_path / "moved.onnx")
     autoconfig.compile_model(tmp_path / "moved.onnx", tmp_path / "built", profile=PROFILES["avx2"],

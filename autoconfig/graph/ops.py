@@ -18,6 +18,7 @@ Softmax); reorganize for reshapes and Pad; shuffle for Transpose.
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -82,22 +83,44 @@ def reduced_axes(node: Node, graph: Graph) -> tuple[int, ...] | None:
     return tuple(sorted(int(a) % rank for a in axes))
 
 
-def einsum_terms(equation: str) -> tuple[list[str], str]:
-    """Einsum's operands' and output's subscripts (the output implicit: the letters
-    used once, in order), or ValueError for what the build does not compute: an
-    ellipsis, a letter twice in one term (a diagonal), more than two operands."""
+def einsum_terms(equation: str, shapes: list[tuple[int, ...]] | None = None) -> tuple[list[str], str]:
+    """Einsum's operands' and output's subscripts (the output implicit: an ellipsis's
+    axes, then the letters used once, in order), an ellipsis replaced by letters of its
+    own given the operands' `shapes` (without them, left in); or ValueError for what the
+    build does not compute: an ellipsis broadcast, a letter twice in one term (a
+    diagonal), more than two operands."""
     text = equation.replace(" ", "")
     inputs, _, output = text.partition("->")
     terms = inputs.split(",")
     if "->" not in text:
-        output = "".join(sorted(c for c in set(inputs) - {","} if inputs.count(c) == 1))
-    if "." in text:
-        raise ValueError(f"equation {equation!r}: an ellipsis is not generated")
-    if len(terms) > 2 or any(len(set(t)) != len(t) for t in (*terms, output)):
+        output = "..." * ("..." in inputs) + "".join(sorted(c for c in set(inputs) - {",", "."}
+                                                            if inputs.count(c) == 1))  # fmt: skip
+    if shapes is not None and "..." in text:
+        terms, output = _ellipsis_as_letters(equation, terms, output, shapes)
+    plain = [t.replace("...", "") for t in (*terms, output)]
+    if len(terms) > 2 or "." in "".join(plain) or any(len(set(t)) != len(t) for t in plain):
         raise ValueError(f"equation {equation!r}: only one or two operands, each letter once per term")
-    if set(output) - set("".join(terms)):
+    if set(plain[-1]) - set("".join(plain[:-1])):
         raise ValueError(f"equation {equation!r}: an output letter no operand has")
     return terms, output
+
+
+def _ellipsis_as_letters(equation: str, terms: list[str], output: str,
+                         shapes: list[tuple[int, ...]]) -> tuple[list[str], str]:  # fmt: skip
+    """The terms and output with each ellipsis as letters no term uses, one per axis it
+    stands for (aligned at the right, as numpy broadcasts), the same sizes in each."""
+    free = [c for c in string.ascii_letters if c not in equation]
+    spans = [len(shape) - len(t.replace("...", "")) if "..." in t else 0 for t, shape in zip(terms, shapes)]
+    letters = "".join(free[: max(spans)])
+    sizes: dict[str, int] = {}
+    for t, shape, span in zip(terms, shapes, spans):
+        if "..." in t:
+            at = t.index("...")
+            for c, n in zip(letters[len(letters) - span :], shape[at : at + span]):
+                if sizes.setdefault(c, n) != n:
+                    raise ValueError(f"equation {equation!r}: an ellipsis broadcast is not generated")
+    return ([t.replace("...", letters[len(letters) - span :]) for t, span in zip(terms, spans)],
+            output.replace("...", letters))  # fmt: skip
 
 
 def window_reads(node: Node, graph: Graph) -> float:

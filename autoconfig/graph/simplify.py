@@ -273,7 +273,10 @@ def _einsum_as_products(graph: Graph, node: Node) -> list[Node] | None:
     if node.op != "Einsum":
         return None
     m = _Made(graph, node.name)
-    terms, output = einsum_terms(node.attrs["equation"])
+    try:
+        terms, output = einsum_terms(node.attrs["equation"], [graph.types[i].shape for i in node.inputs])
+    except ValueError as err:  # an ellipsis broadcast: seen with the shapes
+        raise AutoconfigError(f"node {node.name!r} (Einsum): {err}") from None
     others = ["".join(terms[1 - i]) if len(terms) == 2 else "" for i in range(len(terms))]
     operands = [_summed(m, graph, x, t, set(output) | set(o)) for x, t, o in zip(node.inputs, terms, others)]
     if len(terms) == 1:
@@ -398,9 +401,10 @@ every value stays within 2^24 (ids of vocabularies up to 16M, positions, counts)
 INTEGER_CASTS = (onnx.TensorProto.FLOAT, *INTEGERS)
 """Casts of such an integer that keep its float32 conversion as it is."""
 
-INTEGER_MOVES = frozenset({"Transpose", "Slice", "Concat", "Expand", "Tile", "Gather"})
+INTEGER_MOVES = frozenset({"Transpose", "Slice", "Concat", "Expand", "Tile", "Gather", "Pad"})
 """Data movement of such integers (a Gather of them by constant indices; XLNet's ids
-transposed to time-major): the same moves of their float32 conversions."""
+transposed to time-major, LongT5's mask padded to whole blocks): the same moves of their
+float32 conversions (a Pad's value too)."""
 
 
 def _int64_inputs(graph: Graph) -> None:
@@ -451,8 +455,8 @@ def _int64_inputs(graph: Graph) -> None:
                 INTEGER_CASTS or node.op == "Gather" and node.inputs[1] in held or node.op in INTEGER_MOVES and \
                 (node.op == "Concat" or all(graph.is_constant(i) for i in node.inputs[1:] if i)):  # fmt: skip
             every = node.op in INTEGER_ARITHMETIC - {"CumSum"} or node.op == "Concat"
-            operands = len(node.inputs) if every else 1  # not shapes, axes or indices
-            inputs = [as_float(i) if i and at < operands else i for at, i in enumerate(node.inputs)]
+            operands = range(len(node.inputs)) if every else (0, 2) if node.op == "Pad" else (0,)  # not shapes, axes
+            inputs = [as_float(i) if i and at in operands else i for at, i in enumerate(node.inputs)]  # or indices
             made.append(_held_as_float(graph, node, inputs, held))
         else:
             raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
