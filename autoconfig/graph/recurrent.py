@@ -1,8 +1,9 @@
 """LSTM, GRU and RNN unrolled over their static sequence (short ones: `STEPS`) into the
-operators the build generates: each gate's input projection for every step at once (one MatMul of the
-whole sequence, its biases added), then per step the recurrent products (MatMul of
-the previous hidden state, the gate's projection added as its epilogue) and the
-gates' elementwise arithmetic, in ONNX's equations (default activations, no clip).
+operators the build generates: each gate's input projection for every step at once
+(one MatMul of the whole sequence, its biases added), then per step the recurrent
+products (MatMul of the previous hidden state, the gate's projection added as its
+epilogue) and the gates' elementwise arithmetic, in ONNX's equations (default
+activations, no clip).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Maker(Protocol):
     def constant(self, what: str, array: np.ndarray) -> str: ...
     def op(self, op: str, inputs: list[str], shape: tuple[int, ...], out: str = "", **attrs) -> str: ...
     def reshape(self, x: str, shape: tuple[int, ...], out: str = "") -> str: ...
+    def slice(self, x: str, starts: list[int], ends: list[int], axes: list[int], shape: tuple[int, ...]) -> str: ...
 
 
 def unrolled(graph: Graph, node: Node, made: Maker) -> list[Node]:
@@ -84,7 +86,7 @@ def _direction(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[in
     kind, a, inputs = node.op, node.attrs, node.inputs + [""] * 8
     (seq, batch), hidden, gates = sizes, int(a["hidden_size"]), GATES[node.op]
     w, r = (np.asarray(graph.constants[i][d], np.float32) for i in inputs[1:3])
-    b = np.asarray(graph.constants[inputs[3]][d], np.float32) if inputs[3] else np.zeros(2 * len(gates) * hidden, np.float32)
+    b = np.asarray(graph.constants[inputs[3]][d] if inputs[3] else np.zeros(2 * len(gates) * hidden), np.float32)
     wb, rb = b[: len(gates) * hidden], b[len(gates) * hidden :]
     reset_after = kind == "GRU" and a.get("linear_before_reset", 0)
     projected = {}
@@ -105,9 +107,8 @@ def _direction(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[in
     order = range(seq - 1, -1, -1) if a.get("direction") == "reverse" or d == 1 else range(seq)
     states = {}
     for t in order:
-        now = {gate: made.reshape(made.op("Slice", [p, *(made.constant(k, np.array([v], np.int64)) for k, v in (
-            ("start", t), ("end", t + 1), ("axis", 0)))], (1, batch, hidden)), (batch, hidden))
-            for gate, p in projected.items()}  # fmt: skip
+        now = {gate: made.reshape(made.slice(p, [t], [t + 1], [0], (1, batch, hidden)), (batch, hidden))
+               for gate, p in projected.items()}  # fmt: skip
         h, c = step.lstm(now, h, c) if kind == "LSTM" else (step.gru(now, h) if kind == "GRU" else step.rnn(now, h), c)
         states[t] = h
     return [states[t] for t in range(seq)], h, c
@@ -118,9 +119,8 @@ def _initial(graph: Graph, made: Maker, value: str, d: int, shape: tuple[int, in
     step leaves out)."""
     if not value or (graph.is_constant(value) and not np.asarray(graph.constants[value]).any()):
         return None
-    start = [made.constant(k, np.array([v], np.int64)) for k, v in (("start", d), ("end", d + 1), ("axis", axis))]
     sliced = (shape[0], 1, shape[1]) if axis else (1, *shape)
-    return made.reshape(made.op("Slice", [value, *start], sliced), shape)
+    return made.reshape(made.slice(value, [d], [d + 1], [axis], sliced), shape)
 
 
 class Step:

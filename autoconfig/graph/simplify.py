@@ -85,7 +85,7 @@ def simplify(graph: Graph) -> Graph:
             alias.update(zip(node.outputs, first.outputs))
             continue
         nodes.append(node)
-    graph.nodes = [lowered for node in nodes for lowered in _lowered(graph, node)]
+    graph.nodes = _all_lowered(graph, nodes)
     graph.outputs = [alias.get(o, o) for o in graph.outputs]
     _fold_batchnorm(graph)
     graph.nodes = [region for node in graph.nodes for region in _tap_regions(graph, node)]
@@ -411,8 +411,8 @@ def _int64_inputs(graph: Graph) -> None:
     """An int64 input (token ids, an attention mask) is read as it is by a Gather of a
     constant table (the ids), and by everything else as its float32 conversion, which
     the runner writes as the model starts (`Graph.converted`); views keep it int64.
-    Integers computed from it (`INTEGER_ARITHMETIC`, int casts) are held as float32
-    values, which a Gather reads as ids checked in the kernel (`families.movement`); any
+    Integers computed from it (`INTEGER_ARITHMETIC`, int casts, `INTEGER_MOVES`) are held
+    as float32 values, which a Gather reads as ids checked in the kernel (`families.movement`); any
     other int64 value computed at run time is refused. `Graph.ids_below` gets the rows
     of the tables each input indexes."""
     made: list[Node] = []
@@ -451,18 +451,27 @@ def _int64_inputs(graph: Graph) -> None:
             made.append(node)
         elif node.op == "Cast" and node.attrs.get("to") == onnx.TensorProto.BOOL:
             made.append(Node(node.name, "Cast", [as_float(node.inputs[0])], node.outputs, node.attrs))
-        elif node.op in INTEGER_ARITHMETIC or node.op in VIEWS or node.op == "Cast" and node.attrs.get("to") in \
-                INTEGER_CASTS or node.op == "Gather" and node.inputs[1] in held or node.op in INTEGER_MOVES and \
-                (node.op == "Concat" or all(graph.is_constant(i) for i in node.inputs[1:] if i)):  # fmt: skip
-            every = node.op in INTEGER_ARITHMETIC - {"CumSum"} or node.op == "Concat"
-            operands = range(len(node.inputs)) if every else (0, 2) if node.op == "Pad" else (0,)  # not shapes, axes
-            inputs = [as_float(i) if i and at in operands else i for at, i in enumerate(node.inputs)]  # or indices
+        elif (operands := _integer_operands(graph, node, held)) is not None:
+            inputs = [as_float(i) if i and at in operands else i for at, i in enumerate(node.inputs)]
             made.append(_held_as_float(graph, node, inputs, held))
         else:
             raise AutoconfigError(f"node {node.name!r} ({node.op}): int64 values computed at run time are not "
                                   f"generated (only int64 inputs, read as indices, cast, moved, or in "
                                   f"{', '.join(sorted(INTEGER_ARITHMETIC))})")  # fmt: skip
     graph.nodes = made
+
+
+def _integer_operands(graph: Graph, node: Node, held: set[str]) -> tuple[int, ...] | None:
+    """The inputs `node` reads as float32 conversions where it computes integers on
+    them (arithmetic, a view, an integer cast, a Gather by held ids, a move), not its
+    shapes, axes or indices; None where it does not."""
+    if node.op in INTEGER_ARITHMETIC - {"CumSum"} or node.op == "Concat":
+        return tuple(range(len(node.inputs)))
+    if node.op in INTEGER_MOVES and all(graph.is_constant(i) for i in node.inputs[1:] if i):
+        return (0, 2) if node.op == "Pad" else (0,)  # a Pad's value too
+    if node.op in VIEWS or node.op == "CumSum" or node.op == "Cast" and node.attrs.get("to") in INTEGER_CASTS:
+        return (0,)
+    return (1,) if node.op == "Gather" and node.inputs[1] in held else None
 
 
 def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) -> Node:
@@ -712,17 +721,21 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 3 and graph.is_constant(node.inputs[1]):
         return _conv1d_as_2d(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 5 and graph.is_constant(node.inputs[1]):
-        return [lowered for made in _conv3d_as_2d(graph, node) for lowered in _lowered(graph, made)]
+        return _all_lowered(graph, _conv3d_as_2d(graph, node))
     if node.op in recurrent.GATES:
-        return [lowered for made in recurrent.unrolled(graph, node, _Made(graph, node.name))
-                for lowered in _lowered(graph, made)]  # fmt: skip
+        return _all_lowered(graph, recurrent.unrolled(graph, node, _Made(graph, node.name)))
     if node.op == "Col2Im":
-        return [lowered for made in _col2im_as_transposed_conv(graph, node) for lowered in _lowered(graph, made)]
+        return _all_lowered(graph, _col2im_as_transposed_conv(graph, node))
     if node.op == "ConvTranspose":
-        return [lowered for made in _transposed_conv(graph, node) for lowered in _lowered(graph, made)]
+        return _all_lowered(graph, _transposed_conv(graph, node))
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 4 and graph.is_constant(node.inputs[1]):
         _live_taps(graph, node)
     return [node]
+
+
+def _all_lowered(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """Nodes one was rewritten into, each lowered in turn."""
+    return [lowered for node in nodes for lowered in _lowered(graph, node)]
 
 
 def _live_taps(graph: Graph, node: Node) -> None:
@@ -813,10 +826,8 @@ def _region(made: _Made, slices: dict, node: Node, runs: tuple, window: tuple, i
     ends = [(y1 - 1) * s - p + (t1 - 1) * d + 1 for (_, y1, _, t1), s, d, p in zip(runs, strides, dilations, pads)]
     if (begins, ends) != ([0, 0], list(shape[2:])):
         if (tuple(begins), tuple(ends)) not in slices:
-            slices[tuple(begins), tuple(ends)] = made.op(
-                "Slice", [x, *(made.constant(what, np.array(v, np.int64)) for what, v in
-                               (("starts", begins), ("ends", ends), ("axes", [2, 3])))],
-                (*shape[:2], *(e - b for b, e in zip(begins, ends))))  # fmt: skip
+            slices[tuple(begins), tuple(ends)] = made.slice(x, begins, ends, [2, 3],
+                                                            (*shape[:2], *(e - b for b, e in zip(begins, ends))))
         x = slices[tuple(begins), tuple(ends)]
     (_, _, h0, h1), (_, _, w0, w1) = runs
     taps = made.constant("taps", np.ascontiguousarray(graph.constants[weight][:, :, h0:h1, w0:w1]))
@@ -847,9 +858,7 @@ def _transposed_conv(graph: Graph, node: Node) -> list[Node]:
     if min(lo + hi) < 0:  # pads wider than the filter's reach crop the input
         starts, ends = [max(0, -v) for v in lo], [n - max(0, -v) for n, v in zip(inserted, hi)]
         axes = list(range(2, rank + 2))
-        z = made.op("Slice", [z, *(made.constant(what, np.array(v, np.int64)) for what, v in
-                                   (("starts", starts), ("ends", ends), ("axes", axes)))],
-                    (*shape[:2], *(e - b for b, e in zip(starts, ends))))  # fmt: skip
+        z = made.slice(z, starts, ends, axes, (*shape[:2], *(e - b for b, e in zip(starts, ends))))
     groups_first = w.reshape(group, w.shape[0] // group, w.shape[1], *kernel).swapaxes(1, 2)
     flipped = np.flip(groups_first, axis=tuple(range(3, 3 + rank))).reshape(group * w.shape[1], -1, *kernel)
     filters = made.constant("filters", np.ascontiguousarray(flipped, np.float32))
@@ -931,9 +940,8 @@ def _conv3d_as_2d(graph: Graph, node: Node) -> list[Node]:
         x = made.op("Pad", [x, made.constant("pads", np.array([0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0], np.int64))],
                     (n, c, padded, *shape[3:]))  # fmt: skip
     sliced = (n, c, 1, outs, *shape[3:])
-    stacked = [made.reshape(made.op("Slice", [x, *(made.constant(k, np.array([v], np.int64)) for k, v in (
-        ("start", t * dilations[0]), ("end", t * dilations[0] + (outs - 1) * strides[0] + 1), ("axis", 2),
-        ("step", strides[0])))], (n, c, outs, *shape[3:])), sliced) for t in range(taps)]  # fmt: skip
+    stacked = [made.reshape(made.slice(x, [t * dilations[0]], [t * dilations[0] + (outs - 1) * strides[0] + 1], [2],
+                                       (n, c, outs, *shape[3:]), [strides[0]]), sliced) for t in range(taps)]  # fmt: skip
     columns = made.op("Concat", stacked, (n, c, taps, outs, *shape[3:]), axis=2) if taps > 1 else stacked[0]
     moved = made.op("Transpose", [columns], (n, outs, c, taps, *shape[3:]), perm=[0, 3, 1, 2, 4, 5])
     images = made.reshape(moved, (n * outs, c * taps, *shape[3:]))
@@ -1155,6 +1163,12 @@ class _Made:
     def reshape(self, x: str, shape: tuple[int, ...], out: str = "") -> str:
         """A Reshape of `x` to `shape` made (its shape a constant)."""
         return self.op("Reshape", [x, self.constant("shape", np.array(shape, np.int64))], tuple(shape), out=out)
+
+    def slice(self, x: str, starts: list[int], ends: list[int], axes: list[int], shape: tuple[int, ...],
+              steps: list[int] | None = None) -> str:  # fmt: skip
+        """A Slice of `x` made (its bounds, axes and steps constants), of `shape`."""
+        bounds = [("starts", starts), ("ends", ends), ("axes", axes), *([("steps", steps)] if steps else [])]
+        return self.op("Slice", [x, *(self.constant(what, np.array(v, np.int64)) for what, v in bounds)], tuple(shape))
 
     def along_axis(self, x: str, shape: list[int], axis: int, weights: np.ndarray, fill: np.ndarray | None) -> str:
         """`x` (of `shape`) times `weights` (out × in) along `axis`, plus `fill` per output."""
