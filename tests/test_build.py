@@ -451,10 +451,11 @@ TRANSPOSED = [((5, 6), 4, 6, 1, {"strides": [2, 2]}),
               ((4, 4), 8, 8, 8, {"strides": [2, 2], "kernel_shape": [4, 4], "pads": [1, 1, 1, 1]}),
               ((5, 5), 2, 3, 1, {"dilations": [2, 2], "pads": [3, 3, 3, 3]}),
               ((5, 5), 2, 3, 1, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
-              ((5, 5), 2, 3, 1, {"strides": [2, 2], "output_shape": [10, 11]})]  # fmt: skip
+              ((5, 5), 2, 3, 1, {"strides": [2, 2], "output_shape": [10, 11]}),
+              ((3, 4, 5), 2, 4, 2, {"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 0]})]  # fmt: skip
 """ConvTranspose cases: (spatial size, in, out channels, groups, attributes): strides
 per axis, uneven pads and output padding, 1-D, depthwise, dilation with pads beyond the
-filter's reach (a crop), SAME padding, an output shape."""
+filter's reach (a crop), SAME padding, an output shape, 3-D grouped."""
 
 
 @pytest.mark.parametrize("case", TRANSPOSED, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[4].items()) or "plain")
@@ -473,6 +474,27 @@ def test_transposed_convolutions_match_onnxruntime(tmp_path, case):
     model.ir_version = 8
     require_runnable(get_target("avx2"))
     build_and_compare(onnx.shape_inference.infer_shapes(model), "avx2", tmp_path / "built")
+
+
+COLUMNS = [((9, 8), (3, 3), {}),
+           ((10, 9), (3, 2), {"strides": [2, 3], "pads": [1, 0, 0, 1]}),  # blocks that stop short of the end
+           ((11, 7), (2, 3), {"dilations": [3, 2], "pads": [1, 1, 1, 1], "strides": [1, 2]})]  # fmt: skip
+"""Col2Im cases: (image, block, attributes)."""
+
+
+@pytest.mark.parametrize("image, block, attrs", COLUMNS)
+def test_col2im_matches_onnxruntime(tmp_path, image, block, attrs):
+    """Col2Im (torch's fold) of 3 channels' blocks, both signs, then ReLU."""
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0] * 4)
+    grid = [(n + pads[i] + pads[i + 2] - d * (k - 1) - 1) // s + 1
+            for i, (n, k, s, d) in enumerate(zip(image, block, strides, dilations))]  # fmt: skip
+    b = zoo.Builder("col2im", 4)
+    y = b.op("Col2Im", ["input", b.const("image", np.array(image, np.int64)), b.const("block", np.array(block, np.int64))],
+             **attrs)  # fmt: skip
+    model = b.model("input", [2, 3 * block[0] * block[1], grid[0] * grid[1]], [(b.op("Relu", [y]), None)], opset=18)
+    require_runnable(get_target("avx2"))
+    build_and_compare(model, "avx2", tmp_path / "built")
 
 
 ODD_CHANNELS = (*range(1, 71), 440, 1000)
