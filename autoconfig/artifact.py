@@ -47,7 +47,7 @@ from autoconfig.runtime import POOL_SOURCE, encode, widest
 from kernels.abi import c_header, c_tasks
 from kernels.cache import KernelCache, compile_modules, default_cache
 from kernels.library import unique_signatures, run_tool
-from kernels.runner import HEADER, MODEL_HEADER, RunnerConfig, driver_source, model_source
+from kernels.runner import DELIVERED, HEADER, MODEL_HEADER, RunnerConfig, driver_source, model_source
 
 def _write_weights(pieces: tuple[np.ndarray, ...], path: Path) -> str:
     """Write the float32 pieces one after another (little-endian) and return the file's
@@ -156,10 +156,16 @@ def runner_config(model: BuiltModel) -> RunnerConfig:
     g = model.graph
     return RunnerConfig(tuple(int(v) for v in encode(calls, {s: i for i, s in enumerate(symbols)})), len(calls),
                         symbols, tuple(g.types[n].bytes for n in g.inputs),
-                        tuple(g.types[n].bytes for n, _ in model.outputs),
+                        tuple(g.types[n].elements * DELIVERED[_delivered(g, n)] for n, _ in model.outputs),
                         tuple(4 * offset for _, offset in model.outputs), 4 * model.arena_floats,
                         model.weights_bytes, widest(calls),
-                        tuple((i, 4 * offset, n) for i, offset, n in model.conversions), model.index_limits)  # fmt: skip
+                        tuple((i, 4 * offset, n) for i, offset, n in model.conversions), model.index_limits,
+                        tuple(_delivered(g, n) for n, _ in model.outputs))  # fmt: skip
+
+
+def _delivered(graph, output: str) -> str:
+    """The type `output` reaches the caller in: float32, or the model's integers or bools."""
+    return graph.delivered.get(output, "float32")
 
 
 def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> dict:
@@ -176,7 +182,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> di
         "inputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": g.types[n].dtype,
                     **({"ids_below": limit} if limit else {})}
                    for n, limit in zip(g.inputs, model.index_limits or [0] * len(g.inputs))],
-        "outputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": "float32"} for n, _ in model.outputs],
+        "outputs": [{"name": n, "shape": list(g.types[n].shape), "dtype": _delivered(g, n)} for n, _ in model.outputs],
         "kernels": kernels,
         "steps": step,
         "arena_bytes": 4 * model.arena_floats,

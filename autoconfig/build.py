@@ -194,7 +194,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if graph.types[name].dtype != "float32" and not (name in graph.inputs and graph.types[name].dtype == "int64"):
             kind = "input" if name in graph.inputs else "output"
             raise AutoconfigError(f"{kind} {name!r} is {graph.types[name].dtype}; only float32 models (and int64 "
-                                  f"inputs) are built")  # fmt: skip
+                                  f"inputs, and int64 or bool outputs computed by the model) are built")  # fmt: skip
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = Builder(graph, profile, target, threads, cache, FAMILIES, fast_winograd)
     plan = plan or fusion_plan(graph, profile, fusion, b.decisions)

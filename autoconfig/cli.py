@@ -297,7 +297,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         write_atomically(args.output, buffer.getvalue())
         print(f"wrote {args.output}")
     for name, value in outputs.items():
-        print(f"{name}: shape {value.shape}, min {value.min():.4g}, max {value.max():.4g}")
+        kind = "" if value.dtype == np.float32 else f"{value.dtype} "
+        print(f"{name}: {kind}shape {value.shape}, min {value.min():.4g}, max {value.max():.4g}")
     if args.bench:
         print(f"median of {args.bench} runs: {median_ns / 1e6:.3f} ms "
               f"(predicted {model.manifest['predicted_ns'] / 1e6:.3f} ms)")  # fmt: skip

@@ -92,8 +92,8 @@ def run(test: NodeTest, bind_parameters: bool = True, **options) -> Outcome:
         for inputs, expected in test.data_sets:
             outputs = rep.run(inputs)
             for name, want, got in zip(rep.outputs, expected, outputs, strict=True):
-                if want.shape != got.shape or not np.allclose(got, want, rtol=test.rtol, atol=test.atol,
-                                                              equal_nan=True):  # fmt: skip
+                if want.shape != got.shape or want.dtype != got.dtype or not np.allclose(
+                        got, want, rtol=test.rtol, atol=test.atol, equal_nan=True):  # fmt: skip
                     return Outcome("failed", f"{name}: {_difference(want, got)}")
     except AutoconfigError as err:
         return Outcome("refused", str(err).splitlines()[0])
@@ -101,8 +101,8 @@ def run(test: NodeTest, bind_parameters: bool = True, **options) -> Outcome:
 
 
 def _difference(want: np.ndarray, got: np.ndarray) -> str:
-    if want.shape != got.shape:
-        return f"shape {got.shape}, expected {want.shape}"
+    if want.shape != got.shape or want.dtype != got.dtype:
+        return f"{got.dtype} of shape {got.shape}, expected {want.dtype} of {want.shape}"
     error = np.abs(got.astype(np.float64) - want)
     return f"max error {float(np.nanmax(error)):.3g} where the expected values reach {float(np.abs(want).max()):.3g}"
 

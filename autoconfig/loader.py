@@ -64,7 +64,8 @@ def _check_runs_here(manifest: dict, directory: Path) -> None:
         raise AutoconfigError(f"{directory}: built for {target.name}, which this machine cannot run: {execution.reason}")
 
 
-RUN_STATUS = {1: "a NULL argument", 2: "no working memory", 3: "an id outside its table"}
+RUN_STATUS = {1: "a NULL argument", 2: "no working memory", 3: "an id outside its table",
+              4: "an int64 input beyond +-2^24, which the model's float32 arithmetic would not keep exact"}
 """What ``ac_model_run``'s non-zero statuses mean (autoconfig_model.h)."""
 
 
@@ -93,6 +94,7 @@ class LoadedModel:
         self.input_types = {i["name"]: (np.dtype(i.get("dtype", "float32")), i.get("ids_below", 0))
                             for i in self.manifest["inputs"]}  # fmt: skip
         self.outputs = [(o["name"], tuple(o["shape"])) for o in self.manifest["outputs"]]
+        self.output_types = [np.dtype(o.get("dtype", "float32")) for o in self.manifest["outputs"]]
         self._model = None
         if self.manifest["native"]:
             _check_runs_here(self.manifest, self.directory)
@@ -141,7 +143,7 @@ class LoadedModel:
     def run(self, inputs: dict[str, np.ndarray], repeat: int = 1) -> tuple[dict[str, np.ndarray], float, list[float]]:
         """(outputs by name, median time of `repeat` runs in ns, each step's ns in the last run)."""
         arrays = self.check(inputs)
-        outputs = [np.empty(shape, np.float32) for _, shape in self.outputs]
+        outputs = [np.empty(shape, dtype) for (_, shape), dtype in zip(self.outputs, self.output_types)]
         if self._model is None:
             return self._run_emulated(arrays, outputs, repeat)
         pointers_in = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
@@ -176,7 +178,7 @@ class LoadedModel:
                 raise AutoconfigError(f"the model failed under {target.emulator[0]}: {last}")
             figures = [float(v) for v in done.stdout.split()]
             for o, path in zip(outputs, outs):
-                o[...] = np.fromfile(path, "<f4").reshape(o.shape)
+                o[...] = np.fromfile(path, o.dtype.newbyteorder("<")).reshape(o.shape)
         names = [n for n, _ in self.outputs]
         return dict(zip(names, outputs)), figures[0], figures[1:]
 

@@ -45,6 +45,7 @@ class Graph:
     name: str = "graph"
     converted: dict[str, str] = field(default_factory=dict)  # a float32 value -> the int64 input it converts
     ids_below: dict[str, int] = field(default_factory=dict)  # an int64 input of ids -> the rows of its tables (fewest)
+    delivered: dict[str, str] = field(default_factory=dict)  # an output held as float32 -> its ONNX type (int64, bool)
 
     def producers(self) -> dict[str, Node]:
         """Value name -> the node producing it."""

@@ -68,7 +68,7 @@ def simplify(graph: Graph) -> Graph:
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like, _trilu_as_selection):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
-    for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps):
+    for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes):
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
     _scales_before_moves(graph)
@@ -264,6 +264,34 @@ def _reductions_as_others(graph: Graph, node: Node) -> list[Node] | None:
     return m.nodes
 
 
+def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
+    """ArgMax (ArgMin: of the negated elements) as maxima: p = max x along the axis, then
+    the first index i where x_i = p or is NaN (as onnx's reference: a NaN is the
+    largest) as n − max(hit · (n − i)), or the last as max(hit · (i + 1)) − 1
+    (select_last_index): exact, every value an integer below 2^24, held as float32 like
+    the model's other integers."""
+    if node.op not in ("ArgMax", "ArgMin"):
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape = graph.types[x].shape
+    axis, last = node.attrs.get("axis", 0) % len(shape), node.attrs.get("select_last_index", 0)
+    kept = tuple(1 if a == axis else d for a, d in enumerate(shape))
+    if node.op == "ArgMin":
+        x = m.op("Neg", [x], shape)
+    along = m.constant("axes", np.array([axis], np.int64))
+    peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
+    hits = m.op("Or", [m.op("Equal", [x, peak], shape), m.op("IsNaN", [x], shape)], shape)
+    n, at = shape[axis], np.arange(shape[axis], dtype=np.float32)
+    rank = (at + 1 if last else n - at).reshape([n if a == axis else 1 for a in range(len(shape))])
+    best = m.op("ReduceMax", [m.op("Mul", [hits, m.constant("ranks", rank)], shape), along], kept, keepdims=1)
+    offset = m.constant("offset", np.array(1 if last else n, np.float32))
+    index = m.op("Sub", [best, offset] if last else [offset, best], kept,
+                 out="" if node.attrs.get("keepdims", 1) == 0 else out)  # fmt: skip
+    if node.attrs.get("keepdims", 1) == 0:
+        m.reshape(index, graph.types[out].shape, out=out)
+    return m.nodes
+
+
 def _einsum_as_products(graph: Graph, node: Node) -> list[Node] | None:
     """Einsum of two operands as one batched MatMul: each operand's letters only it has
     and the output lacks summed first, then each transposed to (batch, its own letters,
@@ -372,8 +400,8 @@ def _bools_as_floats(graph: Graph) -> None:
         if array.dtype == np.bool_:
             graph.constants[name] = array.astype(np.float32)
     for name, kind in graph.types.items():
-        if kind.dtype == "bool" and name not in graph.outputs + graph.inputs:  # refused as such
-            graph.types[name] = TensorType(kind.shape, "float32")
+        if kind.dtype == "bool" and name not in graph.inputs:  # refused as such
+            _held(graph, name)
     made = []
     for node in graph.nodes:
         source = graph.types[node.inputs[0]].dtype if node.inputs and node.inputs[0] else ""
@@ -488,9 +516,16 @@ def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) 
 def _hold(graph: Graph, node: Node, held: set[str]) -> None:
     """`node`'s integer outputs held as float32 values."""
     for out in node.outputs:
-        if out and graph.types[out].dtype in ("int64", "int32") and out not in graph.outputs:
-            graph.types[out] = TensorType(graph.types[out].shape, "float32")
+        if out and graph.types[out].dtype in ("int64", "int32"):
+            _held(graph, out)
             held.add(out)
+
+
+def _held(graph: Graph, value: str) -> None:
+    """`value` held as float32; a model output delivered in its own type as the run ends."""
+    if value in graph.outputs:
+        graph.delivered[value] = graph.types[value].dtype
+    graph.types[value] = TensorType(graph.types[value].shape, "float32")
 
 
 def _float_constant(graph: Graph, value: str) -> str:

@@ -1,0 +1,104 @@
+"""Outputs that are not float32: ArgMax and ArgMin (int64), comparisons (bool), integer
+arithmetic on int64 inputs (int64), each delivered in its ONNX type and equal to
+onnxruntime's; an int64 input beyond what float32 keeps exact is an error, not a wrong
+answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import autoconfig
+from autoconfig.errors import AutoconfigError
+from autoconfig.graph import zoo
+from kernels.target import get_target
+from tests.conftest import require_runnable
+from tests.test_build import PROFILES, onnxruntime_outputs
+
+
+def segmenter(op: str, channels: int, attrs: dict) -> onnx.ModelProto:
+    """A 3x3 convolution to `channels` class scores per pixel, then `op` over them (or
+    over another axis), and whether each score is positive (a bool output)."""
+    b = zoo.Builder(f"{op.lower()}_{channels}", 11)
+    scores = b.conv("input", 8, channels, 3, bias=True)
+    index = b.op(op, [scores], **attrs)
+    positive = b.op("Greater", [scores, b.const("zero", np.float32(0))])
+    model = b.model("input", [1, 8, 12, 10], [(index, None), (positive, None)])
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.BOOL
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def run_both(model: onnx.ModelProto, inputs: dict[str, np.ndarray], tmp_path, target: str = "avx2"):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    autoconfig.compile_model(path, tmp_path / "built", profile=PROFILES[target], target=get_target(target))
+    ours = autoconfig.load(tmp_path / "built")(inputs)
+    return list(ours.values()), onnxruntime_outputs(model, inputs)
+
+
+CASES = [
+    ("ArgMax", 21, {"axis": 1}),
+    ("ArgMax", 32, {"axis": 1, "keepdims": 0}),  # channels in whole AVX blocks
+    ("ArgMin", 16, {"axis": -1, "select_last_index": 1}),
+    ("ArgMax", 5, {"axis": 2, "keepdims": 0, "select_last_index": 1}),
+]
+
+
+@pytest.mark.parametrize("op,channels,attrs", CASES)
+def test_arg_extremes_match_onnxruntime(tmp_path, op, channels, attrs):
+    require_runnable(get_target("avx2"))
+    x = np.random.default_rng(channels).standard_normal((1, 8, 12, 10)).astype(np.float32)
+    model = segmenter(op, channels, attrs)
+    ours, expected = run_both(model, {"input": x}, tmp_path)
+    for got, want in zip(ours, expected, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want)
+
+
+def test_ties_and_nans_pick_the_reference_index(tmp_path):
+    """Equal maxima: the first (or, select_last_index, the last); a NaN counts as the
+    largest, as in onnx's reference."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])
+    nodes = [helper.make_node("ArgMax", ["x"], ["first"], axis=1),
+             helper.make_node("ArgMax", ["x"], ["last"], axis=1, select_last_index=1)]  # fmt: skip
+    outputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [3, 1]) for n in ("first", "last")]
+    model = helper.make_model(helper.make_graph(nodes, "ties", [x], outputs), opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)  # fmt: skip
+    values = np.array([[1, 3, -2, 3, 0, 3], [-5, np.nan, -1, np.nan, -2, -3], [-1, -1, -1, -1, -1, -1]], np.float32)
+    ours, _ = run_both(model, {"x": values}, tmp_path)
+    assert ours[0].ravel().tolist() == [1, 1, 0] and ours[1].ravel().tolist() == [5, 3, 5]
+
+
+def integer_model() -> onnx.ModelProto:
+    """The larger of two int64 inputs, plus one: int64 arithmetic, an int64 output."""
+    a, b = (helper.make_tensor_value_info(n, TensorProto.INT64, [4, 5]) for n in ("a", "b"))
+    one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+    nodes = [helper.make_node("Max", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "one"], ["y"])]
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [4, 5])
+    return helper.make_model(helper.make_graph(nodes, "integers", [a, b], [y], [one]),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)  # fmt: skip
+
+
+def test_int64_arithmetic_is_exact_or_refused_at_run_time(tmp_path):
+    require_runnable(get_target("avx2"))
+    rng = np.random.default_rng(2)
+    a, b = (rng.integers(-(2**24), 2**24 - 1, (4, 5)) for _ in range(2))
+    ours, expected = run_both(integer_model(), {"a": a, "b": b}, tmp_path)
+    assert ours[0].dtype == np.int64 and np.array_equal(ours[0], expected[0])
+    a[2, 3] = 2**24 + 1  # float32 would round it
+    with pytest.raises(AutoconfigError, match=r"status 4 \(an int64 input beyond \+-2\^24"):
+        autoconfig.load(tmp_path / "built")({"a": a, "b": b})
+
+
+def test_typed_outputs_cross_a_target_run_by_its_driver(tmp_path):
+    """Built for NEON and run under qemu-user: the driver writes each output's own bytes."""
+    require_runnable(get_target("neon"))
+    x = np.random.default_rng(4).standard_normal((1, 8, 12, 10)).astype(np.float32)
+    ours, expected = run_both(segmenter("ArgMax", 21, {"axis": 1}), {"input": x}, tmp_path, "neon")
+    assert [o.dtype for o in ours] == [np.int64, np.bool_]
+    assert all(np.array_equal(o, e) for o, e in zip(ours, expected, strict=True))
