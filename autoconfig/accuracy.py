@@ -42,7 +42,9 @@ def sample_inputs(inputs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:
 
 def output_error(value: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
     """(max |value - expected|, expected's range (1 if constant)): within bounds when
-    the first is at most ERROR_BOUND times the second."""
+    the first is at most ERROR_BOUND times the second. Integers and bools compare as
+    numbers."""
+    value, expected = np.asarray(value, np.float64), np.asarray(expected, np.float64)
     spread = float(expected.max() - expected.min()) or 1.0
     return float(np.abs(value - expected).max()), spread
 

@@ -11,8 +11,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import autoconfig
+from autoconfig.bench import bench
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph import zoo
+from autoconfig.profile import load_profile
 from kernels.target import get_target
 from tests.conftest import require_runnable
 from tests.test_build import PROFILES, onnxruntime_outputs
@@ -102,3 +104,14 @@ def test_typed_outputs_cross_a_target_run_by_its_driver(tmp_path):
     ours, expected = run_both(segmenter("ArgMax", 21, {"axis": 1}), {"input": x}, tmp_path, "neon")
     assert [o.dtype for o in ours] == [np.int64, np.bool_]
     assert all(np.array_equal(o, e) for o, e in zip(ours, expected, strict=True))
+
+
+def test_bench_checks_typed_outputs(monkeypatch, tmp_path):
+    """`autoconfig bench` holds int64 and bool outputs to onnxruntime's as numbers."""
+    require_runnable(get_target("avx2"))
+    monkeypatch.setattr("autoconfig.probe.host_profile", lambda: load_profile(PROFILES["avx2"]))
+    path = tmp_path / "segmenter.onnx"
+    onnx.save(segmenter("ArgMax", 21, {"axis": 1}), path)
+    lines: list[str] = []
+    assert bench(path, threads=1, repeat=2, say=lines.append)
+    assert sum("autoconfig max |error| 0 " in line and line.endswith("(ok)") for line in lines) == 2
