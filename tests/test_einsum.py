@@ -1,7 +1,7 @@
 """Einsum, computed as batched matrix products (`graph.simplify`), against onnxruntime:
 an attention's two contractions, letters summed in one operand alone, transposed
-outputs, an outer product, an implicit output, one operand alone and ellipses; and its
-one-line refusals."""
+outputs, an outer product, an implicit output, one operand alone, ellipses and
+diagonals; and its one-line refusals."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ CASES = [  # equation, the computed operand's shape, the constant's (None: one o
     ("...ij,...jk", (2, 3, 4), (2, 4, 5)),  # implicit: the ellipsis's axes first
     ("b...d,bd->b...", (2, 3, 4, 5), (2, 5)),
     ("...ij,jk->...ik", (2, 3, 4), (4, 5)),  # an ellipsis of no axes in the second
+    ("ii->i", (4, 4), None),  # diagonals: a letter repeated in an operand's term
+    ("ii", (5, 5), None),  # the trace
+    ("...ii->...i", (2, 3, 3), None),
+    ("iji->j", (3, 4, 3), None),
+    ("iii->i", (3, 3, 3), None),
+    ("iij,jk->ik", (3, 3, 4), (4, 2)),
+    ("ij,jj->ij", (3, 4), (4, 4)),  # the constant's diagonal
 ]
 
 
@@ -45,7 +52,7 @@ def test_an_einsum_matches_onnxruntime(equation, shape, other):
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
 
 
-@pytest.mark.parametrize("equation, why", [("ii->i", "each letter once per term"),
+@pytest.mark.parametrize("equation, why", [("ij->ii", "each output letter once"),
                                            ("...ij,...jk->...ik", "an ellipsis broadcast is not generated")])
 def test_an_einsum_the_build_does_not_compute_is_refused_in_one_line(equation, why):
     b = zoo.Builder("einsum", 5)

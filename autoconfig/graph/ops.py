@@ -87,8 +87,8 @@ def einsum_terms(equation: str, shapes: list[tuple[int, ...]] | None = None) -> 
     """Einsum's operands' and output's subscripts (the output implicit: an ellipsis's
     axes, then the letters used once, in order), an ellipsis replaced by letters of its
     own given the operands' `shapes` (without them, left in); or ValueError for what the
-    build does not compute: an ellipsis broadcast, a letter twice in one term (a
-    diagonal), more than two operands."""
+    build does not compute: an ellipsis broadcast, more than two operands (a letter twice
+    in an operand's term is its diagonal; in the output's, refused)."""
     text = equation.replace(" ", "")
     inputs, _, output = text.partition("->")
     terms = inputs.split(",")
@@ -98,8 +98,8 @@ def einsum_terms(equation: str, shapes: list[tuple[int, ...]] | None = None) -> 
     if shapes is not None and "..." in text:
         terms, output = _ellipsis_as_letters(equation, terms, output, shapes)
     plain = [t.replace("...", "") for t in (*terms, output)]
-    if len(terms) > 2 or "." in "".join(plain) or any(len(set(t)) != len(t) for t in plain):
-        raise ValueError(f"equation {equation!r}: only one or two operands, each letter once per term")
+    if len(terms) > 2 or "." in "".join(plain) or len(set(plain[-1])) != len(plain[-1]):
+        raise ValueError(f"equation {equation!r}: only one or two operands, each output letter once")
     if set(plain[-1]) - set("".join(plain[:-1])):
         raise ValueError(f"equation {equation!r}: an output letter no operand has")
     return terms, output

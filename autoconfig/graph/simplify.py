@@ -305,14 +305,37 @@ def _einsum_as_products(graph: Graph, node: Node) -> list[Node] | None:
         terms, output = einsum_terms(node.attrs["equation"], [graph.types[i].shape for i in node.inputs])
     except ValueError as err:  # an ellipsis broadcast: seen with the shapes
         raise AutoconfigError(f"node {node.name!r} (Einsum): {err}") from None
+    diagonals = [_diagonal(m, graph, x, t) for x, t in zip(node.inputs, terms)]
+    terms = [t for _, t in diagonals]
     others = ["".join(terms[1 - i]) if len(terms) == 2 else "" for i in range(len(terms))]
-    operands = [_summed(m, graph, x, t, set(output) | set(o)) for x, t, o in zip(node.inputs, terms, others)]
+    operands = [_summed(m, graph, x, t, set(output) | set(o)) for (x, _), t, o in zip(diagonals, terms, others)]
     if len(terms) == 1:
         (x, letters), = operands
     else:
         x, letters = _product(m, graph, operands, output)
     _transposed(m, graph, x, letters, output, node.outputs[0])
     return m.nodes
+
+
+def _diagonal(m: _Made, graph: Graph, x: str, letters: str) -> tuple[str, str]:
+    """`x` (subscripts `letters`) with each letter it repeats taken once, on the diagonal
+    (as numpy.diagonal: that axis last): the two axes moved last, flattened to n·n and
+    sliced every n+1 elements."""
+    while (c := next((c for c in letters if letters.count(c) > 1), None)) is not None:
+        i = letters.index(c)
+        j = letters.index(c, i + 1)
+        rest = [a for a in range(len(letters)) if a not in (i, j)]
+        shape, n = graph.types[x].shape, graph.types[x].shape[i]
+        kept = tuple(shape[a] for a in rest)
+        if graph.is_constant(x):
+            x = m.constant("diagonal", np.ascontiguousarray(np.diagonal(graph.constants[x], axis1=i, axis2=j)))
+        else:
+            perm = [*rest, i, j]
+            moved = x if perm == sorted(perm) else m.op("Transpose", [x], (*kept, n, n), perm=perm)
+            square = m.reshape(moved, (*kept, n * n))
+            x = m.slice(square, [0], [n * n], [len(kept)], (*kept, n), steps=[n + 1])
+        letters = "".join(letters[a] for a in rest) + c
+    return x, letters
 
 
 def _summed(m: _Made, graph: Graph, x: str, letters: str, kept: set[str]) -> tuple[str, str]:
