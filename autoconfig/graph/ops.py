@@ -172,6 +172,7 @@ OPERATORS: dict[str, OpInfo] = {
                      check=lambda a: einsum_terms(a["equation"])),  # as products (graph.simplify)
     "LogSoftmax": OpInfo(_MM, _OUT, ref.log_softmax, kernel=_A),  # as its ops (graph.simplify)
     **{op: OpInfo(_MM, _RED, ref.onnx_op(op), kernel=_A) for op in ("ArgMax", "ArgMin")},  # as maxima (graph.simplify)
+    "TopK": OpInfo(_MM, _RED, ref.top_k, kernel=_A, parameters=(1,)),  # as K rounds of maxima (graph.simplify)
     **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
     "Add": OpInfo(_1, _EW, ref.binary(np.add)),
     "Sub": OpInfo(_1, _EW, ref.binary(np.subtract)),

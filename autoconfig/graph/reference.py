@@ -86,6 +86,13 @@ def onnx_op(op: str) -> Callable[..., np.ndarray]:
     return lambda a, *inputs: onnx_reference(op, a, *inputs)[0]
 
 
+def top_k(a: dict, x, k):
+    """TopK's values and int64 indices by onnx's reference."""
+    from onnx import helper
+
+    return onnx_node_outputs(helper.make_node("TopK", ["x", "k"], ["values", "indices"], **a), {"x": x, "k": k}, 22)
+
+
 def lrn(a: dict, x):
     """The spec's LRN (onnx's reference sums over the first `batch` channels only): each
     channel over the ⌊(size−1)/2⌋ before it and ⌈(size−1)/2⌉ after it."""

@@ -68,7 +68,8 @@ def simplify(graph: Graph) -> Graph:
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like, _trilu_as_selection):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
-    for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes):
+    for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
+                    _top_k):
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
     _scales_before_moves(graph)
@@ -290,6 +291,62 @@ def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
     if node.attrs.get("keepdims", 1) == 0:
         m.reshape(index, graph.types[out].shape, out=out)
     return m.nodes
+
+
+TOP_K_ROUNDS = 16
+"""TopK's largest K: the K rounds of maxima each pass over the whole tensor, and beyond a
+few a sorting kernel would be the tool (refused in one line)."""
+
+
+def _top_k(graph: Graph, node: Node) -> list[Node] | None:
+    """TopK as K rounds of maxima (the order onnx's reference gives: equal values by
+    index, a NaN the largest): each round's maximum of the elements not taken yet
+    (`_top_round`), its values and indices concatenated along the axis."""
+    if node.op != "TopK":
+        return None
+    m, x, (values, indices) = _Made(graph, node.name), node.inputs[0], node.outputs
+    if not graph.is_constant(node.inputs[1]):
+        raise AutoconfigError(f"node {node.name!r} (TopK): K computed at run time is not generated")
+    k, shape = int(graph.constants[node.inputs[1]].reshape(-1)[0]), graph.types[x].shape
+    if k > TOP_K_ROUNDS:
+        raise AutoconfigError(f"node {node.name!r} (TopK): K={k} is more than the {TOP_K_ROUNDS} rounds of maxima "
+                              f"it is computed as")  # fmt: skip
+    axis, largest = node.attrs.get("axis", -1) % len(shape), node.attrs.get("largest", 1)
+    kept = tuple(1 if a == axis else d for a, d in enumerate(shape))
+    nan = m.op("IsNaN", [x], shape)
+    inf = m.constant("inf", np.array(np.inf if largest else -np.inf, np.float32))
+    key = m.op("Where", [nan, inf, x if largest else m.op("Neg", [x], shape)], shape)  # a NaN first, or last
+    taken, rounds = None, []
+    for _ in range(k):
+        taken, value, index = _top_round(m, key, nan, taken, axis, kept, largest)
+        rounds.append((value, index))
+    out = tuple(k if a == axis else d for a, d in enumerate(shape))
+    for j, result in enumerate((values, indices)):
+        m.op("Concat", [r[j] for r in rounds], out, out=result, axis=axis)
+    return m.nodes
+
+
+def _top_round(m: _Made, key: str, nan: str, taken: str | None, axis: int, kept: tuple[int, ...],
+               largest: int) -> tuple[str, str, str]:  # fmt: skip
+    """One round of TopK: among the keys not `taken` (None: the first round), the first
+    index of the largest, its value (a NaN where the element was one), and `taken` with
+    it added."""
+    shape, along = m.graph.types[key].shape, m.constant("axes", np.array([axis], np.int64))
+    n = shape[axis]
+    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
+    lowest = m.constant("lowest", np.array(-np.inf, np.float32))
+    free = key if taken is None else m.op("Where", [taken, lowest, key], shape)
+    peak = m.op("ReduceMax", [free, along], kept, keepdims=1)
+    hits = m.op("Equal", [key, peak], shape)
+    if taken is not None:  # a taken key equal to the peak (-inf) is not a hit
+        hits = m.op("Mul", [hits, m.op("Sub", [m.constant("one", np.ones((), np.float32)), taken], shape)], shape)
+    best = m.op("ReduceMax", [m.op("Mul", [hits, m.constant("ranks", n - at)], shape), along], kept, keepdims=1)
+    index = m.op("Sub", [m.constant("count", np.array(n, np.float32)), best], kept)
+    chosen = m.op("Equal", [m.constant("positions", at), index], shape)
+    was_nan = m.op("ReduceMax", [m.op("Mul", [chosen, nan], shape), along], kept, keepdims=1)
+    value = m.op("Where", [was_nan, m.constant("nan", np.array(np.nan, np.float32)),
+                           peak if largest else m.op("Neg", [peak], kept)], kept)  # fmt: skip
+    return (chosen if taken is None else m.op("Add", [taken, chosen], shape)), value, index
 
 
 def _einsum_as_products(graph: Graph, node: Node) -> list[Node] | None:
