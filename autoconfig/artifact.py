@@ -40,6 +40,7 @@ import numpy as np
 
 from autoconfig.builder import BuiltModel
 from autoconfig.errors import AutoconfigError, reraised
+from autoconfig.graph.ir import Graph
 from autoconfig.loader import ARCHIVE, DRIVER, FORMAT, LIBRARY, sha256_file
 from autoconfig.machine import Machine
 from autoconfig.probe.host import this_host
@@ -163,7 +164,7 @@ def runner_config(model: BuiltModel) -> RunnerConfig:
                         tuple(_delivered(g, n) for n, _ in model.outputs))  # fmt: skip
 
 
-def _delivered(graph, output: str) -> str:
+def _delivered(graph: Graph, output: str) -> str:
     """The type `output` reaches the caller in: float32, or the model's integers or bools."""
     return graph.delivered.get(output, "float32")
 

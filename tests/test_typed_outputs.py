@@ -67,6 +67,7 @@ def test_arg_extremes_match_onnxruntime(tmp_path, op, channels, attrs):
 def test_ties_and_nans_pick_the_reference_index(tmp_path):
     """Equal maxima: the first (or, select_last_index, the last); a NaN counts as the
     largest, as in onnx's reference."""
+    require_runnable(get_target("avx2"))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])
     nodes = [helper.make_node("ArgMax", ["x"], ["first"], axis=1),
              helper.make_node("ArgMax", ["x"], ["last"], axis=1, select_last_index=1)]  # fmt: skip
@@ -149,6 +150,7 @@ def test_top_k_matches_onnxruntime_with_ties(tmp_path, shape, k, attrs):
 
 def test_top_k_puts_nans_where_the_reference_does(tmp_path):
     """A NaN is the largest: first of the largest, last of the smallest (onnx's reference)."""
+    require_runnable(get_target("avx2"))
     values = np.array([[1, np.nan, 3, 3, -np.inf, 2]], np.float32)
     for largest in (1, 0):
         model = top_k_model([1, 6], 4, {"largest": largest})

@@ -267,30 +267,36 @@ def _reductions_as_others(graph: Graph, node: Node) -> list[Node] | None:
 
 def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
     """ArgMax (ArgMin: of the negated elements) as maxima: p = max x along the axis, then
-    the first index i where x_i = p or is NaN (as onnx's reference: a NaN is the
-    largest) as n − max(hit · (n − i)), or the last as max(hit · (i + 1)) − 1
-    (select_last_index): exact, every value an integer below 2^24, held as float32 like
-    the model's other integers."""
+    the first (or, select_last_index, the last) index where x_i = p or is NaN (as onnx's
+    reference: a NaN is the largest), `_hit_index`."""
     if node.op not in ("ArgMax", "ArgMin"):
         return None
     m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
     shape = graph.types[x].shape
-    axis, last = node.attrs.get("axis", 0) % len(shape), node.attrs.get("select_last_index", 0)
+    axis = node.attrs.get("axis", 0) % len(shape)
     kept = tuple(1 if a == axis else d for a, d in enumerate(shape))
     if node.op == "ArgMin":
         x = m.op("Neg", [x], shape)
-    along = m.constant("axes", np.array([axis], np.int64))
-    peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
+    peak = m.op("ReduceMax", [x, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
     hits = m.op("Or", [m.op("Equal", [x, peak], shape), m.op("IsNaN", [x], shape)], shape)
-    n, at = shape[axis], np.arange(shape[axis], dtype=np.float32)
-    rank = (at + 1 if last else n - at).reshape([n if a == axis else 1 for a in range(len(shape))])
-    best = m.op("ReduceMax", [m.op("Mul", [hits, m.constant("ranks", rank)], shape), along], kept, keepdims=1)
-    offset = m.constant("offset", np.array(1 if last else n, np.float32))
-    index = m.op("Sub", [best, offset] if last else [offset, best], kept,
-                 out="" if node.attrs.get("keepdims", 1) == 0 else out)  # fmt: skip
-    if node.attrs.get("keepdims", 1) == 0:
+    flat = node.attrs.get("keepdims", 1) == 0
+    index = _hit_index(m, hits, axis, bool(node.attrs.get("select_last_index", 0)), "" if flat else out)
+    if flat:
         m.reshape(index, graph.types[out].shape, out=out)
     return m.nodes
+
+
+def _hit_index(m: _Made, hits: str, axis: int, last: bool = False, out: str = "") -> str:
+    """The first index along `axis` where `hits` (1.0 or 0.0) holds a 1, as
+    n − max(hit · (n − i)), or the last as max(hit · (i + 1)) − 1: exact, every value an
+    integer below 2^24, held as float32 like the model's other integers."""
+    shape = m.graph.types[hits].shape
+    n, kept = shape[axis], tuple(1 if a == axis else d for a, d in enumerate(shape))
+    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
+    ranked = m.op("Mul", [hits, m.constant("ranks", at + 1 if last else n - at)], shape)
+    best = m.op("ReduceMax", [ranked, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
+    offset = m.constant("offset", np.array(1 if last else n, np.float32))
+    return m.op("Sub", [best, offset] if last else [offset, best], kept, out=out)
 
 
 TOP_K_ROUNDS = 16
@@ -333,15 +339,14 @@ def _top_round(m: _Made, key: str, nan: str, taken: str | None, axis: int, kept:
     it added."""
     shape, along = m.graph.types[key].shape, m.constant("axes", np.array([axis], np.int64))
     n = shape[axis]
-    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
     lowest = m.constant("lowest", np.array(-np.inf, np.float32))
     free = key if taken is None else m.op("Where", [taken, lowest, key], shape)
     peak = m.op("ReduceMax", [free, along], kept, keepdims=1)
     hits = m.op("Equal", [key, peak], shape)
     if taken is not None:  # a taken key equal to the peak (-inf) is not a hit
         hits = m.op("Mul", [hits, m.op("Sub", [m.constant("one", np.ones((), np.float32)), taken], shape)], shape)
-    best = m.op("ReduceMax", [m.op("Mul", [hits, m.constant("ranks", n - at)], shape), along], kept, keepdims=1)
-    index = m.op("Sub", [m.constant("count", np.array(n, np.float32)), best], kept)
+    index = _hit_index(m, hits, axis)
+    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
     chosen = m.op("Equal", [m.constant("positions", at), index], shape)
     was_nan = m.op("ReduceMax", [m.op("Mul", [chosen, nan], shape), along], kept, keepdims=1)
     value = m.op("Where", [was_nan, m.constant("nan", np.array(np.nan, np.float32)),
@@ -481,7 +486,7 @@ def _bools_as_floats(graph: Graph) -> None:
             graph.constants[name] = array.astype(np.float32)
     for name, kind in graph.types.items():
         if kind.dtype == "bool" and name not in graph.inputs:  # refused as such
-            _held(graph, name)
+            _hold_value(graph, name)
     made = []
     for node in graph.nodes:
         source = graph.types[node.inputs[0]].dtype if node.inputs and node.inputs[0] else ""
@@ -597,11 +602,11 @@ def _hold(graph: Graph, node: Node, held: set[str]) -> None:
     """`node`'s integer outputs held as float32 values."""
     for out in node.outputs:
         if out and graph.types[out].dtype in ("int64", "int32"):
-            _held(graph, out)
+            _hold_value(graph, out)
             held.add(out)
 
 
-def _held(graph: Graph, value: str) -> None:
+def _hold_value(graph: Graph, value: str) -> None:
     """`value` held as float32; a model output delivered in its own type as the run ends."""
     if value in graph.outputs:
         graph.delivered[value] = graph.types[value].dtype
