@@ -209,8 +209,10 @@ def report(model: BuiltModel, manifest: dict) -> str:
              "", f"Profile {model.profile.name}; fusion {model.fusion}; up to {model.threads} thread(s).",
              f"Predicted total: {manifest['predicted_ns'] / 1e3:.1f} µs.",
              f"Arena: {manifest['arena_bytes'] / 1e6:.2f} MB at its peak, for "
-             f"{manifest['intermediate_bytes'] / 1e6:.2f} MB of intermediate tensors and scratch; "
-             f"weights {manifest['weights_bytes'] / 1e6:.2f} MB.", "",
+             f"{manifest['intermediate_bytes'] / 1e6:.2f} MB of intermediate tensors and scratch"
+             + (f" (memory reused only after {4 * model.cooling_floats / 1e6:.1f} MB of traffic, the last-level "
+                "cache: a line another thread still holds is slow to write)" if model.cooling_floats else "")
+             + f"; weights {manifest['weights_bytes'] / 1e6:.2f} MB.", "",
              "## Fusion plan", "", "| # | kernel | ops | choice | predicted µs |", "|---|---|---|---|---|"]  # fmt: skip
     for i, k in enumerate(model.kernels):
         lines.append(f"| {i} | {k.name} | {', '.join(k.ops)} | {k.summary} | {k.predicted_ns / 1e3:.1f} |")

@@ -6,8 +6,10 @@ family's lowering uses (`streaming` kernels' predictions, `permuted` gathers, wi
 
 Memory: every tensor between kernels, and every kernel's scratch, is a buffer with
 a lifetime (the first and last kernel touching it); buffers are placed in one
-arena, largest first, each at the lowest offset free for its whole lifetime.
-Graph outputs live to the end and are copied out; graph inputs are read in place.
+arena, largest first, each at the lowest offset free for its whole lifetime — and,
+with more than one thread, for as long after it as the traffic takes to push its
+lines out of the other cores' caches (`Builder.cooling`). Graph outputs live to the
+end and are copied out; graph inputs are read in place.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class BuiltModel:
     weights: tuple[np.ndarray, ...]  # float32 pieces in file order (kept apart: VGG-16's are 553 MB)
     arena_floats: int
     intermediate_floats: int
+    cooling_floats: int  # traffic before memory is reused (`Builder.cooling`)
     outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
     conversions: tuple[tuple[int, int, int], ...] = ()  # (int64 input, arena offset in floats, elements)
     index_limits: tuple[int, ...] = ()  # per input: ids must lie in [-limit, limit) (0: not ids)
@@ -127,6 +130,7 @@ class Builder:
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
         self.weights: list[np.ndarray] = []
         self.weight_floats = 0
+        self.weights_at: dict[int, int] = {}  # step -> floats of constants its kernel reads
         self.step = 0  # the kernel being lowered
         self.consumers = graph.consumers()
         self.producer = {out: n for n in graph.nodes for out in n.outputs}
@@ -203,6 +207,7 @@ class Builder:
         if padding:
             self.weights.append(np.zeros(padding, np.float32))
         self.weight_floats += flat.size + padding
+        self.weights_at[self.step] = self.weights_at.get(self.step, 0) + flat.size
         return Ref(WEIGHTS, offset)
 
     def scratch(self, count: int) -> Ref:
@@ -311,11 +316,11 @@ class Builder:
             root = self._absolute(self.where[name][0], 0)[0]
             self.buffers[root].last = self.step  # copied out after the last kernel
         roots = [i for i, b in enumerate(self.buffers) if b.inside is None and b.input_index is None]
+        apart = self._apart(roots)
         placed: list[Buffer] = []
         for i in sorted(roots, key=lambda i: -self.buffers[i].size):
             b = self.buffers[i]
-            busy = sorted((p.offset, p.offset + aligned(p.size)) for p in placed
-                          if p.first <= b.last and b.first <= p.last)  # fmt: skip
+            busy = sorted((p.offset, p.offset + aligned(p.size)) for p in placed if not apart(p, b))
             offset = 0
             for start, end in busy:
                 if offset + aligned(b.size) <= start:
@@ -324,6 +329,40 @@ class Builder:
             b.offset = offset
             placed.append(b)
         return max((p.offset + aligned(p.size) for p in placed), default=0)
+
+    def cooling(self) -> int:
+        """Floats of traffic after a buffer's last use before another may take its
+        memory: none at one thread; with more, the last-level cache. A line that another
+        core still holds (it read the tensor) costs its writer an invalidation; writes
+        over such lines, back to back, run many times slower than over the writer's own
+        (docs/calibration.md), and a core's lines leave its caches only when its
+        traffic has filled them."""
+        levels = [c for c in self.profile.caches if c.kind != "instruction"]
+        return 0 if self.threads == 1 or not levels else int(max(c.size.value for c in levels)) // 4
+
+    def _apart(self, roots: list[int]) -> Callable[[Buffer, Buffer], bool]:
+        """Whether two buffers may share memory: their lifetimes do not overlap, and the
+        traffic between them — either way round, through the next run — is at least
+        `cooling`. A kernel's traffic: the buffers it writes first or reads last, and
+        the constants it reads."""
+        steps = self.step + 1
+        traffic = [float(self.weights_at.get(s, 0)) for s in range(steps)]
+        for i in roots:
+            b = self.buffers[i]
+            for s in {b.first, b.last}:
+                traffic[s] += b.size
+        clock = [0.0, *np.cumsum(traffic)]  # clock[s]: traffic before step s
+        cooling = self.cooling()
+
+        def apart(p: Buffer, b: Buffer) -> bool:
+            if p.first <= b.last and b.first <= p.last:
+                return False
+            early, late = (p, b) if p.last < b.first else (b, p)
+            between = clock[late.first] - clock[early.last + 1]
+            around = clock[steps] - clock[late.last + 1] + clock[early.first]
+            return min(between, around) >= cooling
+
+        return apart
 
     def resolve(self, ref: Ref) -> Ref:
         """A ref to a virtual buffer as a ref into the arena or an input."""
