@@ -45,7 +45,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
-    local = "rows" if constant_b else "columns" if g.is_constant(node.inputs[0]) else None  # the tokens' side
+    local = _preferred_split(b, constant_b, g.is_constant(node.inputs[0]))
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b,
                                     local=None if as_column else local, **product.options())  # fmt: skip
     plan = choice.best.plan
@@ -70,6 +70,19 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                        choice.best.total_ns * math.ceil(count / at_once), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
+
+
+def _preferred_split(b: Builder, constant_b: bool, constant_a: bool) -> str | None:
+    """The split the matmul model takes among tied plans (`models.matmul.preference`):
+    the computed operand's tokens, each thread reading the rows it wrote — unless the
+    model's weights outgrow the L3 and stream from memory on every run; then the weights'
+    side, each thread fetching its share of them instead of all."""
+    streamed = b.machine.in_model(b.model_weights).constants_level == "DRAM"
+    if constant_b:
+        return "columns" if streamed else "rows"
+    if constant_a:
+        return "rows" if streamed else "columns"
+    return None
 
 
 def addressed_products(b: Builder, node: Node) -> tuple[list[str | None], Products]:

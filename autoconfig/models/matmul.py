@@ -890,7 +890,8 @@ def preference(p: Prediction, local: Split | None = None) -> tuple:
     `local`: the dimension along which the computed operand's producer divided it among
     the threads (a convolution's pixels, a sequence's tokens): split the same way, each
     thread reads what it wrote itself, where another split reads most of the operand
-    from the other cores' caches, a slower path that no term prices. Micro-kernels: an
+    from the other cores' caches, a slower path that no term prices. (Or the constant
+    operand's side, where weights stream from memory: `families.matmul`.) Micro-kernels: an
     edge tile's costs build time, and ties without one mostly ran faster too.
     Instructions per flop: the FMA-bound terms hide that advantage. A split by rows:
     each thread's rows of A and C are its own contiguous block, where a split by columns
