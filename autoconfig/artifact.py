@@ -210,8 +210,8 @@ def report(model: BuiltModel, manifest: dict) -> str:
              f"Predicted total: {manifest['predicted_ns'] / 1e3:.1f} µs.",
              f"Arena: {manifest['arena_bytes'] / 1e6:.2f} MB at its peak, for "
              f"{manifest['intermediate_bytes'] / 1e6:.2f} MB of intermediate tensors and scratch"
-             + (f" (memory reused only after {4 * model.cooling_floats / 1e6:.1f} MB of traffic, the last-level "
-                "cache: a line another thread still holds is slow to write)" if model.cooling_floats else "")
+             + (f" (memory reused only after {4 * model.cooling_floats / 1e6:.1f} MB of traffic, up to the last-level "
+                "cache for each thread: a line another thread still holds is slow to write)" if model.cooling_floats else "")
              + f"; weights {manifest['weights_bytes'] / 1e6:.2f} MB.", "",
              "## Fusion plan", "", "| # | kernel | ops | choice | predicted µs |", "|---|---|---|---|---|"]  # fmt: skip
     for i, k in enumerate(model.kernels):

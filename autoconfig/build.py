@@ -241,5 +241,5 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
     conversions = tuple((graph.inputs.index(source), b.resolve(Ref(VIRTUAL + b.where[name][0])).offset,
                          graph.types[name].elements) for name, source in graph.converted.items())  # fmt: skip
     return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
-                      b.cooling(), outputs, conversions, tuple(graph.ids_below.get(n, 0) for n in graph.inputs))  # fmt: skip
+                      b.cooled, outputs, conversions, tuple(graph.ids_below.get(n, 0) for n in graph.inputs))  # fmt: skip
 

@@ -55,6 +55,12 @@ ELEMENTWISE_GROUP = "elementwise"
 """What `Builder.anchor_of` says of the nodes of a group of elementwise ops alone."""
 
 
+COOLED_ARENA_GROWTH = 8
+"""The most memory an arena planned with cooling (`Builder.cooling`) may take, as a
+multiple of the plan without it: the torchvision models at two threads need up to 7x,
+a bound that keeps many threads or large batches from planning no reuse at all."""
+
+
 VIRTUAL = 1 << 20
 """Spaces from here on name buffers not placed yet (space - VIRTUAL = buffer id)."""
 
@@ -132,6 +138,7 @@ class Builder:
         self.weight_floats = 0
         self.weights_at: dict[int, int] = {}  # step -> floats of constants its kernel reads
         self.step = 0  # the kernel being lowered
+        self.cooled = 0  # the cooling the arena plan used (`place`)
         self.consumers = graph.consumers()
         self.producer = {out: n for n in graph.nodes for out in n.outputs}
         self.choices: dict[tuple, object] = {}
@@ -311,12 +318,22 @@ class Builder:
     # ---------------------------------------------------------------- placement
 
     def place(self, outputs: list[str]) -> int:
-        """Give every arena buffer its offset; returns the arena's size in floats."""
+        """Give every arena buffer its offset; returns the arena's size in floats. The
+        cooling (`cooling`) is halved while it would take more than COOLED_ARENA_GROWTH
+        times the memory of a plan without it; `cooled` is what the plan used."""
         for name in outputs:
             root = self._absolute(self.where[name][0], 0)[0]
             self.buffers[root].last = self.step  # copied out after the last kernel
         roots = [i for i, b in enumerate(self.buffers) if b.inside is None and b.input_index is None]
-        apart = self._apart(roots)
+        tight, self.cooled = self._placed(roots, 0), self.cooling()
+        while self.cooled and self._placed(roots, self.cooled) > COOLED_ARENA_GROWTH * tight:
+            self.cooled //= 2
+        return self._placed(roots, self.cooled)
+
+    def _placed(self, roots: list[int], cooling: int) -> int:
+        """Place the buffers `roots`, largest first, each at the lowest offset where it
+        is `_apart` from every buffer placed; the arena's size in floats."""
+        apart = self._apart(roots, cooling)
         placed: list[Buffer] = []
         for i in sorted(roots, key=lambda i: -self.buffers[i].size):
             b = self.buffers[i]
@@ -332,18 +349,18 @@ class Builder:
 
     def cooling(self) -> int:
         """Floats of traffic after a buffer's last use before another may take its
-        memory: none at one thread; with more, the last-level cache. A line that another
-        core still holds (it read the tensor) costs its writer an invalidation; writes
-        over such lines, back to back, run many times slower than over the writer's own
-        (docs/calibration.md), and a core's lines leave its caches only when its
-        traffic has filled them."""
+        memory: none at one thread; with more, the last-level cache for each thread. A
+        line that another core still holds (it read the tensor) costs its writer an
+        invalidation; writes over such lines, back to back, run many times slower than
+        over the writer's own (docs/calibration.md), and a core's lines leave its caches
+        only when its own traffic, a thread's share, has filled them."""
         levels = [c for c in self.profile.caches if c.kind != "instruction"]
-        return 0 if self.threads == 1 or not levels else int(max(c.size.value for c in levels)) // 4
+        return 0 if self.threads == 1 or not levels else int(max(c.size.value for c in levels)) // 4 * self.threads
 
-    def _apart(self, roots: list[int]) -> Callable[[Buffer, Buffer], bool]:
+    def _apart(self, roots: list[int], cooling: int) -> Callable[[Buffer, Buffer], bool]:
         """Whether two buffers may share memory: their lifetimes do not overlap, and the
         traffic between them — either way round, through the next run — is at least
-        `cooling`. A kernel's traffic: the buffers it writes first or reads last, and
+        `cooling` floats. A kernel's traffic: the buffers it writes first or reads last, and
         the constants it reads."""
         steps = self.step + 1
         traffic = [float(self.weights_at.get(s, 0)) for s in range(steps)]
@@ -352,7 +369,6 @@ class Builder:
             for s in {b.first, b.last}:
                 traffic[s] += b.size
         clock = [0.0, *np.cumsum(traffic)]  # clock[s]: traffic before step s
-        cooling = self.cooling()
 
         def apart(p: Buffer, b: Buffer) -> bool:
             if p.first <= b.last and b.first <= p.last:

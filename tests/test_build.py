@@ -17,7 +17,7 @@ import pytest
 import autoconfig
 from autoconfig.bench import bench
 from autoconfig.build import build_model
-from autoconfig.builder import Builder
+from autoconfig.builder import COOLED_ARENA_GROWTH, Builder
 from autoconfig.cli import main
 from autoconfig.demo import run_model_demo
 from autoconfig.errors import AutoconfigError
@@ -412,6 +412,12 @@ def test_arena_memory_is_reused_only_after_the_other_cores_caches_have_cooled():
     assert len(set(offsets(2, {}))) == 2
     assert len(set(offsets(2, {1: cooling}))) == 2  # cooled between them, not before the next run's first
     assert offsets(2, {1: cooling, 3: cooling}) == (0, 0)
+
+    b = Builder(graph, profile, get_target("avx2"), 2, None)  # ten buffers one after another, their own
+    for step in range(10):  # traffic between: all apart, they would take ten times the memory
+        b.step = step
+        b._buffer(1000)
+    assert b.place([]) <= COOLED_ARENA_GROWTH * 1008 and 0 < b.cooled < cooling  # cooled less
 
 
 @pytest.mark.slow
