@@ -17,12 +17,13 @@ import pytest
 import autoconfig
 from autoconfig.bench import bench
 from autoconfig.build import build_model
-from autoconfig.builder import COOLED_ARENA_GROWTH, Builder
+from autoconfig.builder import COOLED_ARENA_GROWTH, Builder, aligned
 from autoconfig.cli import main
 from autoconfig.demo import run_model_demo
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import plan
 from autoconfig.graph import zoo
+from autoconfig.families import matmul as matmul_family
 from autoconfig.families import pool as pool_family
 from autoconfig.graph.onnx_import import import_model
 from autoconfig.machine import Machine
@@ -417,7 +418,20 @@ def test_arena_memory_is_reused_only_after_the_other_cores_caches_have_cooled():
     for step in range(10):  # traffic between: all apart, they would take ten times the memory
         b.step = step
         b._buffer(1000)
-    assert b.place([]) <= COOLED_ARENA_GROWTH * 1008 and 0 < b.cooled < cooling  # cooled less
+    assert b.place([]) <= COOLED_ARENA_GROWTH * aligned(1000) and 0 < b.cooled < cooling  # cooled less
+
+
+def test_products_with_weights_from_memory_split_the_weights_among_tied_plans():
+    """A product with a constant B splits the tokens (the rows its A's producer wrote)
+    among tied plans, unless the model's weights outgrow the L3 and stream from memory
+    on every run: then B's columns, each thread fetching its share of the weights."""
+    b = Builder(import_model(mlp()), load_profile(PROFILES["avx2"]), get_target("avx2"), 2, None)
+    assert matmul_family._preferred_split(b, True, False) == "rows"
+    assert matmul_family._preferred_split(b, False, True) == "columns"
+    assert matmul_family._preferred_split(b, False, False) is None
+    b.model_weights = 1 << 30  # 1 GB: beyond any L3
+    assert matmul_family._preferred_split(b, True, False) == "columns"
+    assert matmul_family._preferred_split(b, False, True) == "rows"
 
 
 @pytest.mark.slow

@@ -274,7 +274,7 @@ def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
     m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
     shape = graph.types[x].shape
     axis = node.attrs.get("axis", 0) % len(shape)
-    kept = tuple(1 if a == axis else d for a, d in enumerate(shape))
+    kept = _kept(shape, (axis,))
     if node.op == "ArgMin":
         x = m.op("Neg", [x], shape)
     peak = m.op("ReduceMax", [x, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
@@ -291,12 +291,21 @@ def _hit_index(m: _Made, hits: str, axis: int, last: bool = False, out: str = ""
     n − max(hit · (n − i)), or the last as max(hit · (i + 1)) − 1: exact, every value an
     integer below 2^24, held as float32 like the model's other integers."""
     shape = m.graph.types[hits].shape
-    n, kept = shape[axis], tuple(1 if a == axis else d for a, d in enumerate(shape))
-    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
+    n, kept, at = shape[axis], _kept(shape, (axis,)), _positions(shape, axis)
     ranked = m.op("Mul", [hits, m.constant("ranks", at + 1 if last else n - at)], shape)
     best = m.op("ReduceMax", [ranked, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
     offset = m.constant("offset", np.array(1 if last else n, np.float32))
     return m.op("Sub", [best, offset] if last else [offset, best], kept, out=out)
+
+
+def _kept(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` reduced over `axes` with keepdims: those axes 1."""
+    return tuple(1 if a in axes else d for a, d in enumerate(shape))
+
+
+def _positions(shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Each index along `axis` as float32, shaped to broadcast against `shape`."""
+    return np.arange(shape[axis], dtype=np.float32).reshape([d if a == axis else 1 for a, d in enumerate(shape)])
 
 
 TOP_K_ROUNDS = 16
@@ -318,7 +327,7 @@ def _top_k(graph: Graph, node: Node) -> list[Node] | None:
         raise AutoconfigError(f"node {node.name!r} (TopK): K={k} is more than the {TOP_K_ROUNDS} rounds of maxima "
                               f"it is computed as")  # fmt: skip
     axis, largest = node.attrs.get("axis", -1) % len(shape), node.attrs.get("largest", 1)
-    kept = tuple(1 if a == axis else d for a, d in enumerate(shape))
+    kept = _kept(shape, (axis,))
     nan = m.op("IsNaN", [x], shape)
     inf = m.constant("inf", np.array(np.inf if largest else -np.inf, np.float32))
     key = m.op("Where", [nan, inf, x if largest else m.op("Neg", [x], shape)], shape)  # a NaN first, or last
@@ -338,7 +347,6 @@ def _top_round(m: _Made, key: str, nan: str, taken: str | None, axis: int, kept:
     index of the largest, its value (a NaN where the element was one), and `taken` with
     it added."""
     shape, along = m.graph.types[key].shape, m.constant("axes", np.array([axis], np.int64))
-    n = shape[axis]
     lowest = m.constant("lowest", np.array(-np.inf, np.float32))
     free = key if taken is None else m.op("Where", [taken, lowest, key], shape)
     peak = m.op("ReduceMax", [free, along], kept, keepdims=1)
@@ -346,8 +354,7 @@ def _top_round(m: _Made, key: str, nan: str, taken: str | None, axis: int, kept:
     if taken is not None:  # a taken key equal to the peak (-inf) is not a hit
         hits = m.op("Mul", [hits, m.op("Sub", [m.constant("one", np.ones((), np.float32)), taken], shape)], shape)
     index = _hit_index(m, hits, axis)
-    at = np.arange(n, dtype=np.float32).reshape([n if a == axis else 1 for a in range(len(shape))])
-    chosen = m.op("Equal", [m.constant("positions", at), index], shape)
+    chosen = m.op("Equal", [m.constant("positions", _positions(shape, axis)), index], shape)
     was_nan = m.op("ReduceMax", [m.op("Mul", [chosen, nan], shape), along], kept, keepdims=1)
     value = m.op("Where", [was_nan, m.constant("nan", np.array(np.nan, np.float32)),
                            peak if largest else m.op("Neg", [peak], kept)], kept)  # fmt: skip
@@ -460,7 +467,7 @@ def _log_sum_exps(graph: Graph, node: Node) -> list[Node] | None:
         return None
     m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
     shape = graph.types[x].shape
-    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    kept = _kept(shape, axes)
     along = m.constant("axes", np.array(axes, np.int64))
     peak = m.op("ReduceMax", [x, along], kept, keepdims=1)
     shifted = m.op("Sub", [x, peak], shape)
@@ -1128,7 +1135,7 @@ def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: 
     x, scale, bias = [*node.inputs, ""][:3]
     y, mean_out, inverse_out = [*node.outputs, "", ""][:3]
     shape = graph.types[x].shape
-    stats = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    stats = _kept(shape, axes)
     made = _Made(graph, node.name)
     centred = x
     if subtract_mean:
