@@ -4,6 +4,7 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import sys
@@ -297,6 +298,38 @@ def test_a_model_rebuilt_in_place_loads_anew(tmp_path):
     require_runnable(get_target("avx2"))
     build_and_compare(mlp(), "avx2", tmp_path / "model")
     build_and_compare(one_row_mlp(), "avx2", tmp_path / "model")
+
+
+def huge_page_mappings() -> dict[str, int]:
+    """This process's mappings offered to transparent huge pages (MADV_HUGEPAGE: 'hg'
+    among their VmFlags), by address range, with their sizes in bytes."""
+    found, current, size = {}, "", 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            current, size = line.split()[0], end - start
+        elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+            found[current] = size
+    return found
+
+
+def test_large_weights_and_arena_are_offered_to_huge_pages(tmp_path):
+    """A model's weights and arena of a huge page or more are allocated on huge-page
+    boundaries and madvised, so that the kernels' walks over them miss the TLB less."""
+    require_runnable(get_target("avx2"))
+    if not Path("/proc/self/smaps").exists():
+        pytest.skip("no /proc/self/smaps on this host")
+    b = zoo.Builder("wide", 4)
+    y = b.op("Relu", [b.op("MatMul", ["input", b.const("w", b.rng.standard_normal((1024, 1024), dtype=np.float32))])])
+    path = tmp_path / "wide.onnx"
+    onnx.save(b.model("input", [600, 1024], [(y, [600, 1024])]), path)
+    autoconfig.compile_model(path, tmp_path / "wide", profile=PROFILES["avx2"], target=get_target("avx2"))
+    gc.collect()  # a model freed later could hand its mappings' addresses to this one
+    before = huge_page_mappings()
+    loaded = autoconfig.load(tmp_path / "wide")
+    new = [size for at, size in huge_page_mappings().items() if at not in before]  # adjacent ones merge
+    assert sum(new) >= 1024 * 1024 * 4 + 600 * 1024 * 4, new  # the weights and the arena (the output)
+    del loaded
 
 
 @pytest.mark.parametrize("target", ["avx2", "avx512"])

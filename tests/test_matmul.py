@@ -596,3 +596,30 @@ def test_a_tie_on_threads_goes_to_the_split_that_keeps_each_thread_on_what_it_wr
     assert {p.plan.split for p in tied(every) if p.plan.threads == 2} == {"rows", "columns"}
     best = choose(shape, profile, target, 2, a_constant=True, local=local).best
     assert (best.plan.threads, best.plan.split) == (2, local)
+
+
+@pytest.mark.parametrize("name, case_id", [("amd-epyc-zen4-avx512", "avx512"), ("amd-epyc", "avx2")])
+def test_weights_from_memory_stall_a_tiled_product_read_in_segments(name, case_id):
+    """Inside a model whose weights outgrow the L3, a tiled product's constant B comes
+    from DRAM in row segments the prefetchers do not run ahead of: its first touch is a
+    stall, B's bytes (plus a line per segment) at DRAM bandwidth; a packed plan's
+    weights stream and add no stall; alone, or with weights that fit, neither does."""
+    profile = load_profile(PROFILES / f"{name}.yaml")
+    shape = mm.MatmulShape(128, 768, 3072)
+    plans = {p.config.algorithm: p for p in candidates(shape, Machine.of(profile), target_for(case_id), 1,
+                                                        b_constant=True) if p.config.algorithm in ("tiled", "packed")}
+    assert set(plans) == {"tiled", "packed"} and all(p.b_weights for p in plans.values())
+    big = Machine.of(profile).in_model(10**9)
+    assert big.constants_level == "DRAM" and Machine.of(profile).in_model(10**6).constants_level is None
+
+    def stall(plan: MatmulPlan, machine: Machine) -> float:
+        return next(t.ns for t in predict(plan, machine).terms if t.name == "l1 misses")
+
+    tiled = plans["tiled"]
+    lines = -(-tiled.config.nr * 4 // big.line)
+    segments = shape.k * shape.n * 4 * (1 + 1 / lines) / big.at(tiled.config.lanes, 1).bandwidth["DRAM"]
+    assert stall(tiled, big) - stall(tiled, Machine.of(profile)) == pytest.approx(segments)
+    assert stall(replace(tiled, b_weights=False), big) == stall(tiled, Machine.of(profile))
+    assert predict(plans["packed"], big).total_ns == predict(plans["packed"], Machine.of(profile)).total_ns
+    assert choose(shape, profile, target_for(case_id), 1, b_constant=True,
+                  model_weights=10**9).best.config.algorithm == "packed"

@@ -47,7 +47,8 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     count = len(product.offsets)
     local = _preferred_split(b, constant_b, g.is_constant(node.inputs[0]))
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b,
-                                    local=None if as_column else local, **product.options())  # fmt: skip
+                                    local=None if as_column else local, **product.options(),
+                                    **({"model_weights": b.model_weights} if one_b else {}))  # fmt: skip
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))

@@ -199,6 +199,8 @@ class MatmulPlan:
     config: MatmulConfig
     threads: int = 1
     split: Split = "rows"
+    b_weights: bool = False  # B is a layer's weights: read once per inference from where
+    # the model leaves its constants (`Machine.in_model`)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -501,8 +503,22 @@ def _blocked_memory_terms(p: MatmulPlan, m: Machine, share: float) -> tuple[list
                      if segment_lines and level == once_level else ""))
              for level, size in per_level.items()]  # fmt: skip
     pages, a_why = _a_strip_pages(p, m)
-    return terms, Term(STALL_TERM, (stall + pages) * share,
-                       f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}{a_why}")
+    weights, w_why = _weights_in_segments(p, m, share)
+    return terms, Term(STALL_TERM, (stall + pages) * share + weights,
+                       f"B micro-panel {'evicted' if stall else 'not stalling'}: {b_why}{a_why}{w_why}")
+
+
+def _weights_in_segments(p: MatmulPlan, m: Machine, share: float) -> tuple[float, str]:
+    """A tiled plan's weights read in place from DRAM (the model's weights outgrow the
+    L3): the first row tile of each K block reads B in row segments of one column tile,
+    a row apart, which the prefetchers do not run ahead of, so its fetch from memory
+    waits instead of overlapping the FMAs (packed weights stream contiguously)."""
+    c = p.config
+    if not (p.b_weights and c.algorithm == "tiled" and m.constants_level == "DRAM"):
+        return 0.0, ""
+    lines = math.ceil(min(c.nr, p.shape.n) * F32 / m.line)
+    b = p.shape.k * p.shape.n * F32 * (1 + SEGMENT_START_LINES / lines) * _row_and_column_shares(p, share)[1]
+    return b / m.bandwidth["DRAM"], f"; the weights ({b / 1e6:.1f} MB) from DRAM in row segments of {lines} lines"
 
 
 def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
@@ -713,7 +729,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                                 for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
-    plans = [MatmulPlan(c, threads, split) for c in configs for split in splits]
+    plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
     return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
 
 
@@ -781,7 +797,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-           b_transposed: bool = False, local: Split | None = None) -> Choice:  # fmt: skip
+           b_transposed: bool = False, local: Split | None = None, model_weights: int = 0) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -789,8 +805,10 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     `transposed`, `blocked`, `nhwc`:
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
     as it is read; `leading`, `b_transposed`: operands in place (see `candidates`);
-    `local`: the split that keeps each thread on what it wrote (see `preference`)."""
-    machine = Machine.of(profile)
+    `local`: the split that keeps each thread on what it wrote (see `preference`);
+    `model_weights`: the bytes of constants of the model holding the product, which
+    decide where its constant B waits between inferences (`Machine.in_model`)."""
+    machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
