@@ -256,6 +256,39 @@ def test_a_scale_on_a_split_query_runs_in_the_product_it_feeds(tmp_path):
     assert [k["kind"] for k in scaled] == ["matmul"] and " ".join(scaled[0]["ops"]).count("(Mul)") == 2, scaled
 
 
+def picked_from_a_stack(squeezed: bool, seed: int = 18, tokens: int = 9, width: int = 24, heads: int = 3):
+    """Q, K and V picked by Gathers from one projection's output stacked by a Transpose:
+    as torchvision's Swin (one transpose, 3 × heads × tokens × size) or ViT (the stack
+    [tokens, 1, 3, width] unsqueezed, its axes of 3 and 1 swapped, then squeezed)."""
+    b = zoo.Builder("picked", seed)
+    qkv, size = linear(b, "input", width, 3 * width), width // heads
+    if squeezed:
+        stacked = b.op("Reshape", [qkv, b.const("s", np.array([tokens, 1, 3, width], np.int64))])
+        stacked = b.op("Transpose", [b.op("Unsqueeze", [stacked, b.const("a", np.array([0], np.int64))])],
+                       perm=[3, 1, 2, 0, 4])  # fmt: skip
+        stacked = b.op("Squeeze", [stacked, b.const("a", np.array([-2], np.int64))])  # 3 × tokens × 1 × width
+        q, k, v = (b.op("Transpose", [b.op("Reshape", [b.op("Gather", [stacked, b.const("i", np.array(i, np.int64))],
+                                                              axis=0), b.const("s", np.array([tokens, heads, size], np.int64))])],
+                        perm=[1, 0, 2]) for i in range(3))  # fmt: skip
+    else:
+        stacked = b.op("Transpose", [b.op("Reshape", [qkv, b.const("s", np.array([tokens, 3, heads, size], np.int64))])],
+                       perm=[1, 2, 0, 3])  # fmt: skip
+        q, k, v = (b.op("Gather", [stacked, b.const("i", np.array(i, np.int64))], axis=0) for i in range(3))
+    scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 2, 1])])
+    mixed = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    return b.model("input", [tokens, width], [(mixed, None)])
+
+
+@pytest.mark.parametrize("squeezed", [False, True])
+def test_picks_from_a_transposed_stack_are_read_where_the_projection_wrote_them(tmp_path, squeezed):
+    """The Gathers picking Q, K and V from a transposed stack move before its Transpose
+    (through a squeeze of axes of one): each pick is then read in place by the attention
+    — no kernel copies the stack — and the answers stay onnxruntime's."""
+    require_runnable(get_target("avx2"))
+    manifest = build_and_compare(picked_from_a_stack(squeezed), "avx2", tmp_path / "built")
+    assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "attention"], manifest["kernels"]
+
+
 def split_heads(seed: int = 17, tokens: int = 7, width: int = 12, heads: int = 3) -> onnx.ModelProto:
     """Self-attention with the heads split and merged by Reshape and Transpose as the two
     exporters write it: Q and V [0, 2, 1, 3]; K either straight to Kᵀ ([0, 2, 3, 1]) or

@@ -72,6 +72,7 @@ def simplify(graph: Graph) -> Graph:
                     _top_k):
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
+    _gathers_before_transposes(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
     alias: dict[str, str] = {}
@@ -669,6 +670,88 @@ def _scales_before_moves(graph: Graph) -> None:
         graph.nodes[graph.nodes.index(node)] = Node(f"{node.name}.moved", "Identity", [chain[-1].outputs[0]],
                                                     node.outputs, {})  # fmt: skip
         producers, consumers = graph.producers(), graph.consumers()  # as this move left them
+
+
+def _gathers_before_transposes(graph: Graph) -> None:
+    """A Transpose read only by Gathers of constant indices, two or more (the query, key
+    and value picked from one stacked projection), becomes a Gather of its input then a
+    Transpose of the picked part, for each reader: the same elements, and each pick is
+    now a chain of its own that the product reading it can address (`fusion.addressing`
+    follows a value with one reader), instead of a kernel copying the whole stack."""
+    consumers = graph.consumers()
+
+    def picks(value: str) -> list[Node] | None:  # its readers, two or more Gathers of constant indices
+        readers = consumers.get(value, [])
+        return readers if len(readers) > 1 and value not in graph.outputs and all(
+            r.op == "Gather" and graph.is_constant(r.inputs[1]) and r.inputs[0] == value for r in readers) else None
+
+    for node in list(graph.nodes):
+        if node.op != "Transpose" or node.outputs[0] in graph.outputs:
+            continue
+        readers = picks(node.outputs[0])
+        view = consumers.get(node.outputs[0], [None])[0]
+        if readers is None and len(consumers.get(node.outputs[0], [])) == 1 and picks(view.outputs[0]):
+            node = _unit_axes_first(graph, node, view)
+            readers = picks(node.outputs[0]) if node.op == "Transpose" and node.outputs == view.outputs else None
+        if readers is None:
+            continue
+        x = node.inputs[0]
+        rank = len(graph.types[x].shape)
+        perm = [int(a) for a in node.attrs.get("perm", range(rank - 1, -1, -1))]
+        graph.nodes.remove(node)
+        for reader in readers:
+            at = graph.nodes.index(reader)
+            graph.nodes[at:at + 1] = _picked_first(graph, reader, x, perm)
+
+
+def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
+    """A Transpose read only by a view that just drops or adds axes of one (ViT's squeeze
+    after stacking Q, K and V), as a Reshape of its input then one Transpose straight to
+    the view's output, which it returns; else the Transpose, unchanged."""
+    x, y, z = (graph.types[v].shape for v in (transpose.inputs[0], transpose.outputs[0], view.outputs[0]))
+    if info(view).kernel is not Kernel.VIEW or [d for d in y if d != 1] != [d for d in z if d != 1]:
+        return transpose
+    perm = [int(a) for a in transpose.attrs.get("perm", range(len(x) - 1, -1, -1))]
+    kept = [a for a in range(len(x)) if x[a] != 1]  # x's axes of more than one, in order
+    units = iter(range(len(kept), len(z) + len(kept)))  # the Reshape's trailing axes of one
+    order = iter(kept.index(a) for a in perm if x[a] != 1)
+    to = [next(order) if d != 1 else next(units) for d in z]
+    reshaped = f"{view.outputs[0]}.unit_axes"
+    shape = np.array([x[a] for a in kept] + [1] * (len(to) - len(kept)), np.int64)
+    graph.constants[f"{reshaped}.shape"] = shape
+    graph.types[f"{reshaped}.shape"] = TensorType((len(shape),), "int64")
+    graph.types[reshaped] = TensorType(tuple(int(d) for d in shape), graph.types[view.outputs[0]].dtype)
+    at = graph.nodes.index(transpose)
+    graph.nodes[at] = Node(transpose.name, "Reshape", [transpose.inputs[0], f"{reshaped}.shape"], [reshaped], {})
+    made = Node(view.name, "Transpose", [reshaped], list(view.outputs), {"perm": to})
+    graph.nodes[graph.nodes.index(view)] = made
+    return made
+
+
+def _picked_first(graph: Graph, gather: Node, x: str, perm: list[int]) -> list[Node]:
+    """`gather` of transpose(x, perm) as a Gather of x along the axis it picks from, then
+    the Transpose that orders the rest as `gather` did (none if that is no change)."""
+    axis = int(gather.attrs.get("axis", 0)) % len(perm)
+    source, picked = perm[axis], len(graph.types[gather.inputs[1]].shape)
+    shape = graph.types[x].shape
+    before = f"{gather.outputs[0]}.picked"
+    graph.types[before] = TensorType(shape[:source] + graph.types[gather.inputs[1]].shape + shape[source + 1:],
+                                     graph.types[x].dtype)  # fmt: skip
+    first = Node(f"{gather.name}.first", "Gather", [x, gather.inputs[1]], [before], {"axis": source})
+
+    def position(a: int) -> int:  # where axis a of x lies in the Gather's output
+        return a if a < source else a + picked - 1
+
+    order = ([position(perm[j]) for j in range(axis)] + [source + t for t in range(picked)]
+             + [position(perm[j]) for j in range(axis + 1, len(perm))])  # fmt: skip
+    moved = [a for a in order if graph.types[before].shape[a] != 1]
+    if moved != sorted(moved):
+        return [first, Node(gather.name, "Transpose", [before], list(gather.outputs), {"perm": order})]
+    out = graph.types[gather.outputs[0]].shape  # only axes of one move: a view
+    shape = f"{gather.outputs[0]}.shape"
+    graph.constants[shape] = np.array(out, np.int64)
+    graph.types[shape] = TensorType((len(out),), "int64")
+    return [first, Node(gather.name, "Reshape", [before, shape], list(gather.outputs), {})]
 
 
 def _scales_after_products(graph: Graph) -> None:
