@@ -289,6 +289,26 @@ def test_picks_from_a_transposed_stack_are_read_where_the_projection_wrote_them(
     assert [k["kind"] for k in manifest["kernels"]] == ["matmul", "attention"], manifest["kernels"]
 
 
+@pytest.mark.parametrize("perm, axis, picks", [
+    ([1, 2, 0, 3], 0, [0, 2]),  # scalar picks along the stack's axis
+    ([2, 0, 3, 1], -2, [np.array([1, 0]), np.array(-1)]),  # a vector of picks, negative axis and index
+    ([3, 1, 0, 2], 3, [np.array([[0], [2]]), 1, 0]),  # a matrix of picks
+], ids=["scalars", "vector-negative", "matrix"])  # fmt: skip
+def test_gathers_moved_before_a_transpose_give_the_same_elements(tmp_path, perm, axis, picks):
+    """Gathers of any constant indices (scalars, vectors, matrices, negative ones), on any
+    axis of a Transpose they alone read, move before it and still pick onnxruntime's
+    elements, each then read by an elementwise op or a graph output."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("picks", 19)
+    stacked = b.op("Transpose", [b.op("Relu", ["input"])], perm=perm)
+    outputs = [b.op("Gather", [stacked, b.const("i", np.asarray(i, np.int64))], axis=axis) for i in picks]
+    outputs[0] = b.op("Tanh", [outputs[0]])
+    manifest = build_and_compare(b.model("input", [2, 3, 4, 5], [(o, None) for o in outputs]), "avx2",
+                                 tmp_path / "built")  # fmt: skip
+    ops = " ".join(op for k in manifest["kernels"] for op in k["ops"])
+    assert ops.count(".first (Gather)") == len(picks) and "(Transpose)" in ops, ops
+
+
 def split_heads(seed: int = 17, tokens: int = 7, width: int = 12, heads: int = 3) -> onnx.ModelProto:
     """Self-attention with the heads split and merged by Reshape and Transpose as the two
     exporters write it: Q and V [0, 2, 1, 3]; K either straight to Kᵀ ([0, 2, 3, 1]) or
