@@ -13,7 +13,7 @@ import pytest
 import autoconfig
 from autoconfig.accuracy import ERROR_BOUND, output_error, sample_inputs
 from autoconfig.loader import LIBRARY
-from autoconfig.machine import Machine
+from autoconfig.machine import PROGRAM_STEP_NS, Machine
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
 from autoconfig.profile import load_profile
@@ -332,6 +332,27 @@ def split_heads(seed: int = 17, tokens: int = 7, width: int = 12, heads: int = 3
     merged = b.op("Reshape", [b.op("Transpose", [mixed], perm=[0, 2, 1, 3]),
                               b.const("s", np.array([1, tokens, width], np.int64))])  # fmt: skip
     return b.model("input", [1, tokens, width], [(linear(b, merged, width, width), None)])
+
+
+def test_a_batch_of_products_is_priced_as_one_call_and_a_program_step_per_product(tmp_path):
+    """A batch of products (attention heads, Swin's windows) runs as one program step per
+    product: predicted as the batch's products, less a call from Python for every one
+    but the first (each a step instead)."""
+    predicted = {}
+    for batch in (1, 6):
+        b = zoo.Builder(f"batch{batch}", 20)
+        x = b.op("Tanh", ["input"])
+        y = b.op("MatMul", [x, b.op("Transpose", [b.op("Sigmoid", [x])], perm=[0, 2, 1])])
+        path = tmp_path / f"batch{batch}.onnx"
+        onnx.save(b.model("input", [batch, 9, 8], [(y, None)]), path)
+        manifest = autoconfig.compile_model(path, tmp_path / f"built{batch}", profile=PROFILES["avx2"],
+                                            target=get_target("avx2"), fusion="none", threads=1)  # fmt: skip
+        predicted[batch] = [k for k in manifest["kernels"] if k["kind"] == "matmul"]
+    (one,), (six,) = predicted[1], predicted[6]
+    machine = Machine.of(load_profile(PROFILES["avx2"]))
+    assert " x6" in six["choice"] and six["choice"].split(" x6")[0] == one["choice"].split(",")[0]
+    steps_for_calls = 5 * (machine.call_ns - PROGRAM_STEP_NS)  # the manifest rounds to 0.1 ns
+    assert six["predicted_ns"] == pytest.approx(6 * one["predicted_ns"] - steps_for_calls, abs=1)
 
 
 @pytest.mark.parametrize("fusion", ["dp", "greedy"])

@@ -14,6 +14,7 @@ from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilo
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.products import A, B, C, Products, operand_shapes, products
 from autoconfig.lowering import matmul_call
+from autoconfig.machine import PROGRAM_STEP_NS
 from autoconfig.models import matmul as matmul_model
 from autoconfig.runtime import Call, Ref
 from kernels import epilogue as ep
@@ -68,7 +69,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
               for i in range(0, count, at_once)]  # fmt: skip
     threads = f"{at_once} at once on 1 thread each" if at_once > 1 else f"{plan.threads} thread(s)"
     return KernelGroup(node.name, ops_of([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
-                       choice.best.total_ns * math.ceil(count / at_once), choice.explain(),
+                       _batch_ns(b, choice.best.total_ns, math.ceil(count / at_once)), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
 
@@ -107,6 +108,13 @@ def _side_by_side(b: Builder, shape: mm.MatmulShape, ops: ep.Epilogue, count: in
         if alone.best.total_ns * math.ceil(count / b.threads) < choice.best.total_ns * count:
             return alone, b.threads
     return choice, 1
+
+
+def _batch_ns(b: Builder, ns: float, calls: int) -> float:
+    """`calls` runs of a product's kernel predicted `ns` each, one program step apiece:
+    the prediction's call once, every further run a step of the program instead (its
+    dispatch to threads, if any, each time)."""
+    return ns * calls - (calls - 1) * (b.machine.call_ns - PROGRAM_STEP_NS)
 
 
 def _in_place(product: Products) -> str:
