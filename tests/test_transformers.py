@@ -496,6 +496,17 @@ def test_the_attention_model_streams_keys_only_where_score_rows_outgrow_the_l1(p
     assert key_block(16384, (ep.EpilogueOp("replace_nan"),)) == 0
 
 
+def test_the_attention_model_prices_its_heads_as_steps_of_one_call():
+    """The fused attention's heads, each a call of one program: one call from Python, and
+    a program step for every further head (a thread dispatch each on two threads)."""
+    machine = Machine.of(load_profile(HWPROFILES / "amd-epyc-zen4-avx512.yaml"))
+    for threads in (1, 2):
+        best = attention_model.choose(AttentionShape(12, 128, 128, 64, 64), machine, 16, threads, (0, 0, 0, 0), (), ())
+        calls = 12 // best.plan.threads
+        dispatch = calls * machine.dispatch_ns if best.plan.threads > 1 else 0.0
+        assert best.term("call") == pytest.approx(machine.call_ns + (calls - 1) * PROGRAM_STEP_NS + dispatch)
+
+
 def position_counters(seed: int = 23, tokens: int = 9, width: int = 8, vocab: int = 30) -> onnx.ModelProto:
     """The position ids language models compute from their int64 inputs: OPT's (the
     mask's running count, zero where masked, less one, plus the table's offset of two)

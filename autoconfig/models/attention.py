@@ -22,7 +22,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from autoconfig.machine import F32, Machine
+from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
     SCALING_PASS_OPS, SOFTMAX_VECTOR_OPS, STALL_TERM, Prediction, Term, best_of, busiest_share, microkernel_ns,
     total_ns,
@@ -115,8 +115,9 @@ def predict(plan: AttentionPlan, machine: Machine) -> Prediction:
         Term("memory once", m.traffic_ns(once * heads), "Q, O and the scores' operands once"),
         *_score_terms(c, s, m, rows, heads),
         _packing_term(c, s, m, heads),
-        Term("call", calls * (m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0)),
-             f"{calls} kernel call(s)" + (" and thread dispatches" if plan.threads > 1 else "")),
+        Term("call", m.call_ns + (calls - 1) * PROGRAM_STEP_NS + calls * (m.dispatch_ns if plan.threads > 1 else 0.0),
+             f"{calls} kernel call(s), each after the first a step of the program"
+             + (", and thread dispatches" if plan.threads > 1 else "")),
     ]
     streamed = f"in {c.chunks} chunks of {c.key_block}, an online softmax" if c.key_block else "all at once"
     parameters = (("tile", f"{c.rows} query rows x {c.vectors} vectors: {c.rows * c.vectors} accumulators"),
