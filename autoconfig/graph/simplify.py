@@ -716,13 +716,11 @@ def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
     units = iter(range(len(kept), len(z) + len(kept)))  # the Reshape's trailing axes of one
     order = iter(kept.index(a) for a in perm if x[a] != 1)
     to = [next(order) if d != 1 else next(units) for d in z]
-    reshaped = f"{view.outputs[0]}.unit_axes"
-    shape = np.array([x[a] for a in kept] + [1] * (len(to) - len(kept)), np.int64)
-    graph.constants[f"{reshaped}.shape"] = shape
-    graph.types[f"{reshaped}.shape"] = TensorType((len(shape),), "int64")
+    reshaped, shape = f"{view.outputs[0]}.unit_axes", [x[a] for a in kept] + [1] * (len(to) - len(kept))
     graph.types[reshaped] = TensorType(tuple(int(d) for d in shape), graph.types[view.outputs[0]].dtype)
     at = graph.nodes.index(transpose)
-    graph.nodes[at] = Node(transpose.name, "Reshape", [transpose.inputs[0], f"{reshaped}.shape"], [reshaped], {})
+    graph.nodes[at] = Node(transpose.name, "Reshape", [transpose.inputs[0], _shape_constant(graph, reshaped, shape)],
+                           [reshaped], {})  # fmt: skip
     made = Node(view.name, "Transpose", [reshaped], list(view.outputs), {"perm": to})
     graph.nodes[graph.nodes.index(view)] = made
     return made
@@ -730,7 +728,8 @@ def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
 
 def _picked_first(graph: Graph, gather: Node, x: str, perm: list[int]) -> list[Node]:
     """`gather` of transpose(x, perm) as a Gather of x along the axis it picks from, then
-    the Transpose that orders the rest as `gather` did (none if that is no change)."""
+    the Transpose that orders the rest as `gather` did (a Reshape where only axes of one
+    move)."""
     axis = int(gather.attrs.get("axis", 0)) % len(perm)
     source, picked = perm[axis], len(graph.types[gather.inputs[1]].shape)
     shape = graph.types[x].shape
@@ -747,11 +746,13 @@ def _picked_first(graph: Graph, gather: Node, x: str, perm: list[int]) -> list[N
     moved = [a for a in order if graph.types[before].shape[a] != 1]
     if moved != sorted(moved):
         return [first, Node(gather.name, "Transpose", [before], list(gather.outputs), {"perm": order})]
-    out = graph.types[gather.outputs[0]].shape  # only axes of one move: a view
-    shape = f"{gather.outputs[0]}.shape"
-    graph.constants[shape] = np.array(out, np.int64)
-    graph.types[shape] = TensorType((len(out),), "int64")
+    shape = _shape_constant(graph, gather.outputs[0], graph.types[gather.outputs[0]].shape)  # a view
     return [first, Node(gather.name, "Reshape", [before, shape], list(gather.outputs), {})]
+
+
+def _shape_constant(graph: Graph, stem: str, shape) -> str:
+    """A new int64 constant holding `shape`, a Reshape's second input."""
+    return _Made(graph, stem).constant("shape", np.array(shape, np.int64))
 
 
 def _scales_after_products(graph: Graph) -> None:
