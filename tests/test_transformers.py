@@ -300,9 +300,9 @@ def test_gathers_moved_before_a_transpose_give_the_same_elements(tmp_path, perm,
     elements, each then read by an elementwise op or a graph output."""
     require_runnable(get_target("avx2"))
     b = zoo.Builder("picks", 19)
-    stacked = b.op("Transpose", [b.op("Relu", ["input"])], perm=perm)
+    stacked = b.op("Transpose", [b.op("Tanh", ["input"])], perm=perm)  # values of both signs
     outputs = [b.op("Gather", [stacked, b.const("i", np.asarray(i, np.int64))], axis=axis) for i in picks]
-    outputs[0] = b.op("Tanh", [outputs[0]])
+    outputs[0] = b.op("Tanh", [outputs[0]])  # a pick read by an elementwise op, the others graph outputs
     manifest = build_and_compare(b.model("input", [2, 3, 4, 5], [(o, None) for o in outputs]), "avx2",
                                  tmp_path / "built")  # fmt: skip
     ops = " ".join(op for k in manifest["kernels"] for op in k["ops"])
