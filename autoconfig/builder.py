@@ -134,6 +134,7 @@ class Builder:
         self.model_weights = sum(value.nbytes for value in graph.constants.values())  # do they outgrow the L3?
         self.buffers: list[Buffer] = []
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
+        self.copied: dict[str, tuple[int, int, str]] = {}  # value -> (buffer, offset, layout) of a Concat's copy
         self.weights: list[np.ndarray] = []
         self.weight_floats = 0
         self.weights_at: dict[int, int] = {}  # step -> floats of constants its kernel reads

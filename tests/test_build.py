@@ -614,6 +614,32 @@ def test_a_reader_takes_any_channel_count_in_the_layout_planned(tmp_path):
     build_and_compare(model, "avx2", tmp_path / "avx2")
 
 
+def dense_block(channels: int, growth: int, layers: int, seed: int = 4) -> onnx.ModelProto:
+    """DenseNet's block as torchvision writes it: layer k concatenates the block's input
+    and every earlier layer's output (layer 1 a Concat of one input), then BatchNorm,
+    ReLU and a convolution; the block's output concatenates them all."""
+    b = zoo.Builder("dense_block", seed)
+    features = [b.cba("input", 3, channels, 3)]
+    for _ in range(layers):
+        joined = b.op("Concat", list(features), axis=1)
+        width = channels + growth * (len(features) - 1)
+        features.append(b.conv(b.act(b.bn(joined, width), "relu"), width, growth, 3))
+    out = channels + growth * layers
+    return b.model("input", [1, 3, 12, 12], [(b.op("Concat", features, axis=1), [1, out, 12, 12])])
+
+
+@pytest.mark.slow
+def test_growing_concatenations_are_placed_not_copied(tmp_path):
+    """Each Concat of a dense block begins with all of the previous one's inputs: that
+    Concat's output is placed as its first slice and the producers write the rest in
+    place, so no input is copied (each layer used to copy all of them again), and the
+    outputs are onnxruntime's."""
+    require_runnable(get_target("avx2"))
+    manifest = build_and_compare(dense_block(8, 4, 4), "avx2", tmp_path / "dense")
+    copies = [k["choice"] for k in manifest["kernels"] if "copied into place" in k["choice"]]
+    assert copies == [], copies
+
+
 def test_unsupported_operator_is_one_line_and_leaves_no_directory(tmp_path, capsys):
     b = zoo.Builder("pool_indices", 0)
     y = b.conv("input", 3, 8, 3)
