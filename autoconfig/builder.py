@@ -151,6 +151,8 @@ class Builder:
         self.addressed: dict[str, tuple] = {}  # a product -> the values it reads and writes through data
         # movement in its group, and their index maps (`fusion.addressing.maps_of`; build_model)
         self.pending: list[KernelGroup] = []  # layout transforms the kernel being lowered reads
+        self.private_buffers: dict[int, int] = {}  # part -> its buffer (`private`)
+        self.private_used: dict[int, int] = {}  # part -> floats of its buffer the kernel being lowered took
         self.transforming = False  # lowering a transform: its buffers are not the kernel's (finish_step)
         self.touched: set[int] = set()  # buffers the kernel being lowered uses
         self.transform_buffers: set[int] = set()  # buffers its transforms use
@@ -203,7 +205,7 @@ class Builder:
                     b.first += 1
                 b.last = max(b.last, self.step + 1)
             self.step += 1
-        self.touched, self.transform_buffers = set(), set()
+        self.touched, self.transform_buffers, self.private_used = set(), set(), {}
         return transforms
 
     def constant(self, array: np.ndarray) -> Ref:
@@ -221,6 +223,19 @@ class Builder:
     def scratch(self, count: int) -> Ref:
         """`Buffers.scratch`: a buffer for the current kernel only."""
         return Ref(VIRTUAL + self._buffer(max(count, 1)))
+
+    def private(self, count: int, part: int) -> Ref:
+        """`Buffers.private`: the next `count` floats of part `part`'s buffer, which lives
+        through the whole run and holds nothing but that part's scratch, the same memory
+        in every kernel."""
+        if part not in self.private_buffers:
+            self.buffers.append(Buffer(0, 0, 0))
+            self.private_buffers[part] = len(self.buffers) - 1
+        buffer, offset = self.buffers[self.private_buffers[part]], self.private_used.get(part, 0)
+        self.private_used[part] = offset + aligned(max(count, 1))
+        buffer.size = max(buffer.size, self.private_used[part])
+        buffer.last = max(buffer.last, self.step + 1)
+        return Ref(VIRTUAL + self.private_buffers[part], offset)
 
     def read(self, value: str, layout: kc.Layout = "nchw") -> Ref:
         """Where the current kernel reads `value` in `layout` (a constant is added to the

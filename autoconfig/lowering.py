@@ -35,6 +35,12 @@ class Buffers(Protocol):
         """`count` floats, cache-line aligned, for this layer's calls only (contents
         undefined at each call)."""
 
+    def private(self, count: int, part: int) -> Ref:
+        """`count` floats, cache-line aligned, for part `part` of this layer's calls only,
+        in memory that only that part of any call uses: the thread that runs it finds
+        its scratch in its own caches, where memory other threads read or wrote costs
+        it their copies' transfer or invalidation (docs/calibration.md)."""
+
 
 class LayerBuffers:
     """`Buffers` as numpy arrays of one compiled layer: spaces from `first` on, in the
@@ -55,6 +61,9 @@ class LayerBuffers:
 
     def scratch(self, count: int) -> Ref:
         return self._add(aligned_array(max(count, 1), 0.0))
+
+    def private(self, count: int, part: int) -> Ref:
+        return self.scratch(count)
 
 
 def at(ref: Ref, elements: int) -> Ref:
@@ -79,7 +88,7 @@ def matmul_call(plan: MatmulPlan, c: Ref, a: Ref, b: Ref, operands: list[Ref], b
     blocks = part_blocks(plan)
     size = plan.config.workspace()
     if size and work is None:
-        work = [buffers.scratch(size) for _ in blocks]
+        work = [buffers.private(size, i) for i in range(len(blocks))]
     parts = [Part((c, a, b, *operands, *([work[i]] if size else [])), block) for i, block in enumerate(blocks)]
     return Call(plan.config.symbol, tuple(parts))
 
@@ -98,7 +107,8 @@ def _planes_scratch_call(symbol: str, refs: tuple[Ref, ...], workspace: int, pla
                          buffers: Buffers) -> Call:  # fmt: skip
     """A kernel over planes [begin, end) that transforms each plane into its thread's own
     scratch plane (`workspace` floats, the last argument before the plane range)."""
-    return Call(symbol, tuple(Part((*refs, buffers.scratch(workspace)), r) for r in split(planes, threads)))
+    return Call(symbol, tuple(Part((*refs, buffers.private(workspace, i)), r)
+                              for i, r in enumerate(split(planes, threads))))  # fmt: skip
 
 
 def conv_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
@@ -148,15 +158,40 @@ def _direct_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: 
 
 def _winograd_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
                     buffers: Buffers) -> list[Call]:  # fmt: skip
-    """The input's transform, the T² products, the output transform."""
-    c, s, threads = plan.config, plan.config.shape, plan.threads
+    """The input's phase split and transform, the T² products, the output transform,
+    each thread's transforms on what its share of the products reads and writes
+    (`_winograd_ranges`): in bands, each thread's band in its own memory."""
+    c, gemm = plan.config, plan.gemm_plan()
     xt, transform = _transformed_input(plan, x, buffers)
     u = buffers.constant(_gemm_weights(c.gemm, c.filter_transform(weight), 1))  # U = G g Gᵀ, once
-    v = buffers.scratch(c.v_size())
-    m = buffers.scratch(c.m_size())
-    return [transform, _planes_call(c.input_signature().symbol, (v, xt), s.batch * s.channels, threads),
-            matmul_call(plan.gemm_plan(), m, u, v, [], buffers),
-            _planes_call(c.output_signature().symbol, (y, m, *operands), s.batch * s.out_channels, threads)]
+    inputs, outputs = _winograd_ranges(plan)
+    if c.bands == 1:
+        v, m = buffers.scratch(c.v_size()), buffers.scratch(c.m_size())
+        spaces = [(v, m)] * max(len(inputs), len(outputs))
+        products = matmul_call(gemm, m, u, v, [], buffers)
+    else:
+        size = gemm.config.workspace()
+        spaces = [(buffers.private(c.v_size(), b), buffers.private(c.m_size(), b)) for b in range(c.bands)]
+        work = [[buffers.private(size, b)] if size else [] for b in range(c.bands)]
+        (whole,) = part_blocks(gemm)
+        products = Call(gemm.config.symbol, tuple(Part((m, u, v, *w), whole) for (v, m), w in zip(spaces, work)))
+    return [transform, Call(c.input_signature().symbol, tuple(Part((v, xt), r) for (v, _), r in zip(spaces, inputs))),
+            products,
+            Call(c.output_signature().symbol, tuple(Part((y, m, *operands), r) for (_, m), r in zip(spaces, outputs)))]
+
+
+def _winograd_ranges(plan: ConvPlan) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Each thread's (channel_begin, channel_end, row_begin, row_end) in the input and
+    the output transform: in bands, its band's tile rows of every channel; else an even
+    share of the input channels, and the output channels of its products."""
+    c, s = plan.config, plan.config.shape
+    rows = s.batch * c.tiles_h
+    if c.bands > 1:
+        bands = [(b * c.band_rows, min(rows, (b + 1) * c.band_rows)) for b in range(c.bands)]
+        return [(0, s.channels, *r) for r in bands], [(0, s.out_channels, *r) for r in bands]
+    blocks = part_blocks(plan.gemm_plan())  # by rows: output channels
+    inputs = [(*r, 0, rows) for r in split(s.channels, len(blocks))]
+    return inputs, [(b[0] * c.gemm.mr, min(s.out_channels, b[1] * c.gemm.mr), 0, rows) for b in blocks]
 
 
 def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
@@ -171,7 +206,8 @@ def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands:
         calls.append(transform)
     gemm = plan.gemm_plan()
     w = buffers.constant(_gemm_weights(gemm.config, weight, s.group))
-    work = [buffers.scratch(gemm.config.workspace()) for _ in part_blocks(gemm)] if gemm.config.workspace() else None
+    work = ([buffers.private(gemm.config.workspace(), i) for i in range(len(part_blocks(gemm)))]
+            if gemm.config.workspace() else None)  # fmt: skip
     im2col = c.im2col() if c.algorithm == "im2col" else None
     columns = buffers.scratch(im2col.size) if im2col else None
     kinds = [kind for _, _, kind in ep.operand_names(c.epilogue)]

@@ -10,6 +10,7 @@ point, so that a generator reads like the nest it produces:
   size known at generation time) under a condition;
 - `for_tile_trips`: like `for_tiles`, or, where the partial tile can be computed as
   a full one, every tile in one loop that branches only where its size matters;
+- `for_image_rows`: a thread's channels of its rows, numbered across the images;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
@@ -149,6 +150,26 @@ def sized_tile(first: ir.Value, count: int, size: int, extent: int, edge_as_full
     if not (edge_as_full and rest):
         return lambda part: part(count)
     return lambda part: when_else(equal(first, index(extent - rest)), lambda: part(rest), lambda: part(size))
+
+
+RowBody = Callable[[ir.Value, ir.Value, ir.Value, ir.Value], None]
+
+
+def for_image_rows(images: int, channels: int, rows: int, ranges: Sequence[ir.Value], body: RowBody) -> None:
+    """body(n, c, r, rows_end) for the channels [c0, c1) of the rows [r0, r1) numbered
+    across the images (`rows` per image; `ranges` = c0, c1, r0, r1), image by image, then
+    channel by channel; rows_end: where those rows of image n end (a row's stores may
+    pass into the next row only before it)."""
+    c0, c1, r0, r1 = (index(v) for v in ranges)
+    begin, end, last = r0, arith.minsi(r1, index(images * rows)), arith.minsi(c1, index(channels))
+
+    def image(n: ir.Value) -> None:
+        first = arith.muli(n, index(rows))
+        low = arith.maxsi(arith.subi(begin, first), index(0))
+        high = arith.minsi(arith.subi(end, first), index(rows))
+        for_range(c0, last, 1, lambda c: for_range(low, high, 1, lambda r: body(n, c, r, high)))
+
+    for_range(arith.divsi(begin, index(rows)), arith.divsi(arith.addi(end, index(rows - 1)), index(rows)), 1, image)
 
 
 def when(condition: ir.Value, then: Callable[[], None]) -> None:

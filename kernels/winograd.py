@@ -7,18 +7,19 @@
     M[ξν]       = U[ξν] · V[ξν]                           T² matrix products (`kernels.matmul`, batched)
     Y[k][tile p] = Aᵀ M[··][k][p] A                       output transform + epilogue, generated
 
-The tiles p run over images × tile rows × tile columns. Both generated transforms
-keep consecutive tile columns in the vector lanes: the input is first split by
-stride-m phases (`kernels.layout`, stride m), so element (i, j) of the input tiles at
-columns tx..tx+L is one whole-vector load at a constant offset; the output tile's
-columns j of L tiles are interleaved by shuffles into contiguous output rows, where
-the epilogue runs and the row's end is stored masked.
+The tiles p run over images × tile rows × tile columns, the tile rows (u = n·TH + ty)
+in bands of R rows, each band b's V_b and M_b matrices of their own (R·TW columns). Both
+generated transforms keep consecutive tile columns in the vector lanes: the input is
+first split by stride-m phases (`kernels.layout`, stride m), so element (i, j) of the
+input tiles at columns tx..tx+L is one whole-vector load at a constant offset; the
+output tile's columns j of L tiles are interleaved by shuffles into contiguous output
+rows, where the epilogue runs and the row's end is stored masked.
 
-    input:   for plane (n, c):  for ty:  for tx0 step L:
+    input:   for n:  for c:  for ty (a call's channels and tile rows):  for tx0 step L:
                  d[i][j] = Xt[plane][tap(i, j) + ty·Wq + tx0]          (T² loads)
-                 V[ξν][c][n·P + ty·TW + tx0] = (Bᵀ d B)[ξ][ν]          (T² stores)
-    output:  for plane (n, k):  for ty:  for tx0 step L:
-                 o = Aᵀ M[··][k][n·P + ty·TW + tx0] A                  (m×m vectors)
+                 V_(u div R)[ξν][c][(u mod R)·TW + tx0] = (Bᵀ d B)[ξ][ν]    (T² stores)
+    output:  for n:  for k:  for ty (likewise):  for tx0 step L:
+                 o = Aᵀ M_(u div R)[··][k][(u mod R)·TW + tx0] A             (m×m vectors)
                  rows ty·m + i < OH:  Y row = epilogue(interleave(o[i][0..m)))
 
 Fixed-width vectors only (the interleave is a shuffle); F(4,3)'s transforms amplify
@@ -42,7 +43,7 @@ from kernels.emit import KernelModule, check_lanes, f32_memref, f32_splat, f32_v
 from kernels.emit import config_symbol, mask_type, new_module, splat, tail_mask, verify
 from kernels.gemm import PREFETCH_LINE_FLOATS
 from kernels.layout import PhaseSplit, generate_phase_split
-from kernels.loops import Sized, for_range, for_tile_trips, load, offset, prefix_mask, store, when, whole_or_masked
+from kernels.loops import Sized, for_image_rows, for_tile_trips, load, offset, prefix_mask, store, when, whole_or_masked
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -90,32 +91,38 @@ def transform_ops(matrix: Matrix) -> int:
     return sum(sum(1 for c in row if c) - (1 in row) for row in matrix if any(row))
 
 
-def product_strides(shape: ConvShape, m: int) -> tuple[int, int]:
-    """Floats from one of the T² matrices of V (Cin × tiles) to the next, and of M
-    (Cout × tiles): the matrix rounded up to an odd number of cache lines, so that the
-    T² vectors one tile vector writes to V (reads from M) fall in T² different L1 sets:
-    back to back, 64 channels of 52² tiles put all 36 in one set (the matrices 169
-    pages apart)."""
-    columns = shape.batch * ceil_div(shape.out_height, m) * ceil_div(shape.out_width, m)
+def product_strides(shape: ConvShape, columns: int) -> tuple[int, int]:
+    """Floats from one of the T² matrices of V (Cin × `columns` tiles) to the next, and
+    of M (Cout × columns): the matrix rounded up to an odd number of cache lines, so
+    that the T² vectors one tile vector writes to V (reads from M) fall in T² different
+    L1 sets: back to back, 64 channels of 52² tiles put all 36 in one set (the matrices
+    169 pages apart)."""
     return tuple((ceil_div(rows * columns, PREFETCH_LINE_FLOATS) | 1) * PREFETCH_LINE_FLOATS
                  for rows in (shape.channels, shape.out_channels))  # type: ignore[return-value]
 
 
 def batched(gemm: mm.MatmulConfig, shape: ConvShape, m: int) -> mm.MatmulConfig:
-    """One product's GEMM config as F(m×m, 3×3) runs it: T² of them, `product_strides` apart."""
-    return replace(gemm, batch=(m + 2) ** 2, product_strides=product_strides(shape, m))
+    """One product's GEMM config as F(m×m, 3×3) runs it: T² of them, `product_strides`
+    apart (its columns: one band's tiles)."""
+    return replace(gemm, batch=(m + 2) ** 2, product_strides=product_strides(shape, gemm.shape.n))
 
 
 @dataclass(frozen=True)
 class WinogradConfig:
     """F(m×m, 3×3) with `lanes` tile columns per vector; `gemm` is the batched product
-    (Cout × tiles × Cin, batch T²)."""
+    of one band (Cout × its tiles × Cin, batch T²). The tile rows, numbered across the
+    images, fall into `bands` bands of `band_rows` each, whose V and M are matrices of
+    their own: a thread that takes a band writes and reads memory no other thread
+    touches (two threads writing the halves of every row of one V took twice as long
+    as each writing its own: docs/calibration.md). A call of a transform covers tile
+    rows of one band, whose V and M it is given."""
 
     shape: ConvShape
     m: int
     lanes: int
     gemm: mm.MatmulConfig
     epilogue: ep.Epilogue = field(default=())
+    bands: int = 1
 
     algorithm: str = field(default="winograd", init=False)
 
@@ -140,9 +147,14 @@ class WinogradConfig:
         """Tiles of one image."""
         return self.tiles_h * self.tiles_w
 
+    @property
+    def band_rows(self) -> int:
+        """Tile rows of each band (the last one's past the images are never stored)."""
+        return ceil_div(self.shape.batch * self.tiles_h, self.bands)
+
     def gemm_shape(self) -> mm.MatmulShape:
         s = self.shape
-        return mm.MatmulShape(s.out_channels, s.batch * self.tiles, s.channels)
+        return mm.MatmulShape(s.out_channels, self.band_rows * self.tiles_w, s.channels)
 
     def split(self) -> PhaseSplit:
         """The input padded (with zero rows and columns for the last tiles) and split by
@@ -155,17 +167,17 @@ class WinogradConfig:
                           self.lanes, 2 * self.lanes)  # fmt: skip
 
     def product_strides(self) -> tuple[int, int]:
-        """`product_strides` of this layer."""
-        return product_strides(self.shape, self.m)
+        """`product_strides` of this layer's bands."""
+        return product_strides(self.shape, self.gemm_shape().n)
 
     def v_size(self) -> int:
-        """f32 elements of V, the T² transformed input matrices."""
+        """f32 elements of one band's V, its T² transformed input matrices."""
         return self.t**2 * self.product_strides()[0]
 
     def m_size(self) -> int:
-        """f32 elements of M, the T² products, and a vector's worth after them: the output
-        transform reads a row's last vector whole (its lanes past the row are never
-        stored), so that its code has no masked variant."""
+        """f32 elements of one band's M, its T² products, and a vector's worth after them:
+        the output transform reads a row's last vector whole (its lanes past the row are
+        never stored), so that its code has no masked variant."""
         return self.t**2 * self.product_strides()[1] + self.lanes
 
     @property
@@ -197,6 +209,9 @@ class WinogradConfig:
             raise KernelError(f"winograd needs a 3x3, stride-1, undilated, ungrouped layer, got {s.describe()}")
         if self.m not in TRANSFORMS:
             raise KernelError(f"winograd output tiles are 2 or 4, got {self.m}")
+        if not 1 <= self.bands <= s.batch * self.tiles_h:
+            raise KernelError(f"winograd's {s.batch * self.tiles_h} tile rows fall into 1 to that many bands, "
+                              f"not {self.bands}")  # fmt: skip
         check_lanes(target, self.lanes)
         g = self.gemm
         if (g.shape != self.gemm_shape() or g.batch != self.t**2 or g.epilogue or g.accumulate
@@ -224,8 +239,8 @@ class WinogradConfig:
             self.symbol + "_in",
             (Param("v", Role.OUT, extent=(self.v_size(),)),
              Param("xt", Role.IN, extent=(self.split().size,)),
-             Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)),
-            f"Winograd F({self.m},3) input transform of {s.describe()}, planes [plane_begin, plane_end).",
+             *_RANGES),
+            f"Winograd F({self.m},3) input transform of {s.describe()}, {_RANGES_DESCRIBED}.",
         )  # fmt: skip
 
     def output_signature(self) -> KernelSignature:
@@ -235,10 +250,16 @@ class WinogradConfig:
                   Param("mm", Role.IN, extent=(self.m_size(),))]  # fmt: skip
         for _, name, operand in ep.operand_names(self.epilogue):
             params.append(Param(name, Role.IN, extent=(s.out_channels if operand == "channel" else outputs,)))
-        params += [Param("plane_begin", Role.SIZE), Param("plane_end", Role.SIZE)]
+        params += _RANGES
         return KernelSignature(self.symbol + "_out", tuple(params),
                                f"Winograd F({self.m},3) output transform of {s.describe()}, then "
-                               f"{ep.describe(self.epilogue)}, planes [plane_begin, plane_end).")  # fmt: skip
+                               f"{ep.describe(self.epilogue)}, {_RANGES_DESCRIBED}.")  # fmt: skip
+
+
+_RANGES = tuple(Param(name, Role.SIZE) for name in ("channel_begin", "channel_end", "row_begin", "row_end"))
+"""What one call of a transform covers: a thread's channels, or its tile rows, so that
+it reads and writes what the product's split gives that thread (`for_image_rows`)."""
+_RANGES_DESCRIBED = "channels [channel_begin, channel_end) of tile rows [row_begin, row_end) across the images"
 
 
 def _combine(coefficients: tuple[float, ...], values: list[ir.Value], zero: ir.Value) -> ir.Value:
@@ -269,45 +290,46 @@ def _input_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
     s, split, lanes, t = cfg.shape, cfg.split(), cfg.lanes, cfg.t
     vec = f32_vector_type(target, lanes)
     xt = f32_memref(args["xt"], [split.size])
-    columns = s.batch * cfg.tiles
     v = f32_memref(args["v"], [cfg.v_size()])  # matrix ξν (product_strides apart), row c
     stride = cfg.product_strides()[0]
     taps = [[split.tap_offset(i, j) for j in range(t)] for i in range(t)]
     zero = f32_splat(target, lanes, 0.0)
     b_t = TRANSFORMS[cfg.m][0]
 
-    def plane(p: ir.Value) -> None:
-        n, c = arith.divsi(p, index(s.channels)), arith.remsi(p, index(s.channels))
-        first_tile = arith.muli(n, index(cfg.tiles))
+    def tile_row(n: ir.Value, c: ir.Value, ty: ir.Value, rows_end: ir.Value) -> None:
+        p = arith.addi(arith.muli(n, index(s.channels)), c)
+        window = arith.addi(arith.muli(p, index(split.plane_size)), arith.muli(ty, index(split.phase_cols)))
+        first = _band_row_start(cfg, n, ty, c)
 
-        def tile_row(ty: ir.Value) -> None:
-            window = arith.addi(arith.muli(p, index(split.plane_size)), arith.muli(ty, index(split.phase_cols)))
-            tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
+        def step(tx0: ir.Value, _count: int, sized: Sized) -> None:  # the last step's junk lanes read the
+            start = arith.addi(window, tx0)  # padding; stored into the next tile row, which this thread
+            # writes after (masked where they would leave its rows of the plane)
+            d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
+            transformed = _two_sided(b_t, d, zero)
+            at = arith.addi(first, tx0)
 
-            def step(tx0: ir.Value, _count: int, sized: Sized) -> None:  # the last step's junk lanes
-                start = arith.addi(window, tx0)  # read the padding; stored into the plane's next tile
-                # row, which is written after (masked where they would leave the plane)
-                d = [[load(vec, xt, [offset(start, taps[i][j])]) for j in range(t)] for i in range(t)]
-                transformed = _two_sided(b_t, d, zero)
-                at = arith.addi(arith.muli(c, index(columns)), arith.addi(tile, tx0))
+            def put(mask: ir.Value | None) -> None:
+                for xi in range(t):
+                    for nu in range(t):
+                        store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
 
-                def put(mask: ir.Value | None) -> None:
-                    for xi in range(t):
-                        for nu in range(t):
-                            store(transformed[xi][nu], v, [offset(at, (xi * t + nu) * stride)], mask)
+            def stores(count: int) -> None:  # a row's last vector whole while its lanes stay in the rows
+                end = offset(arith.addi(arith.muli(ty, index(cfg.tiles_w)), tx0), lanes)
+                inside = arith.cmpi(arith.CmpIPredicate.sle, end, arith.muli(rows_end, index(cfg.tiles_w)))
+                whole_or_masked(inside, tail_mask(target, lanes, count), put)
 
-                def stores(count: int) -> None:  # a row's last vector whole while its lanes stay in the plane
-                    end = offset(arith.addi(arith.muli(ty, index(cfg.tiles_w)), tx0), lanes)
-                    inside = arith.cmpi(arith.CmpIPredicate.sle, end, index(cfg.tiles))
-                    whole_or_masked(inside, tail_mask(target, lanes, count), put)
+            sized(stores)
 
-                sized(stores)
+        for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
 
-            for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
+    for_image_rows(s.batch, s.channels, cfg.tiles_h, [args[p.name] for p in _RANGES], tile_row)
 
-        for_range(0, cfg.tiles_h, 1, tile_row)
 
-    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.batch * s.channels)), 1, plane)
+def _band_row_start(cfg: WinogradConfig, n: ir.Value, ty: ir.Value, row: ir.Value) -> ir.Value:
+    """Where tile row ty of image n begins in row `row` (a channel) of the first of its
+    band's matrices."""
+    local = arith.remsi(arith.addi(arith.muli(n, index(cfg.tiles_h)), ty), index(cfg.band_rows))
+    return arith.addi(arith.muli(row, index(cfg.gemm_shape().n)), arith.muli(local, index(cfg.tiles_w)))
 
 
 def interleave(pieces: list[ir.Value]) -> list[ir.Value]:
@@ -328,7 +350,6 @@ def interleave(pieces: list[ir.Value]) -> list[ir.Value]:
 def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
     s, lanes, t, m = cfg.shape, cfg.lanes, cfg.t, cfg.m
     vec = f32_vector_type(target, lanes)
-    columns = s.batch * cfg.tiles
     products = f32_memref(args["mm"], [cfg.m_size()])  # matrix ξν (product_strides apart), row k
     stride = cfg.product_strides()[1]
     oh_, ow_ = s.out_height, s.out_width
@@ -338,46 +359,39 @@ def _output_transform(cfg: WinogradConfig, target: Target, args: dict) -> None:
     zero = f32_splat(target, lanes, 0.0)
     a_t = TRANSFORMS[m][2]
 
-    def plane(p: ir.Value) -> None:
-        n, k = arith.divsi(p, index(s.out_channels)), arith.remsi(p, index(s.out_channels))
-        first_tile = arith.muli(n, index(cfg.tiles))
+    def tile_row(n: ir.Value, k: ir.Value, ty: ir.Value, _rows_end: ir.Value) -> None:
+        p = arith.addi(arith.muli(n, index(s.out_channels)), k)
+        row_start = _band_row_start(cfg, n, ty, k)
 
-        def tile_row(ty: ir.Value) -> None:
-            tile = arith.addi(first_tile, arith.muli(ty, index(cfg.tiles_w)))
+        def step(tx0: ir.Value, _count: int, _sized: Sized) -> None:  # the last step's junk lanes read
+            first = arith.addi(row_start, tx0)  # what follows the row in M (see m_size); never stored
+            grid = [[load(vec, products, [offset(first, (xi * t + nu) * stride)]) for nu in range(t)]
+                    for xi in range(t)]  # fmt: skip
+            out = _two_sided(a_t, grid, zero)
+            x0 = arith.muli(tx0, index(m))
+            for i in range(m):
+                oh = arith.addi(arith.muli(ty, index(m)), index(i))
+                row = arith.addi(arith.muli(p, index(oh_)), oh)
 
-            def step(tx0: ir.Value, _count: int, _sized: Sized) -> None:  # the last step's junk lanes read
-                at = arith.addi(tile, tx0)  # what follows the row in M (see m_size) and are never stored
-                first = arith.addi(arith.muli(k, index(columns)), at)
-                grid = [[load(vec, products, [offset(first, (xi * t + nu) * stride)]) for nu in range(t)]
-                        for xi in range(t)]  # fmt: skip
-                out = _two_sided(a_t, grid, zero)
-                x0 = arith.muli(tx0, index(m))
-                for i in range(m):
-                    oh = arith.addi(arith.muli(ty, index(m)), index(i))
-                    row = arith.addi(arith.muli(p, index(oh_)), oh)
+                def store_row(i: int = i, row: ir.Value = row) -> None:
+                    for w, value in enumerate(interleave(out[i])):
+                        x = offset(x0, w * lanes)
+                        left = prefix_mask(mask_type(target, lanes), arith.subi(index(ow_), x))
 
-                    def store_row(i: int = i, row: ir.Value = row) -> None:
-                        for w, value in enumerate(interleave(out[i])):
-                            x = offset(x0, w * lanes)
-                            left = prefix_mask(mask_type(target, lanes), arith.subi(index(ow_), x))
+                        def operand(j: int, x: ir.Value = x, left: ir.Value = left) -> ir.Value:
+                            if cfg.epilogue[j].operand == "channel":
+                                return vector.broadcast(vec, memref.load(operands[j], [k]))
+                            return load(vec, operands[j], [row, x], left)
 
-                            def operand(j: int, x: ir.Value = x, left: ir.Value = left) -> ir.Value:
-                                if cfg.epilogue[j].operand == "channel":
-                                    return vector.broadcast(vec, memref.load(operands[j], [k]))
-                                return load(vec, operands[j], [row, x], left)
+                        result = ep.apply(cfg.epilogue, value, operand)
+                        inside = arith.cmpi(arith.CmpIPredicate.sle, offset(x, lanes), index(ow_))
+                        whole_or_masked(inside, left, lambda mask, r=result, x=x: store(r, y, [row, x], mask))
 
-                            result = ep.apply(cfg.epilogue, value, operand)
-                            inside = arith.cmpi(arith.CmpIPredicate.sle, offset(x, lanes), index(ow_))
-                            whole_or_masked(inside, left, lambda mask, r=result, x=x: store(r, y, [row, x], mask))
+                if oh_ % m and i >= oh_ % m:  # beyond OH on the last tile row
+                    when(arith.cmpi(arith.CmpIPredicate.slt, oh, index(oh_)), store_row)
+                else:
+                    store_row()
 
-                    if oh_ % m and i >= oh_ % m:  # beyond OH on the last tile row
-                        when(arith.cmpi(arith.CmpIPredicate.slt, oh, index(oh_)), store_row)
-                    else:
-                        store_row()
+        for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
 
-            for_tile_trips(index(0), index(ceil_div(cfg.tiles_w, lanes)), lanes, cfg.tiles_w, True, step)
-
-        for_range(0, cfg.tiles_h, 1, tile_row)
-
-    for_range(index(args["plane_begin"]), arith.minsi(index(args["plane_end"]), index(s.batch * s.out_channels)), 1,
-              plane)  # fmt: skip
+    for_image_rows(s.batch, s.out_channels, cfg.tiles_h, [args[p.name] for p in _RANGES], tile_row)

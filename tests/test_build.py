@@ -5,6 +5,7 @@ emit and what the fusion planner proposes agree; bad input is one error line."""
 from __future__ import annotations
 
 import gc
+import itertools
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 import autoconfig
 from autoconfig.bench import bench
 from autoconfig.build import build_model
-from autoconfig.builder import COOLED_ARENA_GROWTH, Builder, aligned
+from autoconfig.builder import COOLED_ARENA_GROWTH, VIRTUAL, Builder, aligned
 from autoconfig.cli import main
 from autoconfig.demo import run_model_demo
 from autoconfig.errors import AutoconfigError
@@ -452,6 +453,27 @@ def test_arena_memory_is_reused_only_after_the_other_cores_caches_have_cooled():
         b.step = step
         b._buffer(1000)
     assert b.place([]) <= COOLED_ARENA_GROWTH * aligned(1000) and 0 < b.cooled < cooling  # cooled less
+
+
+def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
+    """`Builder.private`: a part's scratch follows its earlier asks in the same kernel,
+    starts over at the same memory in the next (which then finds it in its thread's
+    caches, where arena memory other threads used costs it transfers), and shares that
+    memory with no other part and no other buffer."""
+    graph, profile = import_model(mlp()), load_profile(PROFILES["avx2"])
+    b = Builder(graph, profile, get_target("avx2"), 2, None)
+    first = [b.private(100, 0), b.private(50, 0), b.private(30, 1)]
+    b.finish_step()
+    b.step = 1
+    again, other = b.private(1000, 0), b._buffer(5000)  # `other`: a kernel's own buffer
+    b.step = 2
+    b.place([])
+    assert first[0].space == first[1].space == again.space != first[2].space
+    assert (first[0].offset, first[1].offset, again.offset) == (0, aligned(100), 0)
+    spans = [(b.buffers[i].offset, b.buffers[i].offset + b.buffers[i].size)
+             for i in (first[0].space - VIRTUAL, first[2].space - VIRTUAL, other)]  # fmt: skip
+    assert b.buffers[first[0].space - VIRTUAL].size == aligned(1000)
+    assert all(x[1] <= y[0] or y[1] <= x[0] for x, y in itertools.combinations(spans, 2)), spans
 
 
 def test_products_with_weights_from_memory_split_the_weights_among_tied_plans():

@@ -94,7 +94,8 @@ LAYERS = [
     ConvShape(1, 3, 224, 224, 2, (3, 3), (2, 2), (0, 0, 1, 1)),
     ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
     ConvShape(2, 12, 8, 8, 12, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 12),
-    ConvShape(2, 7, 13, 22, 9, (3, 3), (1, 1), (0, 1, 2, 0)),  # Winograd with edge tiles both ways
+    ConvShape(3, 7, 13, 22, 9, (3, 3), (1, 1), (0, 1, 2, 0)),  # Winograd: edge tiles both ways, bands
+    # of tile rows ending inside an image
 ]
 
 
@@ -102,7 +103,7 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     """Direct with a small and a blocked tile (two channel blocks where possible), im2col
     with tiled and packed GEMMs (the weights packed per call and once, when built),
     gemm1x1 where it applies (also with output channels in the lanes); split among two
-    threads."""
+    threads (Winograd's by output channels and in bands of tile rows)."""
     kc = max(1, s.in_per_group // 2)
     gemm = s.gemm_shape()
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
@@ -113,10 +114,12 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
                   ConvPlan(DepthwiseConfig(s, lanes, 1, 1, epilogue), 1, "groups")]  # fmt: skip
     if winograd.applies(s, get_target("avx2")):
         for m, (algorithm, mr, nv) in ((2, ("tiled", 3, 2)), (4, ("packed", 2, 2))):
-            gemm_shape = WinogradConfig(s, m, lanes, None).gemm_shape()
-            gemm_config = winograd.batched(mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5,
-                                                           a_packed=algorithm == "packed"), s, m)  # fmt: skip
-            plans.append(ConvPlan(WinogradConfig(s, m, lanes, gemm_config, epilogue), 2, "columns"))
+            rows = s.batch * -(-s.out_height // m)
+            for split, bands in (("rows", 1), ("bands", 2))[:1 + (rows > 1)]:
+                gemm_shape = WinogradConfig(s, m, lanes, None, bands=bands).gemm_shape()
+                gemm_config = winograd.batched(mm.MatmulConfig(gemm_shape, algorithm, lanes, mr, nv, kc=5,
+                                                               a_packed=algorithm == "packed"), s, m)  # fmt: skip
+                plans.append(ConvPlan(WinogradConfig(s, m, lanes, gemm_config, epilogue, bands), 2, split))
     kinds = ["im2col", "gemm1x1"] if s.pointwise else ["im2col"]
     for algorithm in kinds:
         for gemm_config in (mm.MatmulConfig(gemm, "tiled", lanes, 3, 2, kc=5, epilogue=epilogue, channel_axis="rows"),
@@ -171,7 +174,7 @@ def test_small_layers_under_emulation(case_id):
         square = ConvShape(1, 3, 7, 9, 5, (3, 3), pads=(1, 1, 1, 1))
         sx, sw_, sb = layer_data(square, 5)
         winograd = [p for p in forced_plans(square, lanes, (ep.bias(),)) if isinstance(p.config, WinogradConfig)]
-        assert len(winograd) == 2
+        assert len(winograd) == 4
         for plan in winograd:
             y = compile_layer(square, sw_, sb, profile=PROFILE_OF[case_id], target=target, config=plan)(sx)
             assert_close(y, conv_reference(square, sx, sw_, sb), 1e-3, f"{case_id} {plan.config.tile}")
@@ -430,7 +433,7 @@ def test_winograd_matrices_fall_in_different_cache_sets():
     shape = ConvShape(1, 64, 208, 208, 96, (3, 3), pads=(1, 1, 1, 1))
     for m in (2, 4):
         columns = (208 // m) ** 2
-        for stride, rows in zip(winograd.product_strides(shape, m), (64, 96), strict=True):
+        for stride, rows in zip(winograd.product_strides(shape, columns), (64, 96), strict=True):
             assert stride >= rows * columns and stride % 16 == 0
             assert len({(t * stride * 4 // 64) % 64 for t in range((m + 2) ** 2)}) == (m + 2) ** 2
 
@@ -520,6 +523,56 @@ def test_winograd_pays_for_filters_beyond_the_level_of_one_product():
     small_w, large_w = (next(p for p in c.per_algorithm if p.config.algorithm == "winograd") for c in (small, large))
     assert 0.0 < small_w.term("filters") < 0.02 * small_w.total_ns  # 36 x 64 x 64 floats: from the L2
     assert large_w.term("filters") > 0.2 * large_w.total_ns  # 36 x 512 x 512 floats (37.7 MB): past the L3
+
+
+def test_winograd_transforms_follow_the_split_of_its_products():
+    """Each thread's transform calls cover what its share of the products reads and
+    writes: in bands, its band's tile rows (numbered across the images) of every
+    channel; divided by output channels, those of its products, and an even share of
+    the input channels. Either way every (channel, tile row) falls to exactly one call."""
+    from autoconfig.lowering import _winograd_ranges
+
+    s = ConvShape(3, 7, 13, 22, 9, (3, 3), pads=(1, 1, 1, 1))  # 7 x 11 tiles of F(2,3) per image
+    for split, bands in (("rows", 1), ("bands", 2)):
+        gemm_shape = WinogradConfig(s, 2, 8, None, bands=bands).gemm_shape()
+        gemm = winograd.batched(mm.MatmulConfig(gemm_shape, "tiled", 8, 3, 1), s, 2)
+        inputs, outputs = _winograd_ranges(ConvPlan(WinogradConfig(s, 2, 8, gemm, (), bands), 2, split))
+        for ranges, channels in ((inputs, s.channels), (outputs, s.out_channels)):
+            units = [(c, r) for c0, c1, r0, r1 in ranges for c in range(c0, c1) for r in range(r0, r1)]
+            assert len(ranges) == 2 and sorted(units) == [(c, r) for c in range(channels) for r in range(3 * 7)]
+        if bands > 1:  # 21 tile rows in bands of 11: the second from image 1's row 4 on
+            assert gemm_shape.n == 11 * 11
+            assert [r[2:] for r in inputs] == [r[2:] for r in outputs] == [(0, 11), (11, 21)]
+        else:  # 9 output channels in row tiles of 3, two to the first thread
+            assert gemm_shape.n == 3 * 7 * 11 and [r[:2] for r in outputs] == [(0, 6), (6, 9)]
+    for split, threads in (("columns", 2), ("bands", 3)):
+        with pytest.raises(AutoconfigError, match="splits threads by rows or bands, not 'columns'|runs one per thread"):
+            conv_model.validate_plan(ConvPlan(WinogradConfig(s, 2, 8, gemm, (), 2), threads, split), get_target("avx2"))
+
+
+def test_winograd_on_two_threads_prices_what_threads_read_from_each_other():
+    """Divided by output channels, each thread's products read all of V, half of it
+    written by the other thread's input transform, which writes it again at the next
+    call; in bands, each thread's V is its own, and only its input transform reads
+    planes the other thread's phase split wrote: on DenseNet-121's 128 -> 32 layers
+    (V 6.4 MB) the bands are chosen."""
+    from autoconfig.models.cost import CROSS_CORE_TERM
+    from autoconfig.models.conv import winograd_plan
+
+    profile, target = load_profile(AVX512), get_target("avx512")
+    s = ConvShape(1, 128, 56, 56, 32, (3, 3), pads=(1, 1, 1, 1))
+    machine = Machine.of(profile)
+    by = {split: conv_model.predict(winograd_plan(s, 2, profile, target, 2, split=split), machine)
+          for split in ("rows", "bands")}  # fmt: skip
+    rows = by["rows"].plan.config
+    assert by["bands"].plan.config.bands == 2 and by["bands"].plan.config.gemm.shape.n == 14 * 28
+    v = rows.v_size() * 4
+    assert by["rows"].term(CROSS_CORE_TERM) == pytest.approx(v / 2 / machine.at(rows.lanes, 2).bandwidth["DRAM"])
+    assert 0 < by["bands"].term(CROSS_CORE_TERM) < by["rows"].term(CROSS_CORE_TERM) / 4
+    best = choose(s, profile, target, 2).best
+    assert best.config.algorithm == "winograd" and best.plan.split == "bands"
+    assert conv_model.winograd_plan(ConvShape(1, 8, 2, 9, 8, (3, 3), pads=(1, 1, 1, 1)), 2, profile, target, 2,
+                                    split="bands") is None  # one tile row: no second band
 
 
 def test_threads_dividing_output_channels_each_read_the_whole_input():

@@ -27,7 +27,7 @@ def choices(name: str, threads: int) -> list[list]:
     """Each kernel of zoo model `name` built for avx2 on the EPYC profile with dp fusion."""
     graph = import_model(zoo.build(name))
     built = build_model(graph, load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", threads, None)
-    return [[k.kind, k.ops, k.summary, sorted({re.sub(r"_[0-9a-f]{10}$", "", c.symbol) for c in k.calls})]
+    return [[k.kind, k.ops, k.summary, sorted({re.sub(r"_[0-9a-f]{10}(_in|_out)?$", r"\1", c.symbol) for c in k.calls})]
             for k in built.kernels]  # fmt: skip
 
 

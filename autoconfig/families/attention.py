@@ -58,7 +58,7 @@ def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Product
            matrices: tuple[Ref, Ref, Ref, Ref], operands: list[Ref], kinds: list[str]) -> list[Call]:  # fmt: skip
     """One part per head, `threads` heads at once, each thread with its scratch; or each
     head's rows split across the threads where there are fewer heads than threads."""
-    work = [b.scratch(config.workspace()) for _ in range(threads)]
+    work = [b.private(config.workspace(), slot) for slot in range(threads)]
     o, q, k, v = matrices
 
     def part(head: int, slot: int, rows: tuple[int, int]) -> Part:

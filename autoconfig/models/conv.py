@@ -53,10 +53,12 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share, chain_ns, epilogue_term, fma_floor_ns,
-    microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns, vector_widths,
+    CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share,
+    chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns,
+    vector_widths,
 )  # fmt: skip
-from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split, choose as choose_matmul
+from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split
+from autoconfig.models.matmul import choose as choose_matmul
 from autoconfig.models.matmul import predict as predict_matmul
 from autoconfig.profile import HardwareProfile
 from kernels import epilogue as ep
@@ -68,7 +70,7 @@ from kernels.sizes import ceil_div, round_up
 from kernels.winograd import TRANSFORMS, applies, batched, transform_ops
 from kernels.target import Target
 
-ConvSplit = Literal["groups", "rows", "columns", "units"]
+ConvSplit = Literal["groups", "rows", "columns", "units", "bands"]
 DIRECT_SPLITS: tuple[ConvSplit, ...] = ("groups", "rows", "columns")  # NCHW direct
 
 SPLIT_LOAD_COST = 2.0
@@ -110,7 +112,10 @@ class ConvPlan:
         return self.config.shape
 
     def gemm_plan(self) -> MatmulPlan:
-        """The matmul plan of a GEMM algorithm."""
+        """The matmul plan of a GEMM algorithm (Winograd's in bands: one band's, on its
+        thread alone)."""
+        if self.split == "bands":
+            return MatmulPlan(self.config.gemm, 1, "rows")
         return MatmulPlan(self.config.gemm, self.threads, self.split)
 
     def split_units(self) -> int:
@@ -545,6 +550,8 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
 def _threads_reason(p: ConvPlan) -> str:
     if p.parts() == 1:
         return f"{p.threads}: one block (a second would cost more in dispatch than it saves)"
+    if p.split == "bands":
+        return f"{p.threads}: a band of {p.config.band_rows} tile rows each, its products on its thread alone"
     return f"{p.threads}: the {p.split_units()} {p.split} split into {p.parts()} blocks"
 
 
@@ -581,35 +588,57 @@ def _winograd_prediction(p: ConvPlan, base: Machine) -> Prediction:
     c: WinogradConfig = p.config
     s = c.shape
     t2 = c.t**2
-    gemm = predict_matmul(MatmulPlan(replace(c.gemm, batch=1), p.threads, p.split), base)
+    product = p.gemm_plan()
+    gemm = predict_matmul(MatmulPlan(replace(c.gemm, batch=1), product.threads, product.split), base)
     terms = [replace(t, ns=t.ns * t2, why=f"{t.why} (x{t2} products)") if t.name != "call" else t
              for t in gemm.terms]  # fmt: skip
     m = base.at(c.lanes, p.threads)
-    b_t, _, a_t = TRANSFORMS[c.m]
-    v_bytes, m_bytes = c.v_size() * F32, c.m_size() * F32
+    terms += _winograd_passes(c, p, m)
     outputs = math.prod(s.output_shape)
-    passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), c.split().size * F32 + v_bytes, "input"),
-              ("transform out", s.out_channels, (c.t + c.m) * transform_ops(a_t), m_bytes + outputs * F32, "output"))
-    for name, channels, ops, moved, side in passes:
-        vectors = s.batch * channels * c.tiles_h * ceil_div(c.tiles_w, c.lanes)
-        share = busiest_share(s.batch * channels, p.threads)
-        issue = vectors * (ops / m.fma_per_ns() + 2 * t2 / m.vector_loads_per_ns())
-        terms.append(Term(name, (issue + m.traffic_ns(moved)) * share,
-                          f"{side} tiles: {ops} vector ops and {t2} loads and stores per {c.lanes} tiles; "
-                          f"{moved / 1e6:.1f} MB read and written"))  # fmt: skip
-    # the products' B (V) and C (M) come from and go to the transforms' passes, not warm
-    level = m.holding_level(v_bytes + m_bytes, whole_problem=True)
-    terms.append(Term(STALL_TERM, (v_bytes + m_bytes) / m.bandwidth[level] / p.parts(),
-                      f"the products read V and write M ({(v_bytes + m_bytes) / 1e6:.1f} MB) in {level}, "
-                      "between the transform passes"))  # fmt: skip
     terms.append(_filters_term(c, p, m))
     terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, ceil_div(outputs, c.lanes), outputs, m, 1.0 / p.parts()))
     params = [("algorithm", f"winograd F({c.m}x{c.m},3x3): {t2} multiplies per {c.m * c.m} outputs and channel "
                             f"pair instead of {9 * c.m * c.m}; {t2} products of {c.gemm_shape()}"),
-              *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
+              *[(name, _threads_reason(p) if name == "threads" and c.bands > 1 else why)
+                for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
+
+
+def _winograd_passes(c: WinogradConfig, p: ConvPlan, m: Machine) -> list[Term]:
+    """The two transform passes, for the busiest thread's share: of the channels (the
+    products divided by rows) or of the tile rows (a band each:
+    `lowering._winograd_ranges`); V and M between them and the products; and what each
+    thread reads that another wrote."""
+    s, t2, parts = c.shape, c.t**2, p.parts()
+    b_t, _, a_t = TRANSFORMS[c.m]
+    v_bytes, m_bytes, xt_bytes = c.v_size() * F32, c.m_size() * F32, c.split().size * F32
+    in_bands = c.bands > 1
+    passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), xt_bytes + v_bytes, "input"),
+              ("transform out", s.out_channels, (c.t + c.m) * transform_ops(a_t),
+               m_bytes + math.prod(s.output_shape) * F32, "output"))  # fmt: skip
+    terms = []
+    for name, channels, ops, moved, side in passes:
+        vectors = s.batch * channels * c.tiles_h * ceil_div(c.tiles_w, c.lanes)
+        share = c.band_rows / (s.batch * c.tiles_h) if in_bands else busiest_share(channels, p.threads)
+        issue = vectors * (ops / m.fma_per_ns() + 2 * t2 / m.vector_loads_per_ns())
+        terms.append(Term(name, (issue + m.traffic_ns(moved)) * share,
+                          f"{side} tiles: {ops} vector ops and {t2} loads and stores per {c.lanes} tiles; "
+                          f"{moved / 1e6:.1f} MB read and written"))  # fmt: skip
+    # the products' B (V) and C (M) come from and go to the transforms' passes, not warm;
+    # divided by rows, each thread's products read all of V
+    level = m.holding_level(v_bytes + m_bytes, whole_problem=True)
+    read = (v_bytes + m_bytes) / parts if in_bands else v_bytes + m_bytes / parts
+    terms.append(Term(STALL_TERM, read / m.bandwidth[level],
+                      f"the products read V and write M ({read / 1e6:.1f} MB a thread) in {level}, "
+                      "between the transform passes"))  # fmt: skip
+    elsewhere = (parts - 1) / parts * (xt_bytes / parts if in_bands else v_bytes)
+    terms.append(Term(CROSS_CORE_TERM, elsewhere / m.bandwidth[CROSS_CORE_LEVEL],
+                      f"{elsewhere / 1e6:.2f} MB a thread of what other threads wrote: " +
+                      ("the split input's planes, by the input transform" if in_bands else
+                       "V, by the products, which the input transform writes again")))  # fmt: skip
+    return terms
 
 
 def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
@@ -654,16 +683,22 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     layer and the target allow Winograd."""
     if not applies(shape, target):
         return []
-    return [winograd_plan(shape, m, profile, target, threads, epilogue) for m in TRANSFORMS]
+    return [winograd_plan(shape, m, profile, target, threads, epilogue) for m in TRANSFORMS]  # type: ignore[misc]
 
 
 def winograd_plan(shape: ConvShape, m: int, profile: HardwareProfile, target: Target, threads: int,
-                  epilogue: ep.Epilogue = ()) -> ConvPlan:  # fmt: skip
-    """Winograd F(m,3) with the matmul model's choice for its product."""
-    gemm = choose_matmul(WinogradConfig(shape, m, 1, None).gemm_shape(), profile, target, threads,
-                         a_constant=True, local="rows").best.plan  # M's rows: the output transform's planes
-    config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue)
-    return ConvPlan(config, gemm.threads, gemm.split)
+                  epilogue: ep.Epilogue = (), split: str = "rows") -> ConvPlan | None:  # fmt: skip
+    """Winograd F(m,3) with the matmul model's choice for its product: divided by rows
+    (output channels) among the threads, or, with `split` "bands", a band of tile rows
+    per thread, each band's product on that thread alone (None where the layer has
+    fewer tile rows than threads)."""
+    bands = threads if split == "bands" else 1
+    if bands > 1 and shape.batch * ceil_div(shape.out_height, m) < bands:
+        return None
+    gemm = choose_matmul(WinogradConfig(shape, m, 1, None, bands=bands).gemm_shape(), profile, target,
+                         1 if bands > 1 else threads, a_constant=True, split="rows").best.plan
+    config = WinogradConfig(shape, m, gemm.config.lanes, batched(gemm.config, shape, m), epilogue, bands)
+    return ConvPlan(config, threads, split) if bands > 1 else ConvPlan(config, gemm.threads, gemm.split)
 
 
 def winograd_multiply_adds(shape: ConvShape, m: int) -> int:
@@ -873,7 +908,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                 unscored.append(f"winograd F({m},3): not scored, its rounding error is {WINOGRAD_ERROR[m]:.0f}x a "
                                 f"direct sum's (built with fast_winograd, it is)")  # fmt: skip
             elif not beaten(f"winograd F({m},3)", winograd_multiply_adds(shape, m)):
-                predictions.append(predict(winograd_plan(shape, m, profile, target, budget, epilogue), machine))
+                plans = [winograd_plan(shape, m, profile, target, budget, epilogue, split)
+                         for split in (WINOGRAD_SPLITS if budget > 1 else WINOGRAD_SPLITS[:1])]  # fmt: skip
+                predictions += [predict(p, machine) for p in plans if p is not None]
     predictions += _products(shape, profile, target, budget, epilogue, machine, beaten)
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
@@ -1030,6 +1067,14 @@ def _product_units(p: ConvPlan) -> int:
     return p.gemm_plan().split_units()
 
 
+def _winograd_units(p: ConvPlan) -> int:
+    return p.config.bands if p.split == "bands" else _product_units(p)
+
+
+WINOGRAD_SPLITS: tuple[ConvSplit, ...] = ("rows", "bands")
+"""Winograd's ways to divide a layer among threads (`winograd_plan`); one thread: rows."""
+
+
 def _product_tile(c: GemmConvConfig | WinogradConfig) -> int:
     return c.gemm.mr * c.gemm.nv
 
@@ -1039,7 +1084,7 @@ ALGORITHMS: dict[type, AlgorithmModel] = {
     DepthwiseConfig: AlgorithmModel(("groups",), lambda p: p.config.planes(), _by_terms(_depthwise_terms),
                                     lambda c: c.mr * c.nv),
     GemmConvConfig: AlgorithmModel(("rows", "columns"), _product_units, _gemm_prediction, _product_tile),
-    WinogradConfig: AlgorithmModel(("rows", "columns"), _product_units, _winograd_prediction, _product_tile),
+    WinogradConfig: AlgorithmModel(WINOGRAD_SPLITS, _winograd_units, _winograd_prediction, _product_tile),
     BlockedDepthwiseConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_depthwise_terms),
                                            lambda c: c.nv),
     BlockedDirectConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_direct_terms),
@@ -1055,5 +1100,9 @@ def validate_plan(plan: ConvPlan, target: Target) -> None:
     allowed = ALGORITHMS[type(plan.config)].splits
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
+    bands = getattr(plan.config, "bands", 1)
+    if bands != (plan.threads if plan.split == "bands" else 1):
+        raise AutoconfigError(f"{plan.config.algorithm} in bands runs one per thread, not {bands} band(s) on "
+                              f"{plan.threads} thread(s)")  # fmt: skip
     if plan.threads < 1:
         raise AutoconfigError(f"threads must be >= 1, got {plan.threads}")

@@ -122,11 +122,21 @@ KERNEL_TERMS = ("fma", "latency", "loads", "edges", "c tile", "epilogue", "prolo
 SCALED_TERM = "weights scaled"
 """A transposed product's prologue: its weights copied, each row scaled, before it runs."""
 
+CROSS_CORE_TERM = "other cores"
+"""What a thread pays for lines other threads hold: reading what they wrote in an
+earlier pass of the same kernel, and writing again what they read."""
+
+CROSS_CORE_LEVEL = "DRAM"
+"""Whose bandwidth prices `CROSS_CORE_TERM`: such a line moves between the cores' private
+caches, and writing it again takes it back, at about memory's rate on the 2-vCPU hosts
+measured (docs/calibration.md)."""
+
 SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
-                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM)  # fmt: skip
+                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM, CROSS_CORE_TERM)  # fmt: skip
 """Terms that do not overlap the kernel: a copy done before or after it (packing, a
 layout transform), a stall on its critical path (evicted B panels, C brought back per K
-block, Winograd filters fetched from farther than priced), the call itself."""
+block, Winograd filters fetched from farther than priced, lines from other cores), the
+call itself."""
 
 
 SOFTMAX_VECTOR_OPS = 24

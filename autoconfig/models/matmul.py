@@ -797,7 +797,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-           b_transposed: bool = False, local: Split | None = None, model_weights: int = 0) -> Choice:  # fmt: skip
+           b_transposed: bool = False, local: Split | None = None, model_weights: int = 0,
+           split: Split | None = None) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -807,12 +808,15 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     as it is read; `leading`, `b_transposed`: operands in place (see `candidates`);
     `local`: the split that keeps each thread on what it wrote (see `preference`);
     `model_weights`: the bytes of constants of the model holding the product, which
-    decide where its constant B waits between inferences (`Machine.in_model`)."""
+    decide where its constant B waits between inferences (`Machine.in_model`);
+    `split`: only plans on several threads divided this way (a caller that prices what
+    each way reads from other cores itself)."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue, b_constant, leading, b_transposed)]  # fmt: skip
+                                    prologue, b_constant, leading, b_transposed)
+             if split is None or plan.threads == 1 or plan.split == split]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
     # one may not. Tiled candidates come first, and a packed floor is never below the
