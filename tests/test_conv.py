@@ -575,6 +575,21 @@ def test_winograd_on_two_threads_prices_what_threads_read_from_each_other():
                                     split="bands") is None  # one tile row: no second band
 
 
+def test_a_product_whose_weights_outweigh_its_input_divides_its_output_channels():
+    """Among tied plans, a 1x1 layer's product divides its pixels, each thread reading
+    the pixels it wrote — unless its weights outweigh its input WEIGHTS_OVER_INPUT
+    times (MobileNet-V2's 960 x 160 weights on 7x7 pixels): then each thread reads
+    half the weights and all the input, and divides the output channels."""
+    profile, target = load_profile(AVX512), get_target("avx512")
+    late, early = ConvShape(1, 160, 7, 7, 960, (1, 1)), ConvShape(1, 32, 56, 56, 192, (1, 1))
+    assert 960 * 160 > conv_model.WEIGHTS_OVER_INPUT * 160 * 49 and 192 * 32 < 32 * 56 * 56
+    for shape, divided in ((late, "output channels"), (early, "pixels")):
+        best = choose(shape, profile, target, 2).best
+        transposed = best.config.gemm.transposed
+        pixels = "rows" if transposed else "columns"
+        assert best.config.algorithm == "gemm1x1" and (best.plan.split == pixels) == (divided == "pixels")
+
+
 def test_threads_dividing_output_channels_each_read_the_whole_input():
     """A direct layer with a large input and few weights (MobileNet-V1's first) split by
     output channels (rows) reads the whole input on each thread, split by output pixels

@@ -982,29 +982,42 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
-                             transposed=transposed, prologue=prologue, local=_pixels(transposed)).best.plan
+                             transposed=transposed, prologue=prologue, local=_local(shape, transposed)).best.plan
         config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
         if transposed and blocks:  # the same product, channel-blocked
             if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
                 gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                     prologue=prologue, local=_pixels(True)).best.plan  # fmt: skip
+                                     prologue=prologue, local=_local(shape, True)).best.plan  # fmt: skip
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
             sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                 nhwc=sides, prologue=prologue, local=_pixels(True)).best.plan  # fmt: skip
+                                 nhwc=sides, prologue=prologue, local=_local(shape, True)).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
     return predictions
 
 
-def _pixels(transposed: bool) -> Split:
-    """The dimension of a convolution's product along which its pixels run (B's columns;
-    Aᵀ's rows when transposed): the split that keeps each thread on the pixels it wrote
-    as its producer (`models.matmul.preference`)."""
-    return "rows" if transposed else "columns"
+def _local(shape: ConvShape, transposed: bool) -> Split:
+    """The split a convolution's product takes among tied plans (`models.matmul.preference`):
+    its pixels (B's columns; Aᵀ's rows when transposed), each thread reading the
+    pixels' input (im2col's columns of it) that it wrote as their producer, and all the
+    weights; or, where the weights outweigh that input `WEIGHTS_OVER_INPUT` times, its
+    output channels, each thread reading the other threads' share of the input but only
+    its share of the weights."""
+    pixels, channels = ("rows", "columns") if transposed else ("columns", "rows")
+    product = shape.gemm_shape()  # per image and group: K x N, the input as the product reads it
+    image = shape.batch * shape.group * product.k * product.n
+    return channels if math.prod(shape.weight_shape) > WEIGHTS_OVER_INPUT * image else pixels
+
+
+WEIGHTS_OVER_INPUT = 8
+"""How many times its input a product's weights outweigh before each thread had better
+read the other threads' part of the input than all the weights: a line read from
+another core costs its transfer and its invalidation at the producer's next write,
+far more when the cores are farther apart (docs/calibration.md)."""
 
 
 def _by_kind(predictions: list[Prediction]) -> dict[tuple, list[Prediction]]:
