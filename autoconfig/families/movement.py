@@ -17,6 +17,7 @@ from autoconfig.builder import (
 )  # fmt: skip
 from autoconfig.errors import REFUSALS
 from autoconfig.graph.ir import Node
+from autoconfig.graph.ops import transpose_perm
 from autoconfig.layouts import concat_takes_blocks, passing_ns
 from autoconfig.lowering import reblock_call
 from autoconfig.models import conv as conv_model
@@ -84,51 +85,47 @@ def _interleaved(b: Builder, node: Node, shape: tuple[int, ...], axis: int) -> K
 
 
 def _place_slices(b: Builder, node: Node, out: Ref, layout: kc.Layout) -> list[tuple[str, int, int]]:
-    """Each input of a Concat placed as the next slice of `out`'s buffer, where its
-    producer can write it there, or, with the inputs after it, as the whole of an
-    earlier Concat's buffer (`_earlier_concat`: DenseNet's growing concatenations); the
-    others' (value, offset, size), to be copied."""
+    """Each input of a Concat placed as the next slice of `out`'s buffer where it, with
+    the inputs after it, is the whole of one buffer (`_whole_buffer`): its producer's
+    own, which then writes it there, or an earlier Concat's (DenseNet's growing
+    concatenations); the others' (value, offset, size), to be copied."""
     out_buffer = out.space - VIRTUAL
     offset, copies, i = 0, [], 0
     inputs = [v for v in node.inputs if b.graph.types[v].elements]
     while i < len(inputs):
-        value, size = inputs[i], b.graph.types[inputs[i]].elements
-        earlier = _earlier_concat(b, node, inputs[i:], layout)
-        movable = (not b.graph.is_constant(value) and value not in b.graph.inputs and b.layout(value) == layout
-                   and b.where[value][1] == 0 and b.buffers[b.where[value][0]].inside is None
-                   and b.buffers[b.where[value][0]].input_index is None
-                   and b.buffers[b.where[value][0]].size == size
-                   and node.inputs.count(value) == 1)  # fmt: skip
-        inner, taken = earlier or ((b.where[value][0], 1) if movable else (None, 1))
-        if inner is None:
-            copies.append((value, offset, size))
-            b.copied[value] = (out_buffer, offset, layout)
-        else:
-            b.buffers[inner].inside = (out_buffer, offset)
-            outer = b.buffers[out_buffer]
-            outer.first = min(outer.first, b.buffers[inner].first)
-            outer.last = max(outer.last, b.buffers[inner].last)
-            size = b.buffers[inner].size
-        offset, i = offset + size, i + taken
+        whole = _whole_buffer(b, node, inputs[i:], layout, out_buffer)
+        if whole is None:
+            size = b.graph.types[inputs[i]].elements
+            copies.append((inputs[i], offset, size))
+            b.copied[inputs[i]] = (out_buffer, offset, layout)
+            offset, i = offset + size, i + 1
+            continue
+        inner, taken = whole
+        b.buffers[inner].inside = (out_buffer, offset)
+        outer = b.buffers[out_buffer]
+        outer.first = min(outer.first, b.buffers[inner].first)
+        outer.last = max(outer.last, b.buffers[inner].last)
+        offset, i = offset + b.buffers[inner].size, i + taken
     return copies
 
 
-def _earlier_concat(b: Builder, node: Node, inputs: list[str], layout: kc.Layout) -> tuple[int, int] | None:
-    """(buffer, inputs) where the first inputs are, in order, the whole of one buffer
-    of the arena that holds nothing else and is placed in no other: an earlier Concat's
-    output in `layout`, whose producers wrote their slices there or which copied them
-    there. Placed in this Concat's output, it needs no copy."""
+def _whole_buffer(b: Builder, node: Node, inputs: list[str], layout: kc.Layout,
+                  out_buffer: int) -> tuple[int, int] | None:  # fmt: skip
+    """(buffer, inputs) where the first inputs lie, in order and in `layout`, over the
+    whole of one buffer of the arena placed in no other: the first input's own buffer,
+    or an earlier Concat's output, whose producers wrote their slices there or which
+    copied them there (`Builder.copied`)."""
 
-    def places(value: str) -> set[tuple[int, int]]:  # where the value lies in `layout`, as a slice
+    def places(value: str) -> set[tuple[int, int]]:  # where the value lies in `layout`
         if b.graph.is_constant(value) or value not in b.where or node.inputs.count(value) != 1:
             return set()
-        kept = [b.where[value]] if b.layout(value) == layout and b.buffers[b.where[value][0]].inside else []
+        kept = [b.where[value]] if b.layout(value) == layout else []
         copy = b.copied.get(value)
         return {b._absolute(*at) for at in kept + ([copy[:2]] if copy and copy[2] == layout else [])}
 
     for root, at in places(inputs[0]):
         buffer, covered = b.buffers[root], 0
-        if at != 0 or buffer.input_index is not None or buffer.inside is not None:
+        if at != 0 or root == out_buffer or buffer.input_index is not None or buffer.inside is not None:
             continue
         for count, value in enumerate(inputs, 1):
             if (root, covered) not in places(value):
@@ -184,7 +181,7 @@ def _squares(b: Builder, node: Node) -> Reblock | None:
     any other permutation, squares narrower than SQUARE_LANES, or a group of one."""
     shape = b.graph.types[node.inputs[0]].shape
     rank = len(shape)
-    perm = [p % rank for p in node.attrs.get("perm", range(rank - 1, -1, -1))]
+    perm = transpose_perm(node, rank)
     kept = next((i for i, p in enumerate(perm) if p != i), rank)
     if kept == rank or perm[kept:] != [*range(perm[kept], rank), *range(kept, perm[kept])]:
         return None

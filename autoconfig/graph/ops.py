@@ -83,6 +83,12 @@ def reduced_axes(node: Node, graph: Graph) -> tuple[int, ...] | None:
     return tuple(sorted(int(a) % rank for a in axes))
 
 
+def transpose_perm(node: Node, rank: int) -> list[int]:
+    """A Transpose's permutation of its `rank` axes: its `perm`, or the axes reversed
+    (ONNX's default)."""
+    return [int(a) % rank for a in node.attrs.get("perm", range(rank - 1, -1, -1))]
+
+
 def einsum_terms(equation: str, shapes: list[tuple[int, ...]] | None = None) -> tuple[list[str], str]:
     """Einsum's operands' and output's subscripts (the output implicit: an ellipsis's
     axes, then the letters used once, in order), an ellipsis replaced by letters of its

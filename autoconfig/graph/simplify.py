@@ -57,7 +57,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph import recurrent
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes
+from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes, transpose_perm
 from autoconfig.graph.reference import resize_axis, resize_shape
 from autoconfig.graph.windows import window_pads
 
@@ -696,8 +696,7 @@ def _gathers_before_transposes(graph: Graph) -> None:
         if readers is None:
             continue
         x = node.inputs[0]
-        rank = len(graph.types[x].shape)
-        perm = [int(a) for a in node.attrs.get("perm", range(rank - 1, -1, -1))]
+        perm = transpose_perm(node, len(graph.types[x].shape))
         graph.nodes.remove(node)
         for reader in readers:
             at = graph.nodes.index(reader)
@@ -711,7 +710,7 @@ def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
     x, y, z = (graph.types[v].shape for v in (transpose.inputs[0], transpose.outputs[0], view.outputs[0]))
     if info(view).kernel is not Kernel.VIEW or [d for d in y if d != 1] != [d for d in z if d != 1]:
         return transpose
-    perm = [int(a) for a in transpose.attrs.get("perm", range(len(x) - 1, -1, -1))]
+    perm = transpose_perm(transpose, len(x))
     kept = [a for a in range(len(x)) if x[a] != 1]  # x's axes of more than one, in order
     units = iter(range(len(kept), len(z) + len(kept)))  # the Reshape's trailing axes of one
     order = iter(kept.index(a) for a in perm if x[a] != 1)

@@ -683,7 +683,7 @@ def winograd_plans(shape: ConvShape, profile: HardwareProfile, target: Target, t
     layer and the target allow Winograd."""
     if not applies(shape, target):
         return []
-    return [winograd_plan(shape, m, profile, target, threads, epilogue) for m in TRANSFORMS]  # type: ignore[misc]
+    return [p for m in TRANSFORMS if (p := winograd_plan(shape, m, profile, target, threads, epilogue)) is not None]
 
 
 def winograd_plan(shape: ConvShape, m: int, profile: HardwareProfile, target: Target, threads: int,
