@@ -237,6 +237,39 @@ def test_a_scale_after_the_heads_split_runs_in_their_product(tmp_path):
     assert "(Mul)" in " ".join(manifest["kernels"][0]["ops"]) and "(Div)" in " ".join(manifest["kernels"][0]["ops"])
 
 
+def flat_linear(b: zoo.Builder, x: str, tokens: int, cin: int, cout: int) -> str:
+    """nn.Linear as GPT-2's Conv1D and torch's attention output exports it: the tokens
+    flattened to a matrix, a Gemm, the result viewed back as [1, tokens, cout]."""
+    flat = b.op("Reshape", [x, b.const("s", np.array([tokens, cin], np.int64))])
+    y = b.op("Gemm", [flat, b.const("w", b.rng.standard_normal((cin, cout)) / np.sqrt(cin)),
+                      b.const("bias", b.rng.standard_normal(cout) * 0.1)])  # fmt: skip
+    return b.op("Reshape", [y, b.const("s", np.array([1, tokens, cout], np.int64))])
+
+
+def test_ops_after_a_reshaped_product_run_as_its_epilogue(tmp_path):
+    """A 2-D product viewed back to 3-D (through a Transpose that moves only an axis of
+    one) before its residual add, and a tanh GELU written out (x·½·(1 + tanh(√(2/π)·(x +
+    0.044715·x³)))): the view moves after the elementwise ops, the GELU becomes one op,
+    and each product's kernel computes them."""
+    require_runnable(get_target("avx2"))
+    b, tokens, width = zoo.Builder("viewed_products", 16), 6, 16
+    out = b.op("Reshape", [b.op("Gemm", [b.op("Reshape", ["input", b.const("s", np.array([tokens, width], np.int64))]),
+                                         b.const("w", b.rng.standard_normal((width, width)) / 4), b.const("c", np.ones(width))]),
+                           b.const("s", np.array([tokens, 1, width], np.int64))])  # fmt: skip
+    x = b.op("Add", [b.op("Transpose", [out], perm=[1, 0, 2]), "input"])
+    h = flat_linear(b, x, tokens, width, 2 * width)
+    cube = b.op("Mul", [b.op("Mul", [h, h]), h])
+    inner = b.op("Mul", [b.const("k", np.float32(np.sqrt(2 / np.pi))),
+                         b.op("Add", [h, b.op("Mul", [cube, b.const("c", np.float32(0.044715))])])])  # fmt: skip
+    gelu = b.op("Mul", [b.op("Mul", [b.const("half", np.float32(0.5)), h]),
+                        b.op("Add", [b.const("one", np.float32(1)), b.op("Tanh", [inner])])])  # fmt: skip
+    y = b.op("Add", [x, flat_linear(b, gelu, tokens, 2 * width, width)])
+    manifest = build_and_compare(b.model("input", [1, tokens, width], [(y, None)], opset=17), "avx2", tmp_path / "built")
+    assert [k["kind"] for k in manifest["kernels"]] == ["matmul"] * 3
+    ops = [" ".join(k["ops"]) for k in manifest["kernels"]]
+    assert "(Add)" in ops[0] and "(Gelu)" in ops[1] and "(Add)" in ops[2]
+
+
 def test_a_scale_on_a_split_query_runs_in_the_product_it_feeds(tmp_path):
     """The query and key split from one product by gathers, each scaled (ViT's exports),
     then split into heads: the gathers take no epilogue, so the scales move after Q·Kᵀ

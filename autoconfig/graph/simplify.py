@@ -3,7 +3,8 @@
 - Max, Min, Sum and Mean of one input become an Identity, of more a chain of pairs (a
   Mean's sum scaled); PRelu a LeakyRelu or Relu(x) − slope·Relu(−x); an inference
   Dropout an Identity; DepthToSpace, SpaceToDepth and Tile views and a Transpose or an
-  Expand (`_rearranged`); LRN its definition, the window's sum of squares a 1x1
+  Expand (`_rearranged`); a Transpose that moves only axes of one a Reshape
+  (`_view_transpose`); LRN its definition, the window's sum of squares a 1x1
   convolution (`_lrn_as_ops`); a Where whose branches are both tensors, two selections with
   one constant branch, added;
 - ReduceSum, ReduceSumSquare, ReduceL1, ReduceL2 and ReduceLogSum become a ReduceMean
@@ -33,8 +34,11 @@
   pads shortened to match (`_live_taps`): the same sums, fewer multiply-adds; and
   where most of the rest would still read padding, the outputs split into regions that
   read the same taps, each region an unpadded convolution of its own (`_tap_regions`);
-- GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls) becomes one
-  Gelu node (`_gelu_as_one`), which a matrix product applies as its epilogue;
+- GELU written out (x · ½ · (1 + erf(x/√2)) as Div, Erf, Add and Muls, or its tanh
+  approximation) becomes one Gelu node (`_gelu_as_one`), which a matrix product applies
+  as its epilogue;
+- a view read only by elementwise ops moves after them (`_views_after_elementwise`):
+  a product flattened to 2-D and viewed back takes its residual add as its epilogue;
 - CastLike becomes a Cast to its second input's type (`_cast_like`); Trilu a Where
   keeping x on one side of a constant triangle, 0 elsewhere (`_trilu_as_selection`);
 - InstanceNormalization, RMSNormalization (no mean subtracted), and LayerNormalization
@@ -57,7 +61,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph import recurrent
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.ops import Kernel, einsum_terms, info, reduced_axes, transpose_perm
+from autoconfig.graph.ops import Kernel, Pattern, einsum_terms, info, reduced_axes, transpose_perm
 from autoconfig.graph.reference import resize_axis, resize_shape
 from autoconfig.graph.windows import window_pads
 
@@ -65,7 +69,8 @@ from autoconfig.graph.windows import window_pads
 def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
-    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _lrn_as_ops, _cast_like, _trilu_as_selection):
+    for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
+                    _trilu_as_selection):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -93,6 +98,7 @@ def simplify(graph: Graph) -> Graph:
     graph.nodes = [region for node in graph.nodes for region in _tap_regions(graph, node)]
     _gelu_as_one(graph)
     _scales_after_products(graph)
+    _views_after_elementwise(graph)
     _drop_unused_constants(graph)
     return graph
 
@@ -132,6 +138,20 @@ def _variadic_in_pairs(graph: Graph, node: Node) -> list[Node] | None:
     if node.op == "Mean":
         m.op("Mul", [value, m.constant("reciprocal", np.array(1 / len(node.inputs), np.float32))], shape, out=out)
     return m.nodes
+
+
+def _view_transpose(graph: Graph, node: Node) -> list[Node] | None:
+    """A Transpose that moves only axes of one (a batch of one between sequence and
+    width) keeps every element where it was: a Reshape, which a neighbouring kernel reads
+    or writes through."""
+    if node.op != "Transpose":
+        return None
+    shape = graph.types[node.inputs[0]].shape
+    moved = [a for a in transpose_perm(node, len(shape)) if shape[a] != 1]
+    if moved != sorted(moved):
+        return None
+    target = _shape_constant(graph, node.outputs[0], graph.types[node.outputs[0]].shape)
+    return [Node(node.name, "Reshape", [node.inputs[0], target], list(node.outputs), {})]
 
 
 REARRANGED = ("DepthToSpace", "SpaceToDepth", "Tile")
@@ -785,6 +805,81 @@ def _scales_after_products(graph: Graph) -> None:
         producers, consumers = graph.producers(), graph.consumers()
 
 
+def _views_after_elementwise(graph: Graph) -> None:
+    """A view (Reshape, Flatten, Squeeze, Unsqueeze) read only by elementwise ops of its
+    shape moves after them: they compute on its input's shape and a view of each result
+    takes that result's name, so a product reshaped before its residual add or GELU
+    (a 2-D Gemm in a 3-D model) takes them as its epilogue. Their other operands follow
+    (`_operand_on`)."""
+    made: set[str] = set()  # operand views made here: moving them would move the first back
+    while True:
+        consumers = graph.consumers()
+        produced = graph.producers()
+        view = next((n for n in graph.nodes if n.inputs and n.inputs[0] in produced
+                     and _movable_view(graph, n, consumers, made)), None)  # fmt: skip
+        if view is None:
+            return
+        x, y = view.inputs[0], view.outputs[0]
+        for reader in {id(r): r for r in consumers[y]}.values():  # once, however often it reads y
+            m = _Made(graph, reader.name)
+            inputs = [_operand_on(graph, m, i, x, y, made) for i in reader.inputs]
+            out = reader.outputs[0]
+            inner = m.fresh("unviewed")
+            graph.types[inner] = TensorType(graph.types[x].shape, graph.types[out].dtype)
+            m.nodes.append(Node(reader.name, reader.op, inputs, [inner], reader.attrs))
+            m.reshape(inner, graph.types[out].shape, out=out)
+            at = graph.nodes.index(reader)
+            graph.nodes[at:at + 1] = m.nodes
+        graph.nodes.remove(view)
+
+
+def _movable_view(graph: Graph, node: Node, consumers: dict[str, list[Node]], made: set[str]) -> bool:
+    """Whether view `node` has readers, all elementwise ops (numpy's broadcasting, no
+    axis of their own) of its output's shape whose other operands can follow it onto its
+    input's shape."""
+    y = node.outputs[0]
+    if info(node).kernel is not Kernel.VIEW or y in made or y in graph.outputs or not consumers.get(y):
+        return False
+    x_shape, y_shape = graph.types[node.inputs[0]].shape, graph.types[y].shape
+    return all(info(r).kernel is Kernel.ELEMENTWISE and info(r).pattern is Pattern.ELEMWISE and len(r.outputs) == 1
+               and graph.types[r.outputs[0]].shape == y_shape
+               and all(not i or i == y or graph.types[i].shape == y_shape
+                       or _broadcast_alike(graph.types[i].shape, x_shape, y_shape) for i in r.inputs)
+               for r in consumers[y])  # fmt: skip
+
+
+def _broadcast_alike(shape: tuple[int, ...], x: tuple[int, ...], y: tuple[int, ...]) -> bool:
+    """Whether an operand of `shape` broadcasts over x and over y (x's view) alike: its
+    axes, leading ones aside, lie among the trailing axes the two shapes share."""
+    k = len(_unit_led(shape))
+    return k == 0 or (k <= min(len(x), len(y)) and tuple(x[-k:]) == tuple(y[-k:]))
+
+
+def _unit_led(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` without its leading axes of one."""
+    k = next((a for a, d in enumerate(shape) if d != 1), len(shape))
+    return tuple(shape[k:])
+
+
+def _operand_on(graph: Graph, m: _Made, value: str, x: str, y: str, made: set[str]) -> str:
+    """An elementwise op's operand `value` once its view input y moves back to x: x for
+    y; as it is where it broadcasts alike within x's rank; else in x's shape (of y's) or
+    without its leading ones: a constant reshaped, the source of a view of that shape, or
+    a view made of it."""
+    x_shape, shape = graph.types[x].shape, graph.types[value].shape if value else ()
+    alike = _broadcast_alike(shape, x_shape, graph.types[y].shape)
+    if not value or value == y or (alike and len(shape) <= len(x_shape)):
+        return x if value == y else value
+    target = _unit_led(shape) if alike else x_shape
+    if graph.is_constant(value):
+        return m.constant("unviewed", np.asarray(graph.constants[value]).reshape(target))
+    source = graph.producers().get(value)
+    if source is not None and info(source).kernel is Kernel.VIEW and graph.types[source.inputs[0]].shape == target:
+        return source.inputs[0]
+    made.add(m.reshape(value, target))
+    return m.nodes[-1].outputs[0]
+
+
 def _power(graph: Graph, node: Node) -> list[Node]:
     """x to a constant power: 1 to POWERS_AS_PRODUCTS as products, ½ as Sqrt."""
     x, power = node.inputs
@@ -855,18 +950,22 @@ round them to float32 (or write √2 as 1.4142135)."""
 
 
 def _gelu_as_one(graph: Graph) -> None:
-    """x · ½ · (1 + erf(x/√2)), written out by an exporter as Div (or Mul), Erf, Add and
-    two Muls in any order, becomes one Gelu node (an epilogue the products can fuse)."""
+    """x · ½ · (1 + erf(x/√2)), and x · ½ · (1 + tanh(√(2/π)·(x + 0.044715·x³))), written
+    out by an exporter as Div (or Mul), Erf or Tanh, Add and Muls in any order, become
+    one Gelu node (approximate "tanh" for the second: an epilogue the products can fuse)."""
     producers, consumers = graph.producers(), graph.consumers()
     dropped: set[int] = set()
-    for erf in [n for n in graph.nodes if n.op == "Erf"]:
-        x = _gelu_argument(graph, producers.get(erf.inputs[0]))
-        plus = _only_consumer(graph, consumers, erf.outputs[0])
-        if x is None or _only_consumer(graph, consumers, erf.inputs[0]) is not erf or plus is None \
-                or plus.op != "Add" or not _constant_operand(graph, plus, erf.outputs[0], 1.0):  # fmt: skip
+    for inner in [n for n in graph.nodes if n.op in ("Erf", "Tanh")]:
+        found = (_gelu_argument if inner.op == "Erf" else _gelu_tanh_argument)(graph, producers, consumers, inner)
+        plus = _only_consumer(graph, consumers, inner.outputs[0])
+        if found is None or plus is None or plus.op != "Add" or not _constant_operand(graph, plus, inner.outputs[0], 1.0):
             continue
-        chain, factors, at = [producers[erf.inputs[0]], erf, plus], [plus.outputs[0]], plus.outputs[0]
-        while (mul := _only_consumer(graph, consumers, at)) is not None and mul.op == "Mul" and len(chain) < 5:
+        x, argument = found
+        chain, factors, at = [*argument, inner, plus], [plus.outputs[0]], plus.outputs[0]
+        for _ in range(2):  # the half and x, as one factor or two
+            mul = _only_consumer(graph, consumers, at)
+            if mul is None or mul.op != "Mul":
+                break
             other = mul.inputs[1] if mul.inputs[0] == at else mul.inputs[0]
             half = producers.get(other)
             if half is not None and half.op == "Mul" and _only_consumer(graph, consumers, other) is mul \
@@ -878,18 +977,47 @@ def _gelu_as_one(graph: Graph) -> None:
             chain.append(mul)
             at = mul.outputs[0]
             if sorted(factors[1:]) == sorted([x, "½"]):
-                graph.nodes[graph.nodes.index(mul)] = Node(mul.name, "Gelu", [x], mul.outputs, {})
+                attrs = {"approximate": "tanh"} if inner.op == "Tanh" else {}
+                graph.nodes[graph.nodes.index(mul)] = Node(mul.name, "Gelu", [x], mul.outputs, attrs)
                 dropped |= {id(n) for n in chain[:-1]}
                 break
     graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
 
 
-def _gelu_argument(graph: Graph, scaled: Node | None) -> str | None:
-    """x where `scaled` computes x/√2 (a Div by √2 or a Mul by 1/√2), else None."""
-    if scaled is None or scaled.op not in ("Div", "Mul") or not graph.is_constant(scaled.inputs[1]):
+def _gelu_argument(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]],
+                   erf: Node) -> tuple[str, list[Node]] | None:  # fmt: skip
+    """x and the node computing x/√2 (a Div by √2 or a Mul by 1/√2) that only `erf`
+    reads, else None."""
+    scaled = producers.get(erf.inputs[0])
+    if scaled is None or scaled.op not in ("Div", "Mul") or _only_consumer(graph, consumers, erf.inputs[0]) is not erf:
         return None
     factor = 2**0.5 if scaled.op == "Div" else 0.5**0.5
-    return scaled.inputs[0] if _constant_operand(graph, scaled, scaled.inputs[0], factor) else None
+    return (scaled.inputs[0], [scaled]) if _constant_operand(graph, scaled, scaled.inputs[0], factor) else None
+
+
+GELU_TANH_SCALE, GELU_TANH_CUBE = math.sqrt(2 / math.pi), 0.044715
+"""The tanh approximation's constants: tanh(√(2/π)·(x + 0.044715·x³))."""
+
+
+def _gelu_tanh_argument(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]],
+                        tanh: Node) -> tuple[str, list[Node]] | None:  # fmt: skip
+    """x and the nodes computing √(2/π)·(x + 0.044715·x³) that only `tanh` reads (x³ as
+    x·x·x in either order), else None."""
+    def sole(value: str, reader: Node, op: str) -> Node | None:  # value's producer, of op, read by reader alone
+        node = producers.get(value)
+        return node if node is not None and node.op == op and _only_consumer(graph, consumers, value) is reader else None
+
+    scaled = sole(tanh.inputs[0], tanh, "Mul")
+    total = next((sole(v, scaled, "Add") for v in scaled.inputs if _constant_operand(graph, scaled, v, GELU_TANH_SCALE)),
+                 None) if scaled else None  # fmt: skip
+    for x, v in [tuple(total.inputs), tuple(total.inputs[::-1])] if total else []:
+        cubed = sole(v, total, "Mul")
+        cube = next((sole(c, cubed, "Mul") for c in cubed.inputs if _constant_operand(graph, cubed, c, GELU_TANH_CUBE)),
+                    None) if cubed else None  # fmt: skip
+        square = next((sole(s, cube, "Mul") for s in cube.inputs if s != x), None) if cube and x in cube.inputs else None
+        if square is not None and square.inputs == [x, x]:
+            return x, [square, cube, cubed, total, scaled]
+    return None
 
 
 def _constant_operand(graph: Graph, node: Node, value: str, expected: float) -> bool:
