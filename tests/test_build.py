@@ -33,6 +33,7 @@ from autoconfig.models import conv as conv_model
 from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels.cache import default_cache
+from kernels.matmul import MatmulShape
 from kernels.target import get_target
 from tests.conftest import require_runnable
 from tests.random_models import movement_net, prologue_model, random_cnn, random_mlp
@@ -479,14 +480,19 @@ def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
 def test_products_with_weights_from_memory_split_the_weights_among_tied_plans():
     """A product with a constant B splits the tokens (the rows its A's producer wrote)
     among tied plans, unless the model's weights outgrow the L3 and stream from memory
-    on every run: then B's columns, each thread fetching its share of the weights."""
+    on every run and this product's weights outweigh its computed operand: then B's
+    columns, each thread fetching its share of the weights. A small constant (a resize's
+    interpolation matrix) keeps the rows: each thread writes its own block of output."""
     b = Builder(import_model(mlp()), load_profile(PROFILES["avx2"]), get_target("avx2"), 2, None)
-    assert matmul_family._preferred_split(b, True, False) == "rows"
-    assert matmul_family._preferred_split(b, False, True) == "columns"
-    assert matmul_family._preferred_split(b, False, False) is None
+    layer, resize = MatmulShape(128, 768, 768), MatmulShape(4704, 224, 14)
+    assert matmul_family._preferred_split(b, layer, True, False) == "rows"
+    assert matmul_family._preferred_split(b, layer, False, True) == "columns"
+    assert matmul_family._preferred_split(b, layer, False, False) is None
     b.model_weights = 1 << 30  # 1 GB: beyond any L3
-    assert matmul_family._preferred_split(b, True, False) == "columns"
-    assert matmul_family._preferred_split(b, False, True) == "rows"
+    assert matmul_family._preferred_split(b, layer, True, False) == "columns"
+    assert matmul_family._preferred_split(b, MatmulShape(768, 128, 768), False, True) == "rows"
+    assert matmul_family._preferred_split(b, resize, True, False) == "rows"
+    assert matmul_family._preferred_split(b, MatmulShape(224, 4704, 14), False, True) == "columns"
 
 
 @pytest.mark.slow

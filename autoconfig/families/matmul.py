@@ -46,7 +46,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     shape = mm.MatmulShape(product.n, 1, product.k) if as_column else mm.MatmulShape(product.m, product.n, product.k)
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
-    local = _preferred_split(b, constant_b, g.is_constant(node.inputs[0]))
+    local = _preferred_split(b, shape, constant_b, g.is_constant(node.inputs[0]))
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b,
                                     local=None if as_column else local, **product.options(),
                                     **({"model_weights": b.model_weights} if one_b else {}))  # fmt: skip
@@ -74,16 +74,18 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
 
 
-def _preferred_split(b: Builder, constant_b: bool, constant_a: bool) -> str | None:
+def _preferred_split(b: Builder, shape: mm.MatmulShape, constant_b: bool, constant_a: bool) -> str | None:
     """The split the matmul model takes among tied plans (`models.matmul.preference`):
     the computed operand's tokens, each thread reading the rows it wrote — unless the
-    model's weights outgrow the L3 and stream from memory on every run; then the weights'
-    side, each thread fetching its share of them instead of all."""
+    model's weights outgrow the L3 and stream from memory on every run, and this
+    product's weights outweigh its computed operand; then the weights' side, each thread
+    fetching its share of them instead of all (a resize's small constant matrix keeps
+    each thread on its own rows of a large output)."""
     streamed = b.machine.in_model(b.model_weights).constants_level == "DRAM"
     if constant_b:
-        return "columns" if streamed else "rows"
+        return "columns" if streamed and shape.n > shape.m else "rows"
     if constant_a:
-        return "rows" if streamed else "columns"
+        return "rows" if streamed and shape.m > shape.n else "columns"
     return None
 
 
