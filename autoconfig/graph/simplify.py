@@ -876,8 +876,10 @@ def _operand_on(graph: Graph, m: _Made, value: str, x: str, y: str, made: set[st
     source = graph.producers().get(value)
     if source is not None and info(source).kernel is Kernel.VIEW and graph.types[source.inputs[0]].shape == target:
         return source.inputs[0]
-    made.add(m.reshape(value, target))
-    return m.nodes[-1].outputs[0]
+    view = m.reshape(value, target)
+    graph.types[view] = TensorType(tuple(int(d) for d in target), graph.types[value].dtype)
+    made.add(view)
+    return view
 
 
 def _power(graph: Graph, node: Node) -> list[Node]:
