@@ -822,7 +822,7 @@ def _views_after_elementwise(graph: Graph) -> None:
         x, y = view.inputs[0], view.outputs[0]
         for reader in {id(r): r for r in consumers[y]}.values():  # once, however often it reads y
             m = _Made(graph, reader.name)
-            inputs = [_operand_on(graph, m, i, x, y, made) for i in reader.inputs]
+            inputs = [_operand_on(graph, m, i, (x, y), produced, made) for i in reader.inputs]
             out = reader.outputs[0]
             inner = m.fresh("unviewed")
             graph.types[inner] = TensorType(graph.types[x].shape, graph.types[out].dtype)
@@ -861,11 +861,13 @@ def _unit_led(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(shape[k:])
 
 
-def _operand_on(graph: Graph, m: _Made, value: str, x: str, y: str, made: set[str]) -> str:
-    """An elementwise op's operand `value` once its view input y moves back to x: x for
-    y; as it is where it broadcasts alike within x's rank; else in x's shape (of y's) or
-    without its leading ones: a constant reshaped, the source of a view of that shape, or
-    a view made of it."""
+def _operand_on(graph: Graph, m: _Made, value: str, view: tuple[str, str], producers: dict[str, Node],
+                made: set[str]) -> str:  # fmt: skip
+    """An elementwise op's operand `value` once its view input y moves back to x (`view`:
+    x, y): x for y; as it is where it broadcasts alike within x's rank; else in x's shape
+    (of y's) or without its leading ones: a constant reshaped, the source of a view of
+    that shape, or a view made of it."""
+    x, y = view
     x_shape, shape = graph.types[x].shape, graph.types[value].shape if value else ()
     alike = _broadcast_alike(shape, x_shape, graph.types[y].shape)
     if not value or value == y or (alike and len(shape) <= len(x_shape)):
@@ -873,13 +875,13 @@ def _operand_on(graph: Graph, m: _Made, value: str, x: str, y: str, made: set[st
     target = _unit_led(shape) if alike else x_shape
     if graph.is_constant(value):
         return m.constant("unviewed", np.asarray(graph.constants[value]).reshape(target))
-    source = graph.producers().get(value)
+    source = producers.get(value)
     if source is not None and info(source).kernel is Kernel.VIEW and graph.types[source.inputs[0]].shape == target:
         return source.inputs[0]
-    view = m.reshape(value, target)
-    graph.types[view] = TensorType(tuple(int(d) for d in target), graph.types[value].dtype)
-    made.add(view)
-    return view
+    reshaped = m.reshape(value, target)
+    graph.types[reshaped] = TensorType(tuple(int(d) for d in target), graph.types[value].dtype)
+    made.add(reshaped)
+    return reshaped
 
 
 def _power(graph: Graph, node: Node) -> list[Node]:
