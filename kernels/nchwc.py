@@ -199,6 +199,7 @@ class BlockedDepthwiseConfig:
     epilogue: ep.Epilogue = field(default=())
     layout: BlockedLayout = "nchwc"
     mean: bool = False
+    bands: int = 1  # bands of output rows, one unit per (image, band, channel block, row of the band)
 
     algorithm: str = field(default="depthwise", init=False)
 
@@ -207,8 +208,11 @@ class BlockedDepthwiseConfig:
         return f"{self.nv} pixels x {self.lanes} channels"
 
     def units(self) -> int:
-        """(image, channel block, output row) triples, or with `mean` (image, channel
-        block) pairs: what threads divide."""
+        """(image, band, channel block, output row of the band) quadruples, or with
+        `mean` (image, channel block) pairs: what threads divide. A band per thread
+        gives each thread whole rows of every channel block (the rows a neighbour split
+        by pixels wrote, or will read), each block's rows in turn (its input rows
+        reused from L1)."""
         return self.rows() // (self.shape.out_height if self.mean else 1)
 
     def rows(self) -> int:
@@ -242,6 +246,9 @@ class BlockedDepthwiseConfig:
             raise KernelError(f"depthwise needs one input and one output channel per group, got {s.describe()}")
         check_blocked(target, self.lanes, {"the channels": s.channels})
         _check_registers(self, target)
+        if self.bands < 1 or s.out_height % self.bands or (self.mean and self.bands > 1):
+            raise KernelError(f"{self.bands} bands do not divide the {s.out_height} output rows"
+                              f"{' (a kernel writing means takes whole planes)' if self.mean else ''}")
 
     def pack_weights(self, weight: np.ndarray) -> np.ndarray:
         """W[C, 1, KH, KW] as the kernel reads it: [C/L, KH, KW, L]."""
@@ -256,7 +263,7 @@ class BlockedDepthwiseConfig:
         return _signature(self, f"depthwise convolution {s.describe()} on {held}"
                                 f"{', and each channel mean into m' if self.mean else ''}",
                           s.channels * s.taps, means, "(image, channel tile)" if self.mean else
-                          "(image, channel tile, output row)")  # fmt: skip
+                          "(image, band of output rows, channel tile, row of the band)")  # fmt: skip
 
 
 def _check_registers(config: BlockedConfig, target: Target) -> None:
@@ -370,9 +377,12 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
             _add_to_sums([out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)], sums)
 
     def unit(u: ir.Value, sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # row u of all the rows
-        oh = arith.remsi(u, index(s.out_height))
-        n, channel = result.vector_of(arith.divsi(u, index(s.out_height)), lanes)
-        row(n, channel, oh, sums)
+        band_rows, blocks = s.out_height // cfg.bands, s.channels // lanes
+        block_row, image_band = arith.divsi(u, index(band_rows)), arith.divsi(u, index(band_rows * blocks))
+        band = arith.remsi(image_band, index(cfg.bands))
+        oh = arith.addi(arith.muli(band, index(band_rows)), arith.remsi(u, index(band_rows)))
+        channel = arith.muli(arith.remsi(block_row, index(blocks)), index(lanes))
+        row(arith.divsi(image_band, index(cfg.bands)), channel, oh, sums)
 
     def plane(u: ir.Value) -> None:  # with the mean: m[n, channel ..] = Σ rows / pixels
         n, channel = result.vector_of(u, lanes)

@@ -184,12 +184,13 @@ def test_small_layers_under_emulation(case_id):
 
 
 # Channel-blocked layers (NCHW[c], whole blocks of channels at lanes 4 to 16): depthwise
-# with strides 1 and 2, asymmetric pads, dilation 2, 5x5, a 1x1 image; direct from a
-# plain NCHW input (3 channels) and from a blocked one; padding wider than the image;
-# pointwise (gemm1x1 blocked) and strided 1x1; pixel counts that leave a partial square
-# for the layout transforms at the layer's NCHW boundary.
+# with strides 1 (two images, also in bands of rows) and 2, asymmetric pads, dilation 2,
+# 5x5, a 1x1 image; direct from a plain NCHW input (3 channels) and from a blocked one;
+# padding wider than the image; pointwise (gemm1x1 blocked) and strided 1x1; pixel
+# counts that leave a partial square for the layout transforms at the layer's NCHW
+# boundary.
 BLOCKED_LAYERS = [
-    ConvShape(1, 16, 13, 11, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
+    ConvShape(2, 16, 12, 11, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
     ConvShape(2, 16, 9, 17, 16, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 16),
     ConvShape(1, 16, 7, 7, 16, (5, 5), (1, 1), (2, 2, 2, 2), (2, 1), 16),
     ConvShape(1, 16, 1, 1, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),
@@ -211,6 +212,9 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
     configs: list = []
     if s.depthwise:
         configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue, layout) for nv in (1, 3, 5)]
+        if s.out_height % 2 == 0:  # a band of rows per thread
+            banded = BlockedDepthwiseConfig(s, lanes, 3, epilogue, layout, bands=2)
+            return [ConvPlan(c, 2, "units") for c in configs] + [ConvPlan(banded, 2, "bands")]
     elif s.pointwise:
         product = transposed_shape(s.gemm_shape())
         a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
@@ -588,6 +592,27 @@ def test_a_product_whose_weights_outweigh_its_input_divides_its_output_channels(
         transposed = best.config.gemm.transposed
         pixels = "rows" if transposed else "columns"
         assert best.config.algorithm == "gemm1x1" and (best.plan.split == pixels) == (divided == "pixels")
+
+
+def test_a_depthwise_layer_beyond_the_l2_gives_each_thread_a_band_of_rows():
+    """On two threads a depthwise layer whose input outgrows a core's L2 (MobileNet-V2's
+    first, 32x112x112) runs a band of output rows per thread, every channel block's
+    rows of it (the pixels its pointwise neighbours' threads write and read); one whose
+    input stays in the L2s (576x14x14), or whose rows do not divide evenly, or whose
+    images the threads divide already (two), or on one thread, splits (channel block,
+    row) units."""
+    profile, target = load_profile(AVX512), get_target("avx512")
+
+    def choice(channels: int, side: int, threads: int = 2, images: int = 1):
+        shape = ConvShape(images, channels, side, side, channels, (3, 3), pads=(1, 1, 1, 1), group=channels)
+        return choose(shape, profile, target, threads)
+
+    banded = choice(32, 112)
+    assert (banded.best.plan.split, banded.best.config.bands) == ("bands", 2)
+    assert "a band of 56 output rows each" in banded.explain()
+    for plan in (choice(576, 14).best.plan, choice(32, 111).best.plan, choice(32, 112, images=2).best.plan,
+                 choice(32, 112, 1).best.plan):  # fmt: skip
+        assert plan.split == "units" and plan.config.bands == 1
 
 
 def test_threads_dividing_output_channels_each_read_the_whole_input():

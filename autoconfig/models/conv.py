@@ -97,7 +97,8 @@ class ConvPlan:
     """A convolution config with how the runtime runs it: on how many threads, dividing
     what. Direct divides (image, group) pairs, row tiles (output channels) or column
     tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns; a
-    channel-blocked kernel its (image, channel tile, output row) units."""
+    channel-blocked kernel its (image, channel tile, output row) units, a depthwise one
+    perhaps in bands of rows (`depthwise_bands`)."""
 
     config: ConvConfig
     threads: int = 1
@@ -538,20 +539,40 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
         return []
     registers = min(machine.registers, target.vector_registers)
     configs: list[BlockedConfig] = []
+    split: ConvSplit = "units"
     if shape.depthwise:
-        configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean) for nv in range(1, MAX_PIXELS + 1)]
+        bands = depthwise_bands(shape, machine, threads, mean)
+        split = "bands" if bands > 1 else split
+        configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean, bands=bands)
+                   for nv in range(1, MAX_PIXELS + 1)]  # fmt: skip
     elif shape.out_per_group % lanes == 0 and not shape.pointwise:  # a pointwise layer is gemm1x1's
         configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue) for nv in range(1, MAX_PIXELS + 1)
                    for mv in range(1, min(MAX_NV, shape.out_per_group // lanes) + 1)]  # fmt: skip
-    plans = [ConvPlan(c, threads, "units") for c in configs if c.registers_needed()[0] <= registers]
+    plans = [ConvPlan(c, threads, split) for c in configs if c.registers_needed()[0] <= registers]
     return [p for p in plans if threads == 1 or p.split_units() > 1]
+
+
+def depthwise_bands(shape: ConvShape, machine: Machine, threads: int, mean: bool) -> int:
+    """A band of output rows per thread where the threads would divide an image's
+    channel blocks (images not a multiple of the threads), its input outgrows a core's
+    L2, and its rows divide evenly among the threads (and no plane's mean is summed).
+    The layers around a depthwise one (pointwise products) split pixels: with bands
+    each thread reads the rows it wrote, from its own L3, instead of half its channels'
+    rows from the other core's; a smaller input stays in the L2s, where one long run of
+    whole channel blocks per thread streams faster than each block's band apart."""
+    fits = machine.holding_level(math.prod(shape.input_shape) * F32) in ("L1", "L2")
+    divided = threads > 1 and shape.batch % threads != 0
+    return threads if divided and not mean and not fits and shape.out_height % threads == 0 else 1
 
 
 def _threads_reason(p: ConvPlan) -> str:
     if p.parts() == 1:
         return f"{p.threads}: one block (a second would cost more in dispatch than it saves)"
-    if p.split == "bands":
+    if p.split == "bands" and isinstance(p.config, WinogradConfig):
         return f"{p.threads}: a band of {p.config.band_rows} tile rows each, its products on its thread alone"
+    if p.split == "bands":
+        return (f"{p.threads}: a band of {p.shape.out_height // p.config.bands} output rows each (every channel "
+                "block's), the rows the pixel-split layers around it write and read on that thread")
     return f"{p.threads}: the {p.split_units()} {p.split} split into {p.parts()} blocks"
 
 
@@ -1098,8 +1119,8 @@ ALGORITHMS: dict[type, AlgorithmModel] = {
                                     lambda c: c.mr * c.nv),
     GemmConvConfig: AlgorithmModel(("rows", "columns"), _product_units, _gemm_prediction, _product_tile),
     WinogradConfig: AlgorithmModel(WINOGRAD_SPLITS, _winograd_units, _winograd_prediction, _product_tile),
-    BlockedDepthwiseConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_depthwise_terms),
-                                           lambda c: c.nv),
+    BlockedDepthwiseConfig: AlgorithmModel(("units", "bands"), lambda p: p.config.units(),
+                                           _by_terms(_blocked_depthwise_terms), lambda c: c.nv),
     BlockedDirectConfig: AlgorithmModel(("units",), lambda p: p.config.units(), _by_terms(_blocked_direct_terms),
                                         lambda c: c.nv * c.mv),
 }  # fmt: skip
