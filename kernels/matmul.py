@@ -34,6 +34,10 @@ dot (matrix times vector, N = 1 only: C's one column, vectorized along K instead
                                                            # then whole vectors, last one masked
         C[ir+r, 0] = epilogue((C +) sum of acc[r][*] and of its lanes)
 
+    with `a_packed` (a constant A), each row tile's rows arrive interleaved vector by
+    vector along K (`MatmulConfig.pack_a`): the tile reads one stream through memory,
+    not mr rows apart.
+
 Edges: the last row tile has M mod mr rows, the last column tile N mod nr columns
 (its last vector masked); K blocks end at K. With `full_row_edge` / `full_column_edge`,
 an edge tile is computed as a full one and only stored as an edge, so that its own
@@ -113,7 +117,7 @@ class MatmulConfig:
     # apply within each product
     product_strides: tuple[int, int] = (0, 0)  # floats from one product's B to the next's
     # and from one C (and residual) to the next; 0: back to back (K·N, M·N)
-    a_packed: bool = False  # packed only: A arrives in the layout `pack_a` makes (a
+    a_packed: bool = False  # packed and dot: A arrives in the layout `pack_a` makes (a
     # constant A, a layer's weights, packed once when the layer is built, not per call)
     b_packed: bool = False  # packed only: B arrives in the layout `pack_b` makes from Bᵀ
     # (a constant B, a layer's weights, packed once when built), read as a transposed
@@ -206,10 +210,11 @@ class MatmulConfig:
     def a_size(self) -> int:
         """f32 elements of one product's A as the kernel reads it: M×K (its last row
         ends the span when strided), or packed (every row tile a full mr high, zeros
-        past the last row)."""
+        past the last row; dot's rows padded to whole vectors too)."""
         s = self.shape
         if self.a_packed:
-            return s.k * self.row_tiles() * self.mr
+            depth = ceil_div(s.k, self.lanes) * self.lanes if self.algorithm == "dot" else s.k
+            return depth * self.row_tiles() * self.mr
         return (s.m - 1) * self.rows_apart()[0] + s.k
 
     def b_size(self) -> int:
@@ -224,11 +229,13 @@ class MatmulConfig:
 
     def pack_a(self, a: np.ndarray) -> np.ndarray:
         """A (M×K, or `batch` of them stacked) in the layout an `a_packed` kernel reads,
-        flat: Ap[k block][row tile][k in the block][row in the tile] — the layout the
-        packed algorithm gives each A block per call (`kernels.gemm.PackedA`), for all
-        of A at once."""
-        return _panels(np.asarray(a, np.float32).reshape(self.batch, self.shape.m, self.shape.k), self.mr,
-                       self.packed_blocks()[0])  # fmt: skip
+        flat: for packed, Ap[k block][row tile][k in the block][row in the tile] — the
+        layout the packed algorithm gives each A block per call (`kernels.gemm.PackedA`),
+        for all of A at once; for dot, `_dot_panels`."""
+        matrices = np.asarray(a, np.float32).reshape(self.batch, self.shape.m, self.shape.k)
+        if self.algorithm == "dot":
+            return _dot_panels(matrices, self.mr, self.lanes)
+        return _panels(matrices, self.mr, self.packed_blocks()[0])
 
     def pack_b(self, b_t: np.ndarray) -> np.ndarray:
         """Bᵀ (N×K: a 1×1 convolution's weights, output channels × input channels; a
@@ -276,8 +283,9 @@ class MatmulConfig:
                                   f"{self.shape.n}) or C ({self.shape.m}x{self.shape.n})")  # fmt: skip
         if self.channel_axis not in ("columns", "rows"):
             raise KernelError(f"channel_axis must be 'columns' or 'rows', got {self.channel_axis!r}")
-        if self.a_packed and self.algorithm != "packed":
-            raise KernelError(f"a_packed (A arriving packed) is for the packed algorithm, not {self.algorithm}")
+        if self.a_packed and self.algorithm not in ("packed", "dot"):
+            raise KernelError(f"a_packed (A arriving packed) is for the packed and dot algorithms, not "
+                              f"{self.algorithm}")
         if self.b_packed and (self.algorithm != "packed" or self.transposed or self.prologue or self.batch > 1):
             raise KernelError("b_packed (B arriving packed) is for one packed product without a prologue, "
                               "not transposed")  # fmt: skip
@@ -395,6 +403,28 @@ def tile_registers(mr: int, nv: int) -> int:
     """Vector registers an mr x nv register tile keeps live: its accumulators, a row of B
     vectors and an A broadcast."""
     return mr * nv + nv + 1
+
+
+def _dot_panels(matrices: np.ndarray, height: int, lanes: int) -> np.ndarray:
+    """Stacked matrices (q × rows × K) as the dot kernel reads them, flat:
+    [q][tile of `height` rows][vector of `lanes` along K][row in the tile][lane], zero
+    past the last row and past K. Each element is copied once, straight into its place
+    (a fully connected layer's weights can be hundreds of MB)."""
+    q, rows, k = matrices.shape
+    tiles, vectors, whole = ceil_div(rows, height), ceil_div(k, lanes), k // lanes
+    out = np.zeros(q * tiles * vectors * height * lanes, np.float32)
+    view = out.reshape(q, tiles, vectors, height, lanes)
+    full = rows // height
+    for first, count, filled in ((0, full, height), (full, 1, rows - full * height)):  # whole tiles, the last rows
+        if not count or not filled:
+            continue
+        source = matrices[:, first * height:first * height + count * filled]
+        view[:, first:first + count, :whole, :filled] = (
+            source[:, :, :whole * lanes].reshape(q, count, filled, whole, lanes).transpose(0, 1, 3, 2, 4))
+        if k % lanes:
+            view[:, first:first + count, whole, :filled, :k % lanes] = source[:, :, whole * lanes:].reshape(
+                q, count, filled, k % lanes)
+    return out
 
 
 def _panels(matrices: np.ndarray, height: int, kc: int) -> np.ndarray:
@@ -594,13 +624,19 @@ def _dot(kn: _Kernel) -> None:
 
     def tile(row0: ir.Value, rows: int) -> None:
         row = [offset(row0, r) for r in range(rows)]
+        panel = arith.muli(row0, index(ceil_div(k, lanes) * lanes))  # the tile's rows packed, if A is
+
+        def a_vector(r: int, kv: ir.Value, at: ir.Value, mask: ir.Value | None) -> ir.Value:
+            if not cfg.a_packed:
+                return load(kn.vec, kn.a, [row[r], at], mask)
+            return load(kn.vec, kn.a, [arith.addi(panel, offset(arith.muli(kv, index(cfg.mr * lanes)), r * lanes))])
 
         def step(kv: ir.Value, copy: int, acc: list[ir.Value], mask: ir.Value | None = None) -> list[ir.Value]:
             at = arith.muli(kv, index(lanes))
             b_k = load(kn.vec, column, [at], mask)
             out = list(acc)
             for r in range(rows):
-                out[r * u + copy] = vector.fma(load(kn.vec, kn.a, [row[r], at], mask), b_k, out[r * u + copy])
+                out[r * u + copy] = vector.fma(a_vector(r, kv, at, mask), b_k, out[r * u + copy])
             return out
 
         acc = for_unrolled(index(0), index(vectors), u, [zero] * (rows * u), step)

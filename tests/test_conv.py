@@ -101,9 +101,10 @@ LAYERS = [
 
 def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPlan]:
     """Direct with a small and a blocked tile (two channel blocks where possible), im2col
-    with tiled and packed GEMMs (the weights packed per call and once, when built),
-    gemm1x1 where it applies (also with output channels in the lanes); split among two
-    threads (Winograd's by output channels and in bands of tile rows)."""
+    with tiled and packed GEMMs (the weights packed per call and once, when built), and
+    with dot for one output pixel (the weights as they are and packed), gemm1x1 where it
+    applies (also with output channels in the lanes); split among two threads
+    (Winograd's by output channels and in bands of tile rows)."""
     kc = max(1, s.in_per_group // 2)
     gemm = s.gemm_shape()
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
@@ -128,6 +129,11 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
                             mm.MatmulConfig(gemm, "packed", lanes, 3, 2, kc=4, epilogue=epilogue,
                                             channel_axis="rows", a_packed=True)):  # fmt: skip
             plans.append(ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, "columns"))
+    if gemm.n == 1:  # one output pixel: the weights times a column, read as they are or packed when built
+        plans += [ConvPlan(GemmConvConfig(s, "im2col", mm.MatmulConfig(gemm, "dot", lanes, mr=3, unroll=2,
+                                                                       epilogue=epilogue, channel_axis="rows",
+                                                                       a_packed=packed)), 2, "rows")
+                  for packed in (False, True)]  # fmt: skip
     if s.pointwise:  # output channels in the lanes: Yᵀ = Xᵀ·Wᵀ, split by pixels and by channels
         gemm_config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, 3, 2, kc=5, epilogue=epilogue,
                                       transposed=True)  # fmt: skip

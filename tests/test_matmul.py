@@ -240,7 +240,8 @@ SQUARE16 = mm.MatmulShape(16, 16, 16)
     (mm.MatmulConfig(SQUARE16, "dot", 8, mr=4), r"dot matmul is for N=1 \(matrix times vector\) with nv=1, got N=16"),
     (mm.MatmulConfig(mm.MatmulShape(16, 1, 16), "dot", 8, mr=4, unroll=4), "4x4 partial sums .* = 18 vector"),
     (mm.MatmulConfig(mm.MatmulShape(16, 8, 16), "tiled", 8), "forced config is for .* not M=16 N=16 K=16"),
-    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, a_packed=True), "a_packed .* is for the packed algorithm, not tiled"),
+    (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, a_packed=True), "a_packed .* is for the packed and dot algorithms, "
+                                                                  "not tiled"),
     (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, b_packed=True), "b_packed .* is for one packed product"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
@@ -255,11 +256,13 @@ DOT_SHAPES = [(1, 1, 1), (7, 1, 13), (1, 1, 64), (13, 1, 3)]
 @pytest.mark.slow
 @pytest.mark.parametrize("case_id", ["avx2", "avx512", "neon", "rvv128", "rvv256"])
 def test_dot_correct_on_every_target(case_id):
-    # matrix times vector (N = 1), K in whole vectors, a masked rest, or less than a vector
+    # matrix times vector (N = 1), K in whole vectors, a masked rest, or less than a vector;
+    # A as it is, or packed (each row tile's rows interleaved, zeros past M and K)
     target = target_for(case_id)
     require_runnable(target)
     lanes = target.f32_lanes
-    configs = mm.MatmulConfig(ANY, "dot", lanes, mr=3, unroll=2), mm.MatmulConfig(ANY, "dot", lanes, unroll=3, accumulate=True)
+    configs = (mm.MatmulConfig(ANY, "dot", lanes, mr=3, unroll=2), mm.MatmulConfig(ANY, "dot", lanes, unroll=3, accumulate=True),
+               mm.MatmulConfig(ANY, "dot", lanes, mr=3, unroll=2, a_packed=True))  # fmt: skip
     for config in configs:
         for dims in [*DOT_SHAPES, (5, 1, 2 * lanes + 3)]:
             shaped = at(config, dims)

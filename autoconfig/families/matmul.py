@@ -47,7 +47,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
     local = _preferred_split(b, shape, constant_b, g.is_constant(node.inputs[0]))
-    choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b,
+    choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, a_constant=as_column,
                                     local=None if as_column else local, **product.options(),
                                     **({"model_weights": b.model_weights} if one_b else {}))  # fmt: skip
     plan = choice.best.plan
@@ -130,13 +130,15 @@ def _in_place(product: Products) -> str:
 def _right_operand(b: Builder, name: str, transpose: bool, alpha: float, calls: list[Call],
                    modules: list[KernelModule], config: mm.MatmulConfig) -> Ref:  # fmt: skip
     """Where the products read B, the value `name`: a constant (scaled by `alpha`,
-    transposed in numpy; packed where the config reads it packed), or a computed tensor
-    (transposed by a gather whose calls and modules are appended)."""
+    transposed in numpy; packed where the config reads it packed: as B, or as the A of
+    a product computed as a column), or a computed tensor (transposed by a gather whose
+    calls and modules are appended)."""
     if b.graph.is_constant(name):
         weight = np.asarray(b.graph.constants[name], np.float32)
         weight = weight * np.float32(alpha) if alpha != 1.0 else weight
         weight = np.swapaxes(weight, -1, -2) if transpose else weight
-        return b.constant(config.pack_b(weight.T) if config.b_packed else weight)
+        packed = config.pack_b(weight.T) if config.b_packed else config.pack_a(weight) if config.a_packed else None
+        return b.constant(weight if packed is None else packed)
     w = b.read(name)
     if not transpose:
         return w

@@ -621,8 +621,9 @@ def _broadcast_terms(p: MatmulPlan, m: Machine, share: float):
 
 
 def _dot_terms(p: MatmulPlan, m: Machine, share: float):
-    """Matrix times vector (N = 1): A streamed once, a vector of K per FMA, B's column
-    re-read per row tile; each row's partial sums are reduced across lanes at the end."""
+    """Matrix times vector (N = 1): A streamed once (packed when built: one stream), a
+    vector of K per FMA, B's column re-read per row tile; each row's partial sums are
+    reduced across lanes at the end."""
     shape, c = p.shape, p.config
     lanes, u = c.lanes, c.unroll
     vectors = math.ceil(shape.k / lanes)
@@ -654,7 +655,8 @@ def _dot_terms(p: MatmulPlan, m: Machine, share: float):
         traffic[b_level] = traffic.get(b_level, 0.0) + (tiles * share - 1) * b_bytes
     for level, size in traffic.items():
         terms.append(Term(f"memory {level}", max(0.0, size) / m.bandwidth[level],
-                          f"A once, B's column ({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
+                          f"A once{' (packed when built)' if c.a_packed else ''}, B's column "
+                          f"({b_bytes / 1e3:.1f} kB, in {b_level}) per row tile; "
                           f"A, B, C once from {once_level} ({_first_touch_why(p)})"))  # fmt: skip
     return terms, _parameters(p, ("tile", _register_budget(c, m)), along=" along K")
 
@@ -685,7 +687,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                b_transposed: bool = False) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
-    build time instead of packing it on every call; with `b_constant`, B likewise. With `transposed` (operands stored
+    build time instead of packing it on every call, and dot reads each row tile's rows
+    interleaved, one stream instead of mr; with `b_constant`, B likewise packed. With `transposed` (operands stored
     transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
     block: every further block would gather and scatter all of C again; `blocked` too,
     its operands channel-blocked at the target's widest vectors (`MatmulConfig.blocked`),
@@ -713,7 +716,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
             configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
                                         epilogue=epilogue, **in_place))
         if shape.n == 1 and not prologue and not (b_transposed or leading[1]):  # rows x partial sums along K
-            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue, **in_place)
+            configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue,
+                                     a_packed=a_constant and not leading[0], **in_place)
                         for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
         for mr in range(1, MAX_MR + 1):
             for nv in range(1, MAX_NV + 1):
@@ -881,12 +885,13 @@ def micro_kernels(config: MatmulConfig) -> int:
 
 def rows_streamed(config: MatmulConfig) -> int:
     """Rows of an operand a matrix-vector kernel reads at once, each its own stream through
-    memory: broadcast's B rows per pass over the C row, dot's A rows per step; a blocked
-    kernel reads one B row (segment or packed panel) per k step."""
+    memory: broadcast's B rows per pass over the C row, dot's A rows per step (one stream
+    when packed: the rows interleaved); a blocked kernel reads one B row (segment or
+    packed panel) per k step."""
     if config.algorithm == "broadcast":
         return min(config.unroll, config.shape.k)
     if config.algorithm == "dot":
-        return min(config.mr, config.shape.m)
+        return 1 if config.a_packed else min(config.mr, config.shape.m)
     return 1
 
 
