@@ -1,10 +1,15 @@
 """Layer normalization of a tensor seen as rows, in three passes over each row (a
-transformer's row of hidden features is a few KiB: it stays in L1 between them)::
+transformer's row of hidden features is a few KiB: it stays in L1 between them), a
+block of `together` rows at a time, their passes side by side::
 
-    for row in [begin, end):
+    for rows in [begin, end) by `together` (then one at a time):
         m = Σ x / n                                   # vectors, the last masked to 0
         d = 1 / √(Σ (x − m)² / n + ε)                 # two passes: no cancellation
         Y[row] = (x − m) · d · scale + bias           # scale and bias: one value per column
+
+One row's sums, horizontal adds, division and square root are a chain of dependent
+steps; a short row (Swin-T's 96 features: six vectors) is nearly all chain, which the
+rows of a block overlap.
 """
 
 from __future__ import annotations
@@ -15,19 +20,21 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
-from kernels.loops import for_carry, for_range, load, store
+from kernels.loops import for_carry, for_range, load, offset, store
 from kernels.mlir import arith, ir, math, vector
 from kernels.target import Target
 
 
 @dataclass(frozen=True)
 class LayerNormConfig:
-    """Normalization of `rows` rows of `length` floats, vectors of `lanes`."""
+    """Normalization of `rows` rows of `length` floats, vectors of `lanes`, `together`
+    rows at a time."""
 
     rows: int
     length: int
     lanes: int
     epsilon: float
+    together: int = 1
 
     @property
     def symbol(self) -> str:
@@ -35,8 +42,8 @@ class LayerNormConfig:
 
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
-        if min(self.rows, self.length) < 1 or not self.epsilon >= 0:
-            raise KernelError(f"layer normalization needs rows, length >= 1 and epsilon >= 0: {self}")
+        if min(self.rows, self.length, self.together) < 1 or not self.epsilon >= 0:
+            raise KernelError(f"layer normalization needs rows, length, together >= 1 and epsilon >= 0: {self}")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, scale, bias, row_begin, row_end)``."""
@@ -63,29 +70,38 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
     mask = tail_mask(target, lanes, tail) if tail else None
     zero = f32_splat(target, lanes, 0.0)
 
-    def row(r: ir.Value) -> None:
-        def at(v: ir.Value | int) -> ir.Value:
-            return index(v * lanes) if isinstance(v, int) else arith.muli(v, index(lanes))
+    def at(v: ir.Value | int) -> ir.Value:
+        return index(v * lanes) if isinstance(v, int) else arith.muli(v, index(lanes))
 
-        def row_sum(term) -> ir.Value:
-            """Σ term(x) over the row, the tail's lanes past the row counted as 0."""
-            total = for_carry(0, whole, 1, [zero], lambda v, acc: [arith.addf(acc[0], term(load(vec, x, [r, at(v)])))])[0]
+    def block(rows: list[ir.Value]) -> None:
+        def row_sums(term) -> list[ir.Value]:
+            """Σ term(x, row) over each row, the tail's lanes past the row counted as 0."""
+            totals = for_carry(0, whole, 1, [zero] * len(rows), lambda v, acc: [
+                arith.addf(total, term(load(vec, x, [r, at(v)]), i)) for i, (r, total) in enumerate(zip(rows, acc))])
             if tail:
-                total = arith.addf(total, arith.select(mask, term(load(vec, x, [r, at(whole)], mask)), zero))
-            return arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), arith.constant(f32, float(length)))
+                totals = [arith.addf(total, arith.select(mask, term(load(vec, x, [r, at(whole)], mask), i), zero))
+                          for i, (r, total) in enumerate(zip(rows, totals))]  # fmt: skip
+            return [arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), arith.constant(f32, float(length)))
+                    for total in totals]  # fmt: skip
 
-        mean = vector.broadcast(vec, row_sum(lambda v: v))
-        variance = row_sum(lambda v: arith.mulf(arith.subf(v, mean), arith.subf(v, mean)))
-        deviation = math.sqrt(arith.addf(variance, arith.constant(f32, cfg.epsilon)))
-        inverse = vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), deviation))
+        means = [vector.broadcast(vec, m) for m in row_sums(lambda v, i: v)]
+        variances = row_sums(lambda v, i: arith.mulf(arith.subf(v, means[i]), arith.subf(v, means[i])))
+        inverses = [vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), math.sqrt(
+            arith.addf(variance, arith.constant(f32, cfg.epsilon))))) for variance in variances]  # fmt: skip
 
         def normalized(column: ir.Value, lane_mask: ir.Value | None) -> None:
-            value = arith.mulf(arith.subf(load(vec, x, [r, column], lane_mask), mean), inverse)
-            out = math.fma(value, load(vec, scale, [column], lane_mask), load(vec, bias, [column], lane_mask))
-            store(out, y, [r, column], lane_mask)
+            weight, shift = load(vec, scale, [column], lane_mask), load(vec, bias, [column], lane_mask)
+            for r, mean, inverse in zip(rows, means, inverses):
+                value = arith.mulf(arith.subf(load(vec, x, [r, column], lane_mask), mean), inverse)
+                store(math.fma(value, weight, shift), y, [r, column], lane_mask)
 
         for_range(0, whole, 1, lambda v: normalized(at(v), None))
         if tail:
             normalized(at(whole), mask)
 
-    for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), 1, row)
+    begin, end = index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows))
+    blocked_end = arith.addi(begin, arith.muli(arith.divsi(arith.subi(end, begin), index(cfg.together)),
+                                               index(cfg.together)))  # fmt: skip
+    for_range(begin, blocked_end, cfg.together, lambda r: block([offset(r, i) for i in range(cfg.together)]))
+    if cfg.together > 1:  # the rows left, one at a time
+        for_range(blocked_end, end, 1, lambda r: block([r]))

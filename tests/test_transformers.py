@@ -477,6 +477,30 @@ def test_the_attention_kernel_matches_numpy(target, case):
         assert (out[9, :v_width] == 0).all()
 
 
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize("length, together", [(37, 4), (96, 3), (8, 1)])
+def test_the_layer_norm_kernel_matches_numpy(target, length, together):
+    """Rows normalized `together` at a time, then the rest one at a time, in two ranges
+    as two threads run them (the second starting inside a block), rows of whole vectors,
+    a masked tail or less than a vector; rows outside the ranges are not written."""
+    from kernels import layernorm as ln
+
+    t = target_for(target)
+    require_runnable(t)
+    config = ln.LayerNormConfig(13, length, t.f32_lanes, 1e-5, together)
+    kernel = build_library(ln.generate(config, t), this_host()).kernel(config.symbol)
+    rng = np.random.default_rng(5)
+    x = (3 * rng.standard_normal((13, length)) + rng.standard_normal((13, 1)) * 5).astype(np.float32)
+    scale, bias = rng.standard_normal(length, dtype=np.float32), rng.standard_normal(length, dtype=np.float32)
+    y = np.full((13, length), 7.0, np.float32)
+    for begin, end in ((1, 6), (6, 12)):
+        kernel(y, x, scale, bias, begin, end)
+    mean, variance = x.mean(1, keepdims=True, dtype=np.float64), x.var(1, keepdims=True, dtype=np.float64)
+    expected = (x - mean) / np.sqrt(variance + 1e-5) * scale + bias
+    np.testing.assert_allclose(y[1:12], expected[1:12], rtol=1e-4, atol=1e-4)
+    assert (y[[0, 12]] == 7.0).all()
+
+
 @pytest.mark.parametrize("target, heads", [("avx2", 1), ("avx2", 4),
                                            pytest.param("neon", 4, marks=pytest.mark.slow),
                                            pytest.param("rvv128", 4, marks=pytest.mark.slow)])  # fmt: skip

@@ -16,6 +16,12 @@ from autoconfig.runtime import Call, Part, split
 from kernels import layernorm as ln
 
 
+ROWS_TOGETHER = 4
+"""Rows a layer normalization kernel normalizes side by side: each row's sums, division
+and square root are a chain of dependent steps the others' overlap (Swin-T's rows of 96:
+2 and 4 rows took a quarter less time than one, 8 gave some of it back)."""
+
+
 def _layer_norm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     """Rows of the axes before `axis`, each normalized over the axes from it on."""
     x, scale, bias = [*node.inputs, ""][:3]
@@ -24,7 +30,8 @@ def _layer_norm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     rows, length = math.prod(shape[:axis]), math.prod(shape[axis:])
     per_column = [np.broadcast_to(np.asarray(b.graph.constants[v], np.float32), shape[axis:]).reshape(-1)
                   if v else np.zeros(length, np.float32) for v in (scale, bias)]  # fmt: skip
-    config = ln.LayerNormConfig(rows, length, b.target.f32_lanes, float(node.attrs.get("epsilon", 1e-5)))
+    config = ln.LayerNormConfig(rows, length, b.target.f32_lanes, float(node.attrs.get("epsilon", 1e-5)),
+                                min(ROWS_TOGETHER, rows))  # fmt: skip
     threads = min(b.threads, rows)
     operands = (b.read(x), b.constant(per_column[0]), b.constant(per_column[1]))
     y = b.write(node.outputs[0])
