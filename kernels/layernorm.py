@@ -99,7 +99,8 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
         if tail:
             normalized(at(whole), mask)
 
-    begin, end = index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows))
+    begin = index(args["row_begin"])
+    end = arith.maxsi(begin, arith.minsi(index(args["row_end"]), index(cfg.rows)))  # an empty range runs nothing
     blocked_end = arith.addi(begin, arith.muli(arith.divsi(arith.subi(end, begin), index(cfg.together)),
                                                index(cfg.together)))  # fmt: skip
     for_range(begin, blocked_end, cfg.together, lambda r: block([offset(r, i) for i in range(cfg.together)]))
