@@ -51,6 +51,13 @@ ELEMENTWISE_VECTORS = 2
 latency behind the previous vector's ops on every profiled machine."""
 
 
+ROWS_TOGETHER = 4
+"""Rows a row-wise kernel (layer normalization, softmax) takes side by side: each
+row's sums, horizontal reductions, division and square root are a chain of dependent
+steps the others' overlap (Swin-T's rows of 96: 2 and 4 rows took a quarter less time
+than one, 8 gave some of it back)."""
+
+
 ELEMENTWISE_GROUP = "elementwise"
 """What `Builder.anchor_of` says of the nodes of a group of elementwise ops alone."""
 

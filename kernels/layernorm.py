@@ -20,7 +20,7 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
-from kernels.loops import for_carry, for_range, load, offset, store
+from kernels.loops import for_carry, for_range, for_row_blocks, load, store
 from kernels.mlir import arith, ir, math, vector
 from kernels.target import Target
 
@@ -99,10 +99,4 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
         if tail:
             normalized(at(whole), mask)
 
-    begin = index(args["row_begin"])
-    end = arith.maxsi(begin, arith.minsi(index(args["row_end"]), index(cfg.rows)))  # an empty range runs nothing
-    blocked_end = arith.addi(begin, arith.muli(arith.divsi(arith.subi(end, begin), index(cfg.together)),
-                                               index(cfg.together)))  # fmt: skip
-    for_range(begin, blocked_end, cfg.together, lambda r: block([offset(r, i) for i in range(cfg.together)]))
-    if cfg.together > 1:  # the rows left, one at a time
-        for_range(blocked_end, end, 1, lambda r: block([r]))
+    for_row_blocks(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), cfg.together, block)

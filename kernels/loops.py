@@ -11,6 +11,7 @@ point, so that a generator reads like the nest it produces:
 - `for_tile_trips`: like `for_tiles`, or, where the partial tile can be computed as
   a full one, every tile in one loop that branches only where its size matters;
 - `for_image_rows`: a thread's channels of its rows, numbered across the images;
+- `for_row_blocks`: blocks of rows side by side, then the rows left one at a time;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
@@ -170,6 +171,17 @@ def for_image_rows(images: int, channels: int, rows: int, ranges: Sequence[ir.Va
         for_range(c0, last, 1, lambda c: for_range(low, high, 1, lambda r: body(n, c, r, high)))
 
     for_range(arith.divsi(begin, index(rows)), arith.divsi(arith.addi(end, index(rows - 1)), index(rows)), 1, image)
+
+
+def for_row_blocks(begin: ir.Value, end: ir.Value, together: int, body: Callable[[list[ir.Value]], None]) -> None:
+    """body(rows) over the rows [begin, end): blocks of `together` consecutive rows (a
+    row-wise kernel interleaves their passes, whose dependent steps then overlap), then
+    the rows left one at a time; a range that ends before it begins runs nothing."""
+    end = arith.maxsi(begin, end)
+    blocked_end = arith.addi(begin, arith.muli(arith.divsi(arith.subi(end, begin), index(together)), index(together)))
+    for_range(begin, blocked_end, together, lambda r: body([offset(r, i) for i in range(together)]))
+    if together > 1:
+        for_range(blocked_end, end, 1, lambda r: body([r]))
 
 
 def when(condition: ir.Value, then: Callable[[], None]) -> None:

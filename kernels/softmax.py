@@ -1,7 +1,9 @@
 """Softmax along the last axis of a tensor seen as rows, in three passes over each row
-(a row of a classifier's scores is a few KiB: it stays in L1 between them)::
+(a row of a classifier's scores is a few KiB: it stays in L1 between them), a block of
+`together` rows at a time, their passes side by side (a short row's max, sum and
+division are nearly all one chain of dependent steps, which the block's rows overlap)::
 
-    for row in [begin, end):
+    for rows in [begin, end) by `together` (then one at a time):
         m = max over the row                        # vectors, the last masked to −inf
         s = Σ e^(x − m);  Y[row] = e^(x − m)        # exp by the epilogue's polynomial
         Y[row] = epilogue(Y[row] · 1/s)             # ops without operands (a NaN cleanup)
@@ -12,6 +14,7 @@ Subtracting the maximum keeps every exponent <= 0, so nothing overflows.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernels.errors import KernelError
@@ -19,19 +22,21 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
-from kernels.loops import for_carry, for_range, load, maximum, store
+from kernels.loops import for_carry, for_range, for_row_blocks, load, maximum, store
 from kernels.mlir import arith, ir, vector
 from kernels.target import Target
 
 
 @dataclass(frozen=True)
 class SoftmaxConfig:
-    """Softmax over `rows` rows of `length` floats, vectors of `lanes`."""
+    """Softmax over `rows` rows of `length` floats, vectors of `lanes`, `together` rows
+    at a time."""
 
     rows: int
     length: int
     lanes: int
     epilogue: ep.Epilogue = field(default=())  # ops without operands on each value stored
+    together: int = 1
 
     @property
     def symbol(self) -> str:
@@ -39,8 +44,9 @@ class SoftmaxConfig:
 
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
-        if min(self.rows, self.length) < 1:
-            raise KernelError(f"softmax needs rows and length >= 1, got {self.rows}x{self.length}")
+        if min(self.rows, self.length, self.together) < 1:
+            raise KernelError(f"softmax needs rows, length and together >= 1, got {self.rows}x{self.length}, "
+                              f"{self.together}")
 
     def signature(self) -> KernelSignature:
         """``SYMBOL(y, x, row_begin, row_end)``."""
@@ -63,7 +69,7 @@ def generate(config: SoftmaxConfig, target: Target) -> KernelModule:
 
 def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
     lanes, length = cfg.lanes, cfg.length
-    vec = f32_vector_type(target, lanes)
+    vec, f32 = f32_vector_type(target, lanes), ir.F32Type.get()
     x = f32_memref(args["x"], [cfg.rows, length])
     y = f32_memref(args["y"], [cfg.rows, length])
     whole, tail = length // lanes, length % lanes
@@ -72,37 +78,43 @@ def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
     lowest = f32_splat(target, lanes, -math.inf)
     zero = f32_splat(target, lanes, 0.0)
 
-    def row(r: ir.Value) -> None:
-        def column(v: ir.Value) -> list[ir.Value]:
+    def block(rows: list[ir.Value]) -> None:
+        def column(r: ir.Value, v: ir.Value) -> list[ir.Value]:
             return [r, arith.muli(v, index(lanes))]
 
-        def tail_of(memory: ir.Value, fill: ir.Value) -> ir.Value:
+        def tail_of(memory: ir.Value, r: ir.Value, fill: ir.Value) -> ir.Value:
             return arith.select(mask, load(vec, memory, [r, tail_at], mask), fill)
 
-        top = for_carry(0, whole, 1, [lowest], lambda v, acc: [maximum(acc[0], load(vec, x, column(v)))])[0]
+        tops = for_carry(0, whole, 1, [lowest] * len(rows), lambda v, acc: [
+            maximum(top, load(vec, x, column(r, v))) for r, top in zip(rows, acc)])
         if tail:
-            top = maximum(top, tail_of(x, lowest))
-        peak = vector.broadcast(vec, vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top))
+            tops = [maximum(top, tail_of(x, r, lowest)) for r, top in zip(rows, tops)]
+        peaks = [vector.broadcast(vec, vector.reduction(f32, vector.CombiningKind.MAXIMUMF, top)) for top in tops]
 
-        def exponent(v: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            e = ep.exp(arith.subf(load(vec, x, column(v)), peak))
-            store(e, y, column(v))
-            return [arith.addf(acc[0], e)]
+        def exponents(v: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            sums = []
+            for r, peak, total in zip(rows, peaks, acc):
+                e = ep.exp(arith.subf(load(vec, x, column(r, v)), peak))
+                store(e, y, column(r, v))
+                sums.append(arith.addf(total, e))
+            return sums
 
-        total = for_carry(0, whole, 1, [zero], exponent)[0]
+        totals = for_carry(0, whole, 1, [zero] * len(rows), exponents)
         if tail:
-            e = arith.select(mask, ep.exp(arith.subf(tail_of(x, peak), peak)), zero)
-            store(e, y, [r, tail_at], mask)
-            total = arith.addf(total, e)
-        one = arith.constant(ir.F32Type.get(), 1.0)
-        inverse = vector.broadcast(vec, arith.divf(one, vector.reduction(ir.F32Type.get(), vector.CombiningKind.ADD,
-                                                                         total)))  # fmt: skip
-        def normalized(at: list[ir.Value], lane_mask: ir.Value | None) -> None:
-            value = ep.apply(cfg.epilogue, arith.mulf(load(vec, y, at, lane_mask), inverse), _no_operand)
-            store(value, y, at, lane_mask)
+            tails = [arith.select(mask, ep.exp(arith.subf(tail_of(x, r, peak), peak)), zero) for r, peak in zip(rows, peaks)]
+            for r, e in zip(rows, tails):
+                store(e, y, [r, tail_at], mask)
+            totals = [arith.addf(total, e) for total, e in zip(totals, tails)]
+        inverses = [vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), vector.reduction(
+            f32, vector.CombiningKind.ADD, total))) for total in totals]  # fmt: skip
 
-        for_range(0, whole, 1, lambda v: normalized(column(v), None))
+        def normalized(at: Callable[[ir.Value], list[ir.Value]], lane_mask: ir.Value | None) -> None:
+            for r, inverse in zip(rows, inverses):
+                value = ep.apply(cfg.epilogue, arith.mulf(load(vec, y, at(r), lane_mask), inverse), _no_operand)
+                store(value, y, at(r), lane_mask)
+
+        for_range(0, whole, 1, lambda v: normalized(lambda r: column(r, v), None))
         if tail:
-            normalized([r, tail_at], mask)
+            normalized(lambda r: [r, tail_at], mask)
 
-    for_range(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), 1, row)
+    for_row_blocks(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), cfg.together, block)

@@ -501,6 +501,30 @@ def test_the_layer_norm_kernel_matches_numpy(target, length, together):
     assert (y[[0, 12]] == 7.0).all()
 
 
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+@pytest.mark.parametrize("length, together", [(49, 4), (96, 3), (8, 1)])
+def test_the_softmax_kernel_matches_numpy(target, length, together):
+    """Rows `together` at a time, then the rest, in two ranges as two threads run them,
+    rows of whole vectors, a masked tail or less than a vector, with and without an
+    epilogue on every probability (a clip); rows outside the ranges are not written."""
+    from kernels import softmax as sm
+
+    t = target_for(target)
+    require_runnable(t)
+    clipped = together > 1
+    config = sm.SoftmaxConfig(13, length, t.f32_lanes, (ep.clip(0.0, 0.05),) if clipped else (), together)
+    kernel = build_library(sm.generate(config, t), this_host()).kernel(config.symbol)
+    x = (4 * np.random.default_rng(6).standard_normal((13, length))).astype(np.float32)
+    y = np.full((13, length), 7.0, np.float32)
+    for begin, end in ((1, 6), (6, 12)):
+        kernel(y, x, begin, end)
+    e = np.exp(x - x.max(1, keepdims=True))
+    expected = e / e.sum(1, keepdims=True)
+    expected = np.clip(expected, 0.0, 0.05) if clipped else expected
+    np.testing.assert_allclose(y[1:12], expected[1:12], rtol=1e-5, atol=1e-6)
+    assert (y[[0, 12]] == 7.0).all()
+
+
 @pytest.mark.parametrize("target, heads", [("avx2", 1), ("avx2", 4),
                                            pytest.param("neon", 4, marks=pytest.mark.slow),
                                            pytest.param("rvv128", 4, marks=pytest.mark.slow)])  # fmt: skip

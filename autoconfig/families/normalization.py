@@ -10,16 +10,10 @@ import math
 
 import numpy as np
 
-from autoconfig.builder import Builder, KernelGroup, Lowering, ops_of, streaming
+from autoconfig.builder import ROWS_TOGETHER, Builder, KernelGroup, Lowering, ops_of, streaming
 from autoconfig.graph.ir import Node
 from autoconfig.runtime import Call, Part, split
 from kernels import layernorm as ln
-
-
-ROWS_TOGETHER = 4
-"""Rows a layer normalization kernel normalizes side by side: each row's sums, division
-and square root are a chain of dependent steps the others' overlap (Swin-T's rows of 96:
-2 and 4 rows took a quarter less time than one, 8 gave some of it back)."""
 
 
 def _layer_norm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:

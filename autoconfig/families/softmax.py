@@ -9,7 +9,9 @@ import math
 
 import numpy as np
 
-from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming
+from autoconfig.builder import (
+    ROWS_TOGETHER, Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming,
+)  # fmt: skip
 from autoconfig.graph.ir import Node
 from autoconfig.models.cost import SOFTMAX_VECTOR_OPS
 from autoconfig.runtime import Call, Part, split
@@ -32,7 +34,7 @@ def _softmax(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     chain = match_epilogue(b, node.outputs[0], after, channel_axis=len(shape) - 1)
     if chain.operands:  # (the planner proposes none: classify.emittable)
         raise fail(after[0], "an op after a softmax with another operand is not its epilogue")
-    config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes, tuple(chain.ops))
+    config = sm.SoftmaxConfig(rows, length, b.target.f32_lanes, tuple(chain.ops), min(ROWS_TOGETHER, rows))
     threads = min(b.threads, rows)
     x = b.read(node.inputs[0])
     y = b.write(chain.end)
