@@ -54,8 +54,8 @@ latency behind the previous vector's ops on every profiled machine."""
 ROWS_TOGETHER = 4
 """Rows a row-wise kernel (layer normalization, softmax) takes side by side: each
 row's sums, horizontal reductions, division and square root are a chain of dependent
-steps the others' overlap (Swin-T's rows of 96: 2 and 4 rows took a quarter less time
-than one, 8 gave some of it back)."""
+steps that the other rows' overlap; more rows gave time back where measured
+(docs/calibration.md)."""
 
 
 ELEMENTWISE_GROUP = "elementwise"
