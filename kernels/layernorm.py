@@ -81,8 +81,8 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
             if tail:
                 totals = [arith.addf(total, arith.select(mask, term(load(vec, x, [r, at(whole)], mask), i), zero))
                           for i, (r, total) in enumerate(zip(rows, totals))]  # fmt: skip
-            return [arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), arith.constant(f32, float(length)))
-                    for total in totals]  # fmt: skip
+            count = arith.constant(f32, float(length))
+            return [arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), count) for total in totals]
 
         means = [vector.broadcast(vec, m) for m in row_sums(lambda v, i: v)]
         variances = row_sums(lambda v, i: arith.mulf(arith.subf(v, means[i]), arith.subf(v, means[i])))

@@ -624,10 +624,10 @@ def _dot(kn: _Kernel) -> None:
 
     def tile(row0: ir.Value, rows: int) -> None:
         row = [offset(row0, r) for r in range(rows)]
-        panel = arith.muli(row0, index(ceil_div(k, lanes) * lanes))  # the tile's rows packed, if A is
+        panel = arith.muli(row0, index(ceil_div(k, lanes) * lanes)) if cfg.a_packed else None  # the tile's rows
 
         def a_vector(r: int, kv: ir.Value, at: ir.Value, mask: ir.Value | None) -> ir.Value:
-            if not cfg.a_packed:
+            if panel is None:
                 return load(kn.vec, kn.a, [row[r], at], mask)
             return load(kn.vec, kn.a, [arith.addi(panel, offset(arith.muli(kv, index(cfg.mr * lanes)), r * lanes))])
 

@@ -377,11 +377,10 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
             _add_to_sums([out.store(f32_splat(target, lanes, 0.0), offset(out_row, ow * result.step), channel)], sums)
 
     def unit(u: ir.Value, sums: tuple[ir.Value, ir.Value] | None = None) -> None:  # row u of all the rows
-        band_rows, blocks = s.out_height // cfg.bands, s.channels // lanes
-        block_row, image_band = arith.divsi(u, index(band_rows)), arith.divsi(u, index(band_rows * blocks))
+        band_rows = s.out_height // cfg.bands
+        image_band, channel = result.vector_of(arith.divsi(u, index(band_rows)), lanes)  # (n·bands + band, c)
         band = arith.remsi(image_band, index(cfg.bands))
         oh = arith.addi(arith.muli(band, index(band_rows)), arith.remsi(u, index(band_rows)))
-        channel = arith.muli(arith.remsi(block_row, index(blocks)), index(lanes))
         row(arith.divsi(image_band, index(cfg.bands)), channel, oh, sums)
 
     def plane(u: ir.Value) -> None:  # with the mean: m[n, channel ..] = Σ rows / pixels

@@ -101,7 +101,8 @@ def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
 
         totals = for_carry(0, whole, 1, [zero] * len(rows), exponents)
         if tail:
-            tails = [arith.select(mask, ep.exp(arith.subf(tail_of(x, r, peak), peak)), zero) for r, peak in zip(rows, peaks)]
+            tails = [arith.select(mask, ep.exp(arith.subf(tail_of(x, r, peak), peak)), zero)
+                     for r, peak in zip(rows, peaks)]  # fmt: skip
             for r, e in zip(rows, tails):
                 store(e, y, [r, tail_at], mask)
             totals = [arith.addf(total, e) for total, e in zip(totals, tails)]

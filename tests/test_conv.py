@@ -218,9 +218,8 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
     configs: list = []
     if s.depthwise:
         configs = [BlockedDepthwiseConfig(s, lanes, nv, epilogue, layout) for nv in (1, 3, 5)]
-        if s.out_height % 2 == 0:  # a band of rows per thread
-            banded = BlockedDepthwiseConfig(s, lanes, 3, epilogue, layout, bands=2)
-            return [ConvPlan(c, 2, "units") for c in configs] + [ConvPlan(banded, 2, "bands")]
+        if s.out_height % 2 == 0:  # and a band of rows per thread
+            configs.append(BlockedDepthwiseConfig(s, lanes, 3, epilogue, layout, bands=2))
     elif s.pointwise:
         product = transposed_shape(s.gemm_shape())
         a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
@@ -233,7 +232,8 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
         inputs = (False, True) if s.channels % lanes == 0 or layout == "nhwc" else (False,)
         configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue, layout)
                    for nv, mv in ((1, 1), (4, 2), (3, 3)) for blocked in inputs]  # fmt: skip
-    return [ConvPlan(c, 2, "units") for c in configs if c.registers_needed()[0] <= registers]
+    return [ConvPlan(c, 2, "bands" if getattr(c, "bands", 1) > 1 else "units") for c in configs
+            if c.registers_needed()[0] <= registers]  # fmt: skip
 
 
 # NHWC beyond the blocked layers: the channel counts of EfficientNet's 1x1 layers, not
