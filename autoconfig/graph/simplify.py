@@ -57,6 +57,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
+from autoconfig import movement
 from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph import recurrent
@@ -78,6 +79,7 @@ def simplify(graph: Graph) -> Graph:
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
     _gathers_before_transposes(graph)
+    _concats_of_slices(graph)
     _scales_before_moves(graph)
     nodes: list[Node] = []
     alias: dict[str, str] = {}
@@ -99,6 +101,7 @@ def simplify(graph: Graph) -> Graph:
     _gelu_as_one(graph)
     _scales_after_products(graph)
     _views_after_elementwise(graph)
+    _views_of_views(graph)
     _drop_unused_constants(graph)
     return graph
 
@@ -723,6 +726,34 @@ def _gathers_before_transposes(graph: Graph) -> None:
             graph.nodes[at:at + 1] = _picked_first(graph, reader, x, perm)
 
 
+def _concats_of_slices(graph: Graph) -> None:
+    """A Concat of Slices of one tensor along its axis, each read by it alone (a roll:
+    Swin's shifted windows), becomes one Gather of that tensor by constant indices along
+    the axis: one pass over it instead of a kernel per piece and then a copy."""
+    producers, consumers = graph.producers(), graph.consumers()
+    for node in list(graph.nodes):
+        pieces = [producers.get(v) for v in node.inputs] if node.op == "Concat" else []
+        if not pieces or any(p is None or p.op != "Slice" or p.inputs[0] != pieces[0].inputs[0]
+                             or consumers[p.outputs[0]] != [node] or p.outputs[0] in graph.outputs
+                             or not all(graph.is_constant(i) for i in p.inputs[1:] if i) for p in pieces):
+            continue  # fmt: skip
+        x = pieces[0].inputs[0]
+        shape = graph.types[x].shape
+        axis = node.attrs["axis"] % len(shape)
+        taken = np.concatenate([movement.source_maps(p, graph)[0] for p in pieces], axis=axis)
+        picks = np.moveaxis(np.unravel_index(np.maximum(taken, 0), shape)[axis], axis, 0).reshape(
+            taken.shape[axis], -1)[:, 0]
+        if not np.array_equal(np.take(np.arange(math.prod(shape)).reshape(shape), picks, axis=axis), taken):
+            continue
+        m = _Made(graph, node.name)
+        m.nodes.append(Node(node.name, "Gather", [x, m.constant("picks", picks.astype(np.int64))], node.outputs,
+                            {"axis": axis}))
+        at = graph.nodes.index(node)
+        graph.nodes[at:at + 1] = m.nodes
+        for piece in pieces:
+            graph.nodes.remove(piece)
+
+
 def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
     """A Transpose read only by a view that just drops or adds axes of one (ViT's squeeze
     after stacking Q, K and V), as a Reshape of its input then one Transpose straight to
@@ -831,6 +862,38 @@ def _views_after_elementwise(graph: Graph) -> None:
             at = graph.nodes.index(reader)
             graph.nodes[at:at + 1] = m.nodes
         graph.nodes.remove(view)
+
+
+def _views_of_views(graph: Graph) -> None:
+    """A view read only by views is folded into them: each reshapes its input straight
+    to its own shape (row-major views compose), or is that input where the shapes agree.
+    A view there and back (Swin's windows viewed apart for their mask and back) then
+    leaves the chain of a product's epilogue whole."""
+    while True:
+        consumers = graph.consumers()
+        first = next((n for n in graph.nodes if info(n).kernel is Kernel.VIEW and n.outputs[0] not in graph.outputs
+                      and consumers.get(n.outputs[0])
+                      and all(info(r).kernel is Kernel.VIEW for r in consumers[n.outputs[0]])), None)  # fmt: skip
+        if first is None:
+            return
+        x, shape = first.inputs[0], graph.types[first.inputs[0]].shape
+        for view in consumers[first.outputs[0]]:
+            y = view.outputs[0]
+            if graph.types[y].shape == shape and y not in graph.outputs:
+                _read_instead(graph, y, x)
+                graph.nodes.remove(view)
+            else:
+                m = _Made(graph, view.name)
+                m.reshape(x, graph.types[y].shape, out=y)
+                at = graph.nodes.index(view)
+                graph.nodes[at:at + 1] = m.nodes
+        graph.nodes.remove(first)
+
+
+def _read_instead(graph: Graph, value: str, instead: str) -> None:
+    """Every reader of `value` reads `instead`."""
+    for node in graph.nodes:
+        node.inputs = [instead if i == value else i for i in node.inputs]
 
 
 def _movable_view(graph: Graph, node: Node, consumers: dict[str, list[Node]], made: set[str]) -> bool:
