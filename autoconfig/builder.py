@@ -51,13 +51,6 @@ ELEMENTWISE_VECTORS = 2
 latency behind the previous vector's ops on every profiled machine."""
 
 
-ROWS_TOGETHER = 4
-"""Rows a row-wise kernel (layer normalization, softmax) takes side by side: each
-row's sums, horizontal reductions, division and square root are a chain of dependent
-steps that the other rows' overlap; more rows gave time back where measured
-(docs/calibration.md)."""
-
-
 ELEMENTWISE_GROUP = "elementwise"
 """What `Builder.anchor_of` says of the nodes of a group of elementwise ops alone."""
 

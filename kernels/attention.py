@@ -20,7 +20,10 @@ rows of one chunk; the block's output rows, running maxima and sums in scratch):
             S = e^(S − m');  a = e^(m − m');  s = s·a + Σ of each row;  m = m'
             U[block] = U[block]·a + S · V[chunk]       # the last chunk writes O = U / s
 
-A tile of Kᵀ or V is read from L1 by every register tile of the block. The rows past
+The softmax (or its online step) takes the block's score rows `together` at a time,
+their passes side by side: a short row's max, sum and division are nearly all one
+chain of dependent steps, which the other rows' overlap. A tile of Kᵀ or V is read
+from L1 by every register tile of the block. The rows past
 the last full block run one register tile at a time, then one row at a time. Q, K, V and O are strided
 matrices (one head of a [tokens, heads x width] tensor, read and written in place).
 """
@@ -36,7 +39,7 @@ from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
 from kernels.gemm import micro_kernel
-from kernels.loops import for_carry, for_range, load, maximum, offset, store, transpose_square
+from kernels.loops import for_carry, for_range, for_row_blocks, load, maximum, offset, store, transpose_square
 from kernels.mlir import arith, ir, memref, vector
 from kernels.target import Target
 
@@ -69,6 +72,7 @@ class AttentionConfig:
     cleanup: ep.Epilogue = field(default=())  # ops without operands on the probabilities
     k_transposed: bool = False  # K given as Kᵀ, width x keys
     key_block: int = 0  # keys per chunk of the online softmax (whole register tiles); 0: all keys at once
+    together: int = 1  # score rows whose softmax runs side by side
 
     @property
     def symbol(self) -> str:
@@ -115,7 +119,8 @@ class AttentionConfig:
 
     def validate(self, target: Target) -> None:
         check_lanes(target, self.lanes)
-        if min(self.queries, self.keys, self.width, self.v_width, self.rows, self.vectors, self.tiles) < 1:
+        if min(self.queries, self.keys, self.width, self.v_width, self.rows, self.vectors, self.tiles,
+               self.together) < 1:
             raise KernelError(f"attention needs every size >= 1, got {self}")
         if any(stride and stride < length for stride, length in zip(self.strides, self.row_lengths())):
             raise KernelError(f"attention row strides {self.strides} are shorter than the rows")
@@ -277,13 +282,14 @@ class _Head:
         online step), and their product with those keys' rows of V."""
         self.scores_of(row0, heights, base, count)
 
-        def row(r: ir.Value) -> None:
+        def rows(rs: list[ir.Value]) -> None:
+            queries = [arith.addi(row0, r) for r in rs]
             if stage == WHOLE:
-                self.softmax_row(arith.addi(row0, r), r)
+                self.softmax_rows(queries, rs)
             else:
-                self.online_step(arith.addi(row0, r), r, base, count, stage)
+                self.online_steps(queries, rs, base, count, stage)
 
-        for_range(0, sum(heights), 1, row)
+        for_row_blocks(index(0), index(sum(heights)), self.cfg.together, rows)
         self.output_of(row0, heights, base, count, stage)
 
     def scores_of(self, row0: ir.Value, heights: tuple[int, ...], base: ir.Value, count: int) -> None:
@@ -305,53 +311,56 @@ class _Head:
 
         for_range(0, -(-count // step), 1, tile)
 
-    def softmax_row(self, row: ir.Value, r: ir.Value) -> None:
-        """Score row r (query `row`) over all keys: the epilogue and the row's max, the
-        exponents and their sum; then the probabilities and their cleanup, or, without a
-        cleanup, the sum's inverse kept for the output to scale by."""
+    def softmax_rows(self, rows: list[ir.Value], rs: list[ir.Value]) -> None:
+        """Score rows rs (queries `rows`) over all keys, side by side: the epilogue and
+        each row's max, the exponents and their sum; then the probabilities and their
+        cleanup, or, without a cleanup, each sum's inverse kept for the output to scale by."""
         cfg, f32 = self.cfg, ir.F32Type.get()
-        peak = vector.broadcast(self.vec, self.row_max(row, r, index(0), cfg.keys))
-        total = vector.reduction(f32, vector.CombiningKind.ADD, self.exponents(r, peak, cfg.keys))
-        inverse = arith.divf(arith.constant(f32, 1.0), total)
+        peaks = [vector.broadcast(self.vec, peak) for peak in self.row_maxima(rows, rs, index(0), cfg.keys)]
+        totals = self.exponents(rs, peaks, cfg.keys)
+        inverses = [arith.divf(arith.constant(f32, 1.0), vector.reduction(f32, vector.CombiningKind.ADD, total))
+                    for total in totals]  # fmt: skip
         if not cfg.cleanup:
-            memref.store(inverse, self.work, self.at_state("inverse", r))
+            for r, inverse in zip(rs, inverses):
+                memref.store(inverse, self.work, self.at_state("inverse", r))
             return
-        scale = vector.broadcast(self.vec, inverse)
+        scales = [vector.broadcast(self.vec, inverse) for inverse in inverses]
 
         def normalized(key: ir.Value) -> None:
-            value = arith.mulf(load(self.vec, self.work, self.at_s(r, key)), scale)
-            store(ep.apply(cfg.cleanup, value, _no_operand), self.work, self.at_s(r, key))
+            for r, scale in zip(rs, scales):
+                value = arith.mulf(load(self.vec, self.work, self.at_s(r, key)), scale)
+                store(ep.apply(cfg.cleanup, value, _no_operand), self.work, self.at_s(r, key))
 
         for_range(0, -(-cfg.keys // cfg.lanes), 1, lambda j: normalized(self.key(j)))
 
-    def online_step(self, row: ir.Value, r: ir.Value, base: ir.Value, count: int, stage: str) -> None:
-        """Score row r's chunk (keys [base, base + count)): the epilogue, the running max
-        m' (the exponents taken from 0 while it is −inf, so a row masked so far adds
-        nothing), e^(s − m') and the running sum rescaled by a = e^(m − m')."""
+    def online_steps(self, rows: list[ir.Value], rs: list[ir.Value], base: ir.Value, count: int, stage: str) -> None:
+        """Score rows rs' chunk (keys [base, base + count)), side by side: the epilogue,
+        each running max m' (the exponents taken from 0 while it is −inf, so a row masked
+        so far adds nothing), e^(s − m') and the running sum rescaled by a = e^(m − m')."""
         f32 = ir.F32Type.get()
-        peak = self.row_max(row, r, base, count)
-        if stage != FIRST:
-            old = memref.load(self.work, self.at_state("max", r))
-            peak = maximum(peak, old)
-        masked = arith.cmpf(arith.CmpFPredicate.OEQ, peak, arith.constant(f32, -math.inf))
-        start = arith.select(masked, arith.constant(f32, 0.0), peak)
-        total = vector.reduction(f32, vector.CombiningKind.ADD,
-                                 self.exponents(r, vector.broadcast(self.vec, start), count))  # fmt: skip
-        if stage != FIRST:
-            scale = ep.exp(arith.subf(old, start))
-            total = arith.addf(arith.mulf(memref.load(self.work, self.at_state("sum", r)), scale), total)
-            memref.store(scale, self.work, self.at_state("scale", r))
-        memref.store(peak, self.work, self.at_state("max", r))
-        memref.store(total, self.work, self.at_state("sum", r))
+        peaks = self.row_maxima(rows, rs, base, count)
+        olds = [memref.load(self.work, self.at_state("max", r)) for r in rs] if stage != FIRST else []
+        peaks = [maximum(peak, old) for peak, old in zip(peaks, olds)] if olds else peaks
+        lowest, zero = arith.constant(f32, -math.inf), arith.constant(f32, 0.0)
+        starts = [arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, peak, lowest), zero, peak) for peak in peaks]
+        totals = self.exponents(rs, [vector.broadcast(self.vec, start) for start in starts], count)
+        for i, (r, peak, start) in enumerate(zip(rs, peaks, starts)):
+            total = vector.reduction(f32, vector.CombiningKind.ADD, totals[i])
+            if olds:
+                scale = ep.exp(arith.subf(olds[i], start))
+                total = arith.addf(arith.mulf(memref.load(self.work, self.at_state("sum", r)), scale), total)
+                memref.store(scale, self.work, self.at_state("scale", r))
+            memref.store(peak, self.work, self.at_state("max", r))
+            memref.store(total, self.work, self.at_state("sum", r))
 
-    def row_max(self, row: ir.Value, r: ir.Value, base: ir.Value, count: int) -> ir.Value:
-        """The epilogue applied to score row r's keys [base, base + count) (stored back
-        where there is one), and their max (the lanes past them −inf)."""
+    def row_maxima(self, rows: list[ir.Value], rs: list[ir.Value], base: ir.Value, count: int) -> list[ir.Value]:
+        """The epilogue applied to score rows rs' keys [base, base + count) (stored back
+        where there is one), and each row's max (the lanes past them −inf)."""
         cfg, lanes = self.cfg, self.cfg.lanes
         whole, tail = count // lanes, count % lanes
         lowest = f32_splat(self.target, lanes, -math.inf)
 
-        def scored(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
+        def scored(row: ir.Value, r: ir.Value, key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
             value = load(self.vec, self.work, self.at_s(r, key))
             if cfg.epilogue:
                 at = arith.addi(base, key)
@@ -359,27 +368,32 @@ class _Head:
                 store(value, self.work, self.at_s(r, key))
             return value if lane_mask is None else arith.select(lane_mask, value, lowest)
 
-        top = for_carry(0, whole, 1, [lowest], lambda j, acc: [maximum(acc[0], scored(self.key(j), None))])[0]
+        tops = for_carry(0, whole, 1, [lowest] * len(rs), lambda j, acc: [
+            maximum(top, scored(row, r, self.key(j), None)) for row, r, top in zip(rows, rs, acc)])
         if tail:
-            top = maximum(top, scored(index(whole * lanes), tail_mask(self.target, lanes, tail)))
-        return vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top)
+            mask = tail_mask(self.target, lanes, tail)
+            tops = [maximum(top, scored(row, r, index(whole * lanes), mask)) for row, r, top in zip(rows, rs, tops)]
+        return [vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top) for top in tops]
 
-    def exponents(self, r: ir.Value, peak: ir.Value, count: int) -> ir.Value:
-        """Score row r's first `count` replaced by e^(s − peak); the vector of their
-        partial sums."""
+    def exponents(self, rs: list[ir.Value], peaks: list[ir.Value], count: int) -> list[ir.Value]:
+        """Score rows rs' first `count` replaced by e^(s − peak); per row, the vector of
+        their partial sums."""
         lanes = self.cfg.lanes
         whole, tail = count // lanes, count % lanes
         zero = f32_splat(self.target, lanes, 0.0)
 
-        def exponent(key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
+        def exponent(r: ir.Value, peak: ir.Value, key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
             e = ep.exp(arith.subf(load(self.vec, self.work, self.at_s(r, key)), peak))
             store(e, self.work, self.at_s(r, key))
             return e if lane_mask is None else arith.select(lane_mask, e, zero)
 
-        total = for_carry(0, whole, 1, [zero], lambda j, acc: [arith.addf(acc[0], exponent(self.key(j), None))])[0]
+        totals = for_carry(0, whole, 1, [zero] * len(rs), lambda j, acc: [
+            arith.addf(total, exponent(r, peak, self.key(j), None)) for r, peak, total in zip(rs, peaks, acc)])
         if tail:
-            total = arith.addf(total, exponent(index(whole * lanes), tail_mask(self.target, lanes, tail)))
-        return total
+            mask = tail_mask(self.target, lanes, tail)
+            totals = [arith.addf(total, exponent(r, peak, index(whole * lanes), mask))
+                      for r, peak, total in zip(rs, peaks, totals)]  # fmt: skip
+        return totals
 
     def key(self, j: ir.Value) -> ir.Value:
         """The first key of vector j."""

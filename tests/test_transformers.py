@@ -98,8 +98,13 @@ def shifted_windows(seed: int = 12, size: int = 7, channels: int = 6, shift: int
 
 @pytest.mark.parametrize("model", [vit_block, shifted_windows])
 def test_transformer_patterns_match_onnxruntime(tmp_path, model):
+    """Both match onnxruntime; each roll (a Concat of Slices of one tensor along their
+    axis) is one Gather of the tensor by constant indices, no slice or copy kernel."""
     require_runnable(get_target("avx2"))
-    build_and_compare(model(), "avx2", tmp_path / "built")
+    manifest = build_and_compare(model(), "avx2", tmp_path / "built")
+    ops = [op.split(" ")[-1] for k in manifest["kernels"] for op in k["ops"]]
+    if model is shifted_windows:
+        assert ops.count("(Gather)") == 2 and not {"(Slice)", "(Concat)"} & set(ops), ops
 
 
 def masked_softmax(seed: int = 13, rows: int = 6, width: int = 8) -> onnx.ModelProto:
@@ -418,13 +423,16 @@ def _attention_reference(q, k, v, epilogue, operands, cleanup):
 
 ATTENTION_CASES = {
     "odd sizes, dense": dict(shape=(13, 11, 5, 7), strides=(0, 0, 0, 0)),
-    "strided, masked rows, a row range": dict(shape=(37, 29, 20, 24), strides=(40, 21, 30, 50), rows=(5, 31),
-                                              epilogue=(ep.residual(),), cleanup=(ep.EpilogueOp("replace_nan"),)),
-    "K given transposed, per-key operands, 6x2 tiles": dict(shape=(30, 50, 12, 64), strides=(0, 60, 64, 70),
-                                                            k_transposed=True, epilogue=(ep.scale(), ep.bias()),
-                                                            tile=(6, 2, 3)),
-    "streamed keys, masked rows, a row range": dict(shape=(37, 130, 20, 24), strides=(40, 21, 30, 50), rows=(2, 31),
-                                                    epilogue=(ep.residual(),), key_tiles=1),
+    "strided, masked rows, a row range, 3 rows together": dict(shape=(37, 29, 20, 24), strides=(40, 21, 30, 50),
+                                                               rows=(5, 31), epilogue=(ep.residual(),),
+                                                               cleanup=(ep.EpilogueOp("replace_nan"),), together=3),
+    "K given transposed, per-key operands, 6x2 tiles, 4 rows together": dict(shape=(30, 50, 12, 64),
+                                                                             strides=(0, 60, 64, 70), k_transposed=True,
+                                                                             epilogue=(ep.scale(), ep.bias()),
+                                                                             tile=(6, 2, 3), together=4),
+    "streamed keys, masked rows, a row range, 4 rows together": dict(shape=(37, 130, 20, 24),
+                                                                     strides=(40, 21, 30, 50), rows=(2, 31),
+                                                                     epilogue=(ep.residual(),), key_tiles=1, together=4),
     "streamed Kᵀ, per-key operands, 6x2 tiles": dict(shape=(30, 150, 12, 64), strides=(0, 160, 64, 70),
                                                      k_transposed=True, epilogue=(ep.scale(), ep.bias()),
                                                      tile=(6, 2, 3), key_tiles=1),
@@ -438,7 +446,8 @@ def test_the_attention_kernel_matches_numpy(target, case):
     Q, K, V and O, K given either way, operands per score or per key, a fully masked
     row (NaN, or 0 with the NaN cleanup) and one masked over its first keys, a range of
     rows (the rows outside it are not written); all keys at once or streamed in chunks
-    of `key_tiles` register tiles of keys (the last one partial)."""
+    of `key_tiles` register tiles of keys (the last one partial); one score row's
+    softmax at a time, or several side by side."""
     t = target_for(target)
     require_runnable(t)
     spec = ATTENTION_CASES[case]
@@ -446,7 +455,7 @@ def test_the_attention_kernel_matches_numpy(target, case):
     rows, vectors, tiles = spec.get("tile", (4, 3, 2))
     config = ak.AttentionConfig(queries, keys, width, v_width, t.f32_lanes, rows, vectors, tiles, strides,
                                 spec.get("epilogue", ()), spec.get("cleanup", ()), spec.get("k_transposed", False),
-                                spec.get("key_tiles", 0) * t.f32_lanes * vectors)  # fmt: skip
+                                spec.get("key_tiles", 0) * t.f32_lanes * vectors, spec.get("together", 1))  # fmt: skip
     assert config.chunks >= 3 if "key_tiles" in spec else config.chunks == 1
     kernel = build_library(ak.generate(config, t), this_host()).kernel(config.symbol)
     rng = np.random.default_rng(21)
@@ -545,6 +554,35 @@ def test_the_dp_runs_an_attention_core_as_one_kernel(tmp_path, target, heads):
     assert ops.count("(MatMul)") == 2 and {"(Add)", "(Softmax)", "(Transpose)"} <= set(ops), ops
     assert f"x{heads}" in fused["choice"] and (target != "avx2" or "2 thread(s)" in fused["choice"])
     assert "attention" not in {k["kind"] for k in greedy["kernels"]} and len(dp["kernels"]) < len(greedy["kernels"])
+
+
+def windowed_attention(seed: int = 19, windows: int = 4, heads: int = 2, tokens: int = 9,
+                       size: int = 8) -> onnx.ModelProto:  # fmt: skip
+    """Swin's shifted-window attention: scores per window and head, a bias per head and
+    a mask per window added through a view of the windows apart and back (the view
+    there and back is one view: the chain from the product to the softmax stays whole)."""
+    b = zoo.Builder("windowed_attention", seed)
+    batch = [windows, heads, tokens, size]
+    q, k, v = (b.op("Reshape", ["input", b.const("s", np.array(batch, np.int64))]) for _ in range(3))
+    k = b.op("Transpose", [b.op("Mul", [k, b.const("k", b.rng.standard_normal(size).astype(np.float32))])],
+             perm=[0, 1, 3, 2])  # fmt: skip
+    scores = b.op("Add", [b.op("MatMul", [q, k]), b.const("bias", b.rng.standard_normal((heads, tokens, tokens)))])
+    apart = b.op("Reshape", [scores, b.const("s", np.array([1, windows, heads, tokens, tokens], np.int64))])
+    mask = np.where(b.rng.random((1, windows, 1, tokens, tokens)) < 0.3, -100.0, 0.0)
+    masked = b.op("Add", [apart, b.const("mask", mask)])
+    back = b.op("Reshape", [masked, b.const("s", np.array([windows, heads, tokens, tokens], np.int64))])
+    mixed = b.op("MatMul", [b.op("Softmax", [back], axis=-1), v])
+    return b.model("input", [windows * heads, tokens, size], [(mixed, None)])
+
+
+def test_shifted_windows_attention_is_one_kernel(tmp_path):
+    """Q·Kᵀ, both Adds, the Softmax and the product by V are one attention kernel that
+    matches onnxruntime (the mask's views there and back no longer cut the chain)."""
+    require_runnable(get_target("avx2"))
+    manifest = build_and_compare(windowed_attention(), "avx2", tmp_path / "built")
+    (fused,) = [k for k in manifest["kernels"] if k["kind"] == "attention"]
+    ops = [op.split(" ")[-1] for op in fused["ops"]]
+    assert ops.count("(MatMul)") == 2 and ops.count("(Add)") == 2 and "(Softmax)" in ops, ops
 
 
 @pytest.mark.parametrize("target, tokens", [("avx2", 4096), pytest.param("rvv128", 1024, marks=pytest.mark.slow)])

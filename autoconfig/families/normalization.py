@@ -10,8 +10,9 @@ import math
 
 import numpy as np
 
-from autoconfig.builder import ROWS_TOGETHER, Builder, KernelGroup, Lowering, ops_of, streaming
+from autoconfig.builder import Builder, KernelGroup, Lowering, ops_of, streaming
 from autoconfig.graph.ir import Node
+from autoconfig.models.cost import ROWS_TOGETHER
 from autoconfig.runtime import Call, Part, split
 from kernels import layernorm as ln
 

@@ -10,10 +10,10 @@ import math
 import numpy as np
 
 from autoconfig.builder import (
-    ROWS_TOGETHER, Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming,
+    Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of, permuted, streaming,
 )  # fmt: skip
 from autoconfig.graph.ir import Node
-from autoconfig.models.cost import SOFTMAX_VECTOR_OPS
+from autoconfig.models.cost import ROWS_TOGETHER, SOFTMAX_VECTOR_OPS
 from autoconfig.runtime import Call, Part, split
 from kernels import epilogue as ep
 from kernels import softmax as sm

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    SCALING_PASS_OPS, SOFTMAX_VECTOR_OPS, STALL_TERM, Prediction, Term, best_of, busiest_share, microkernel_ns,
-    total_ns,
+    ROWS_TOGETHER, SCALING_PASS_OPS, SOFTMAX_VECTOR_OPS, STALL_TERM, Prediction, Term, best_of, busiest_share,
+    microkernel_ns, total_ns,
 )  # fmt: skip
 from kernels import epilogue as ep
 from kernels.attention import AttentionConfig
@@ -165,7 +165,8 @@ def choose(shape: AttentionShape, machine: Machine, lanes: int, threads: int, st
                 continue
             config = AttentionConfig(shape.queries, shape.keys, shape.width, shape.v_width, lanes, rows=rows,
                                      vectors=vectors, tiles=tiles, strides=strides, epilogue=epilogue,
-                                     cleanup=cleanup, k_transposed=k_transposed, key_block=key_block)  # fmt: skip
+                                     cleanup=cleanup, k_transposed=k_transposed, key_block=key_block,
+                                     together=ROWS_TOGETHER)  # fmt: skip
             predictions.append(predict(AttentionPlan(config, shape, count), machine))
     return best_of(predictions, lambda p: (p.plan.threads, p.config.key_block,
                                            TILES.index((p.config.rows, p.config.vectors)), -p.config.tiles))

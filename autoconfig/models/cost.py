@@ -139,6 +139,12 @@ block, Winograd filters fetched from farther than priced, lines from other cores
 call itself."""
 
 
+ROWS_TOGETHER = 4
+"""Rows a row-wise kernel (layer normalization, a softmax, alone or in an attention)
+takes side by side: each row's sums, horizontal reductions, division and square root
+are a chain of dependent steps that the other rows' overlap; more rows gave time back
+where measured (docs/calibration.md)."""
+
 SOFTMAX_VECTOR_OPS = 24
 """Vector instructions per score vector of the softmax's three passes: its load and max,
 the exponent (a subtraction, range reduction and a degree-6 polynomial) with its store
