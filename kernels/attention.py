@@ -23,9 +23,11 @@ rows of one chunk; the block's output rows, running maxima and sums in scratch):
 The softmax (or its online step) takes the block's score rows `together` at a time,
 their passes side by side: a short row's max, sum and division are nearly all one
 chain of dependent steps, which the other rows' overlap. A tile of Kᵀ or V is read
-from L1 by every register tile of the block. The rows past
-the last full block run one register tile at a time, then one row at a time. Q, K, V and O are strided
-matrices (one head of a [tokens, heads x width] tensor, read and written in place).
+from L1 by every register tile of the block. The rows past the last full block run one
+register tile at a time, then a tile of the queries' remainder rows (all the rows left
+where a part runs every query), then one row at a time (a row alone waits on its few
+accumulators' FMA latency). Q, K, V and O are strided matrices (one head of a
+[tokens, heads x width] tensor, read and written in place).
 """
 
 from __future__ import annotations
@@ -191,11 +193,13 @@ class _Head:
 
     def run(self) -> None:
         """Kᵀ packed; then blocks of `tiles` register tiles of query rows, one tile at a
-        time for the rows left, and one row at a time for the rest."""
+        time for the rows left, tiles of the queries' remainder rows, and one row at a
+        time for the rest."""
         cfg = self.cfg
         self.pack_keys()
         start = self.begin
-        for heights in dict.fromkeys(((cfg.rows,) * cfg.tiles, (cfg.rows,), (1,))):
+        remainder = [(cfg.queries % cfg.rows,)] if cfg.queries % cfg.rows > 1 else []
+        for heights in dict.fromkeys(((cfg.rows,) * cfg.tiles, (cfg.rows,), *remainder, (1,))):
             size = sum(heights)
             count = arith.divsi(arith.subi(self.end, start), index(size))
             first = start

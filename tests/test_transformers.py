@@ -422,11 +422,11 @@ def _attention_reference(q, k, v, epilogue, operands, cleanup):
 
 
 ATTENTION_CASES = {
-    "odd sizes, dense": dict(shape=(13, 11, 5, 7), strides=(0, 0, 0, 0)),
+    "odd sizes, dense, a tile of the 3 rows left": dict(shape=(15, 11, 5, 7), strides=(0, 0, 0, 0)),
     "strided, masked rows, a row range, 3 rows together": dict(shape=(37, 29, 20, 24), strides=(40, 21, 30, 50),
                                                                rows=(5, 31), epilogue=(ep.residual(),),
                                                                cleanup=(ep.EpilogueOp("replace_nan"),), together=3),
-    "K given transposed, per-key operands, 6x2 tiles, 4 rows together": dict(shape=(30, 50, 12, 64),
+    "K given transposed, per-key operands, 6x2 tiles, 4 rows together": dict(shape=(34, 50, 12, 64),
                                                                              strides=(0, 60, 64, 70), k_transposed=True,
                                                                              epilogue=(ep.scale(), ep.bias()),
                                                                              tile=(6, 2, 3), together=4),
