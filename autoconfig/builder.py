@@ -518,10 +518,12 @@ class Epilogue:
 
 
 def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
-                   out_shape: tuple[int, ...] | None = None) -> Epilogue:  # fmt: skip
+                   out_shape: tuple[int, ...] | None = None, per_batch: bool = False) -> Epilogue:  # fmt: skip
     """`nodes` (a group's elementwise ops, in order) as an epilogue on `start` (seen as
     broadcast to `out_shape` if given): each op takes the chain's current value and at
-    most one operand."""
+    most one operand. With `per_batch` (a kernel per matrix of a batch of products), an
+    operand of the output's matrices broadcast over the batch axes is kept as it is
+    (`_operand_of`)."""
     out_shape = b.graph.types[start].shape if out_shape is None else tuple(out_shape)
     remaining = list(nodes)
     ops: list[ep.EpilogueOp] = []
@@ -549,12 +551,12 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
             ops.append(ep.EpilogueOp("square"))
         elif len(users) == 1 and users[0].op in elementwise.BINARY:
             used = [users[0]]
-            op, operand = _binary(b, users[0], current, out_shape, channel_axis)
+            op, operand = _binary(b, users[0], current, out_shape, channel_axis, per_batch)
             ops.append(op)
             operands.append(operand)
         elif len(users) == 1 and users[0].op == "Where":
             used = [users[0]]
-            op, operand = _selection(b, users[0], current, out_shape)
+            op, operand = _selection(b, users[0], current, out_shape, per_batch)
             ops.append(op)
             if op.operand:
                 operands.append(operand)
@@ -596,8 +598,8 @@ def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
     return [(ep.EpilogueOp("product"), names[0]), (ep.EpilogueOp("residual"), names[1])]
 
 
-def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
-            channel_axis: int) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
+def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], channel_axis: int,
+            per_batch: bool) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
     """A binary op (`elementwise.BINARY`) of the chain's value and one other operand, as
     an epilogue op: Add/Sub/Mul/Div by a constant per channel as its values; anything
     else of the output's shape (broadcast to it first where it is not:
@@ -619,12 +621,11 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
     if tuple(shape) != tuple(out_shape) and not b.graph.is_constant(other) and node.op in ("Add", "Mul") \
             and along_channels(shape, out_shape, channel_axis):  # fmt: skip
         return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
-    if tuple(shape) != tuple(out_shape):
-        other = b.broadcast(other, out_shape)
-    return ep.EpilogueOp(elementwise.BINARY[node.op][0 if first else 1]), other
+    return ep.EpilogueOp(elementwise.BINARY[node.op][0 if first else 1]), _operand_of(b, other, out_shape, per_batch)
 
 
-def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...]) -> tuple[ep.EpilogueOp, str | None]:
+def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
+               per_batch: bool) -> tuple[ep.EpilogueOp, str | None]:  # fmt: skip
     """Where(condition, x, y) with one branch a single constant, as an epilogue op on
     the chain's value (the condition or a branch); the other computed input is read as
     a tensor of the output's shape."""
@@ -639,9 +640,25 @@ def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...])
     tensor = next(v for v in (condition, x, y) if v not in (current, constant))
     kind = {(condition, y): "then_else", (condition, x): "else_then", (x, y): "keep_where",
             (y, x): "replace_where"}[current, constant]  # fmt: skip
-    if tuple(b.graph.types[tensor].shape) != tuple(out_shape):
-        tensor = b.broadcast(tensor, out_shape)
-    return ep.EpilogueOp(kind, alpha=value), tensor
+    return ep.EpilogueOp(kind, alpha=value), _operand_of(b, tensor, out_shape, per_batch)
+
+
+def _operand_of(b: Builder, value: str, out_shape: tuple[int, ...], per_batch: bool) -> str:
+    """An epilogue's operand `value` as the kernel reads it: broadcast to `out_shape`
+    where it is not of it; with `per_batch`, one of the output's matrices broadcast
+    over the batch axes (a mask per window, a bias per head) as it is, each matrix of
+    the batch reading its own (`products.batch_offsets`)."""
+    shape = tuple(b.graph.types[value].shape)
+    if shape == tuple(out_shape) or (per_batch and _batched_matrices(shape, out_shape)):
+        return value
+    return b.broadcast(value, out_shape)
+
+
+def _batched_matrices(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` holds matrices of `out_shape`'s last two axes that
+    broadcast over its axes before them."""
+    return (2 <= len(shape) <= len(out_shape) and tuple(shape[-2:]) == tuple(out_shape[-2:])
+            and all(d in (1, o) for d, o in zip(shape[::-1], out_shape[::-1])))
 
 
 def per_channel(array: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:

@@ -7,10 +7,12 @@ products address (`fusion.addressing`), as the separate products would.
 
 from __future__ import annotations
 
+import numpy as np
+
 from autoconfig.builder import Builder, KernelGroup, Lowering, fail, match_epilogue, ops_of
 from autoconfig.families.matmul import addressed_products
 from autoconfig.graph.ir import Node
-from autoconfig.graph.products import A, B, C, Products, one_attention
+from autoconfig.graph.products import A, B, C, Products, batch_offsets, one_attention
 from autoconfig.lowering import at
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
@@ -31,7 +33,7 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     writes, mixed = addressed_products(b, output_node)
     if not one_attention(scores, mixed):  # the plan checked it (`fusion.addressing.addresses_attention`)
         raise fail(scores_node, "its attention's operands are not the strided matrices one kernel reads")
-    chain = match_epilogue(b, scores_node.outputs[0], between, channel_axis=-1)
+    chain = match_epilogue(b, scores_node.outputs[0], between, channel_axis=-1, per_batch=True)
     tidy = match_epilogue(b, after[at_softmax].outputs[0], cleanup, channel_axis=-1)
     q, k = b.read(reads[A] or scores_node.inputs[0]), b.read(reads[B] or scores_node.inputs[1])
     v, operands = b.read(writes[B] or output_node.inputs[1]), chain.refs(b)
@@ -42,8 +44,10 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
                                   tuple(tidy.ops), k_transposed=not scores.b_transposed)  # fmt: skip
     config = best.config
     config.validate(b.target)
-    calls = _calls(b, config, best.plan.threads, scores, mixed, (o, q, k, v), operands,
-                   [kind for kind in (op.operand for op in chain.ops) if kind])  # fmt: skip
+    batch = b.graph.types[scores_node.outputs[0]].shape[:-2]
+    heads = [batch_offsets(b.graph.types[o].shape, batch) if op.operand == "output" else None
+             for op, o in zip([op for op in chain.ops if op.operand], chain.operands, strict=True)]  # fmt: skip
+    calls = _calls(b, config, best.plan.threads, scores, mixed, (o, q, k, v), operands, heads)
     apart = [f"{name} rows {stride} apart" for name, stride in zip(("Q", "K", "V", "O"), strides) if stride]
     given = ["K read transposed" if scores.b_transposed else "K given as Kᵀ"]
     streamed = f", keys streamed in {config.chunks} chunks of {config.key_block}" if config.key_block else ""
@@ -55,16 +59,20 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
 
 
 def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Products, mixed: Products,
-           matrices: tuple[Ref, Ref, Ref, Ref], operands: list[Ref], kinds: list[str]) -> list[Call]:  # fmt: skip
+           matrices: tuple[Ref, Ref, Ref, Ref], operands: list[Ref],
+           heads_at: list[np.ndarray | None]) -> list[Call]:  # fmt: skip
     """One part per head, `threads` heads at once, each thread with its scratch; or each
-    head's rows split across the threads where there are fewer heads than threads."""
+    head's rows split across the threads where there are fewer heads than threads. An
+    operand of the scores' matrices is read at each head's matrix (`heads_at`); one per
+    key, whole."""
     work = [b.private(config.workspace(), slot) for slot in range(threads)]
     o, q, k, v = matrices
 
     def part(head: int, slot: int, rows: tuple[int, int]) -> Part:
-        q_at, k_at, s_at = scores.offsets[head]
+        q_at, k_at, _ = scores.offsets[head]
         _, v_at, o_at = mixed.offsets[head]
-        moved = [at(r, s_at) if kind == "output" else r for r, kind in zip(operands, kinds, strict=True)]
+        moved = [r if firsts is None else at(r, int(firsts[head]))
+                 for r, firsts in zip(operands, heads_at, strict=True)]  # fmt: skip
         refs = (at(o, o_at), at(q, q_at), at(k, k_at), at(v, v_at), *moved, work[slot])
         return Part(refs, rows)
 

@@ -75,6 +75,13 @@ def products(node: Node, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
     return Products(rows, n, k, offsets, (a_rows, b_rows, c_rows), b_t)
 
 
+def batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...]) -> np.ndarray:
+    """Each product's first element in a dense tensor of `shape` (matrices in its last
+    two axes) broadcast over the products' `batch` axes, in the products' order."""
+    firsts = np.arange(math.prod(shape[:-2])).reshape(shape[:-2]) * math.prod(shape[-2:])
+    return np.broadcast_to(firsts, batch).reshape(-1)
+
+
 def _matrices(where: np.ndarray | None, shape: tuple[int, ...], batch: tuple[int, ...], merged: bool,
               transposable: bool) -> tuple[np.ndarray, int, bool] | None:  # fmt: skip
     """An operand's matrices, one per product (`batch` broadcast; all its rows one matrix
@@ -82,8 +89,7 @@ def _matrices(where: np.ndarray | None, shape: tuple[int, ...], batch: tuple[int
     if where is None:
         if merged:
             return np.zeros(1, np.int64), 0, False
-        firsts = np.arange(math.prod(shape[:-2])).reshape(shape[:-2]) * math.prod(shape[-2:])
-        return np.broadcast_to(firsts, batch).reshape(-1), 0, False
+        return batch_offsets(shape, batch), 0, False
     index = where.reshape(shape)
     if merged:
         return _strided(index.reshape(1, -1, shape[-1]), transposable)
