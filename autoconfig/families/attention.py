@@ -61,8 +61,10 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
 def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Products, mixed: Products,
            matrices: tuple[Ref, Ref, Ref, Ref], operands: list[Ref],
            heads_at: list[np.ndarray | None]) -> list[Call]:  # fmt: skip
-    """One part per head, `threads` heads at once, each thread with its scratch; or each
-    head's rows split across the threads where there are fewer heads than threads. An
+    """One part per head, `threads` heads at once, each thread with its scratch and its
+    own run of consecutive heads (their columns of Q, K and V lie together, as a
+    projection split by columns wrote them); or each head's rows split across the
+    threads where there are fewer heads than threads. An
     operand of the scores' matrices is read at each head's matrix (`heads_at`); one per
     key, whole."""
     work = [b.private(config.workspace(), slot) for slot in range(threads)]
@@ -78,9 +80,10 @@ def _calls(b: Builder, config: ak.AttentionConfig, threads: int, scores: Product
 
     heads = len(scores.offsets)
     if heads >= threads:
-        return [Call(config.symbol, tuple(part(h, h - first, (0, config.queries))
-                                          for h in range(first, min(first + threads, heads))))
-                for first in range(0, heads, threads)]  # fmt: skip
+        each = -(-heads // threads)
+        return [Call(config.symbol, tuple(part(slot * each + i, slot, (0, config.queries)) for slot in range(threads)
+                                          if slot * each + i < heads))
+                for i in range(each)]  # fmt: skip
     return [Call(config.symbol, tuple(part(h, slot, rows) for slot, rows in enumerate(split(config.queries, threads))))
             for h in range(heads)]  # fmt: skip
 
