@@ -45,8 +45,8 @@ def _attention(b: Builder, scores_node: Node, after: list[Node]) -> KernelGroup:
     config = best.config
     config.validate(b.target)
     batch = b.graph.types[scores_node.outputs[0]].shape[:-2]
-    heads = [batch_offsets(b.graph.types[o].shape, batch) if op.operand == "output" else None
-             for op, o in zip([op for op in chain.ops if op.operand], chain.operands, strict=True)]  # fmt: skip
+    heads = [batch_offsets(b.graph.types[value].shape, batch) if op.operand == "output" else None
+             for op, value in zip([op for op in chain.ops if op.operand], chain.operands, strict=True)]  # fmt: skip
     calls = _calls(b, config, best.plan.threads, scores, mixed, (o, q, k, v), operands, heads)
     apart = [f"{name} rows {stride} apart" for name, stride in zip(("Q", "K", "V", "O"), strides) if stride]
     given = ["K read transposed" if scores.b_transposed else "K given as Kᵀ"]
