@@ -602,8 +602,8 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], ch
             per_batch: bool) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
     """A binary op (`elementwise.BINARY`) of the chain's value and one other operand, as
     an epilogue op: Add/Sub/Mul/Div by a constant per channel as its values; anything
-    else of the output's shape (broadcast to it first where it is not:
-    `Builder.broadcast`) as the tensor's name."""
+    else as the name of a tensor of the output's shape (or, per batch, of its matrices:
+    `_operand_of`)."""
     others = [i for i in node.inputs if i != current]
     if len(node.inputs) != 2:
         raise fail(node, f"{node.op} of {len(node.inputs)} inputs is not generated (two only)")
@@ -628,7 +628,7 @@ def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],
                per_batch: bool) -> tuple[ep.EpilogueOp, str | None]:  # fmt: skip
     """Where(condition, x, y) with one branch a single constant, as an epilogue op on
     the chain's value (the condition or a branch); the other computed input is read as
-    a tensor of the output's shape."""
+    a tensor of the output's shape (`_operand_of`)."""
     condition, x, y = node.inputs
     scalar = {v: float(np.asarray(b.graph.constants[v]).reshape(-1)[0]) for v in (x, y)
               if b.graph.is_constant(v) and b.graph.constants[v].size == 1}  # fmt: skip
