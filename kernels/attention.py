@@ -41,7 +41,7 @@ from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
 from kernels.gemm import micro_kernel
-from kernels.loops import for_carry, for_range, for_row_blocks, load, maximum, offset, store, transpose_square
+from kernels.loops import fold_row_vectors, for_range, for_row_blocks, load, maximum, offset, store, transpose_square
 from kernels.mlir import arith, ir, memref, vector
 from kernels.target import Target
 
@@ -360,44 +360,31 @@ class _Head:
     def row_maxima(self, rows: list[ir.Value], rs: list[ir.Value], base: ir.Value, count: int) -> list[ir.Value]:
         """The epilogue applied to score rows rs' keys [base, base + count) (stored back
         where there is one), and each row's max (the lanes past them −inf)."""
-        cfg, lanes = self.cfg, self.cfg.lanes
-        whole, tail = count // lanes, count % lanes
-        lowest = f32_splat(self.target, lanes, -math.inf)
+        cfg = self.cfg
+        lowest = f32_splat(self.target, cfg.lanes, -math.inf)
 
-        def scored(row: ir.Value, r: ir.Value, key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
-            value = load(self.vec, self.work, self.at_s(r, key))
+        def scored(i: int, key: ir.Value, lane_mask: ir.Value | None, top: ir.Value) -> ir.Value:
+            value = load(self.vec, self.work, self.at_s(rs[i], key))
             if cfg.epilogue:
                 at = arith.addi(base, key)
-                value = ep.apply(cfg.epilogue, value, lambda i: self.operand(i, row, at, lane_mask))
-                store(value, self.work, self.at_s(r, key))
-            return value if lane_mask is None else arith.select(lane_mask, value, lowest)
+                value = ep.apply(cfg.epilogue, value, lambda op: self.operand(op, rows[i], at, lane_mask))
+                store(value, self.work, self.at_s(rs[i], key))
+            return maximum(top, value if lane_mask is None else arith.select(lane_mask, value, lowest))
 
-        tops = for_carry(0, whole, 1, [lowest] * len(rs), lambda j, acc: [
-            maximum(top, scored(row, r, self.key(j), None)) for row, r, top in zip(rows, rs, acc)])
-        if tail:
-            mask = tail_mask(self.target, lanes, tail)
-            tops = [maximum(top, scored(row, r, index(whole * lanes), mask)) for row, r, top in zip(rows, rs, tops)]
+        tops = fold_row_vectors(self.target, cfg.lanes, count, len(rs), lowest, scored)
         return [vector.reduction(ir.F32Type.get(), vector.CombiningKind.MAXIMUMF, top) for top in tops]
 
     def exponents(self, rs: list[ir.Value], peaks: list[ir.Value], count: int) -> list[ir.Value]:
         """Score rows rs' first `count` replaced by e^(s − peak); per row, the vector of
         their partial sums."""
-        lanes = self.cfg.lanes
-        whole, tail = count // lanes, count % lanes
-        zero = f32_splat(self.target, lanes, 0.0)
+        zero = f32_splat(self.target, self.cfg.lanes, 0.0)
 
-        def exponent(r: ir.Value, peak: ir.Value, key: ir.Value, lane_mask: ir.Value | None) -> ir.Value:
-            e = ep.exp(arith.subf(load(self.vec, self.work, self.at_s(r, key)), peak))
-            store(e, self.work, self.at_s(r, key))
-            return e if lane_mask is None else arith.select(lane_mask, e, zero)
+        def exponent(i: int, key: ir.Value, lane_mask: ir.Value | None, total: ir.Value) -> ir.Value:
+            e = ep.exp(arith.subf(load(self.vec, self.work, self.at_s(rs[i], key)), peaks[i]))
+            store(e, self.work, self.at_s(rs[i], key))
+            return arith.addf(total, e if lane_mask is None else arith.select(lane_mask, e, zero))
 
-        totals = for_carry(0, whole, 1, [zero] * len(rs), lambda j, acc: [
-            arith.addf(total, exponent(r, peak, self.key(j), None)) for r, peak, total in zip(rs, peaks, acc)])
-        if tail:
-            mask = tail_mask(self.target, lanes, tail)
-            totals = [arith.addf(total, exponent(r, peak, index(whole * lanes), mask))
-                      for r, peak, total in zip(rs, peaks, totals)]  # fmt: skip
-        return totals
+        return fold_row_vectors(self.target, self.cfg.lanes, count, len(rs), zero, exponent)
 
     def key(self, j: ir.Value) -> ir.Value:
         """The first key of vector j."""

@@ -20,7 +20,7 @@ from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
 from kernels.errors import KernelError
-from kernels.loops import for_carry, for_range, for_row_blocks, load, store
+from kernels.loops import fold_row_vectors, for_range, for_row_blocks, load, store
 from kernels.mlir import arith, ir, math, vector
 from kernels.target import Target
 
@@ -76,11 +76,11 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
     def block(rows: list[ir.Value]) -> None:
         def row_sums(term) -> list[ir.Value]:
             """Σ term(x, row) over each row, the tail's lanes past the row counted as 0."""
-            totals = for_carry(0, whole, 1, [zero] * len(rows), lambda v, acc: [
-                arith.addf(total, term(load(vec, x, [r, at(v)]), i)) for i, (r, total) in enumerate(zip(rows, acc))])
-            if tail:
-                totals = [arith.addf(total, arith.select(mask, term(load(vec, x, [r, at(whole)], mask), i), zero))
-                          for i, (r, total) in enumerate(zip(rows, totals))]  # fmt: skip
+            def add(i: int, first: ir.Value, lane_mask: ir.Value | None, total: ir.Value) -> ir.Value:
+                value = term(load(vec, x, [rows[i], first], lane_mask), i)
+                return arith.addf(total, value if lane_mask is None else arith.select(lane_mask, value, zero))
+
+            totals = fold_row_vectors(target, lanes, length, len(rows), zero, add)
             count = arith.constant(f32, float(length))
             return [arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), count) for total in totals]
 

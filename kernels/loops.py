@@ -12,6 +12,8 @@ point, so that a generator reads like the nest it produces:
   a full one, every tile in one loop that branches only where its size matters;
 - `for_image_rows`: a thread's channels of its rows, numbered across the images;
 - `for_row_blocks`: blocks of rows side by side, then the rows left one at a time;
+- `fold_row_vectors`: a value carried along each of several rows' vectors at once,
+  the whole ones in a loop, then the last one masked;
 - `when` / `when_else`: ``scf.if`` blocks;
 - `load` / `store`: plain or masked vector accesses (a masked lane is neither read
   nor written); `strided_load` / `strided_store`: lanes `stride` elements apart (a
@@ -26,11 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import reduce
 
-from kernels.emit import index
+from kernels.emit import index, tail_mask
 from kernels.mlir import arith, ir, scf, vector
+from kernels.target import Target
 
 Body = Callable[[ir.Value], None]
 CarriedBody = Callable[[ir.Value, list[ir.Value]], list[ir.Value]]
+RowStep = Callable[[int, ir.Value, ir.Value | None, ir.Value], ir.Value]  # (row, first element, lane mask, value)
 
 
 def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body: Body,
@@ -182,6 +186,21 @@ def for_row_blocks(begin: ir.Value, end: ir.Value, together: int, body: Callable
     for_range(begin, blocked_end, together, lambda r: body([offset(r, i) for i in range(together)]))
     if together > 1:
         for_range(blocked_end, end, 1, lambda r: body([r]))
+
+
+def fold_row_vectors(target: Target, lanes: int, length: int, rows: int, initial: ir.Value,
+                     step: RowStep) -> list[ir.Value]:  # fmt: skip
+    """Per row i of `rows` side by side, ``value = step(i, first, lane_mask, value)`` from
+    `initial` over the vectors of a row of `length` floats (`first`: a vector's first
+    element): the whole vectors in a loop (lane_mask None), then the last one masked to
+    the lanes in the row."""
+    whole, tail = divmod(length, lanes)
+    values = for_carry(0, whole, 1, [initial] * rows, lambda v, acc: [
+        step(i, arith.muli(v, index(lanes)), None, value) for i, value in enumerate(acc)])
+    if tail:
+        mask = tail_mask(target, lanes, tail)
+        values = [step(i, index(whole * lanes), mask, value) for i, value in enumerate(values)]
+    return values
 
 
 def when(condition: ir.Value, then: Callable[[], None]) -> None:

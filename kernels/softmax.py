@@ -14,7 +14,6 @@ Subtracting the maximum keeps every exponent <= 0, so nothing overflows.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernels.errors import KernelError
@@ -22,7 +21,7 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_lanes, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel, tail_mask
-from kernels.loops import for_carry, for_range, for_row_blocks, load, maximum, store
+from kernels.loops import fold_row_vectors, for_range, for_row_blocks, load, maximum, store
 from kernels.mlir import arith, ir, vector
 from kernels.target import Target
 
@@ -73,49 +72,36 @@ def _rows(cfg: SoftmaxConfig, target: Target, args: dict) -> None:
     x = f32_memref(args["x"], [cfg.rows, length])
     y = f32_memref(args["y"], [cfg.rows, length])
     whole, tail = length // lanes, length % lanes
-    tail_at = index(whole * lanes)
     mask = tail_mask(target, lanes, tail) if tail else None
     lowest = f32_splat(target, lanes, -math.inf)
     zero = f32_splat(target, lanes, 0.0)
 
+    def read(r: ir.Value, first: ir.Value, lane_mask: ir.Value | None, fill: ir.Value) -> ir.Value:
+        """x[r, first:], the lanes past the row `fill`."""
+        value = load(vec, x, [r, first], lane_mask)
+        return value if lane_mask is None else arith.select(lane_mask, value, fill)
+
     def block(rows: list[ir.Value]) -> None:
-        def column(r: ir.Value, v: ir.Value) -> list[ir.Value]:
-            return [r, arith.muli(v, index(lanes))]
-
-        def tail_of(memory: ir.Value, r: ir.Value, fill: ir.Value) -> ir.Value:
-            return arith.select(mask, load(vec, memory, [r, tail_at], mask), fill)
-
-        tops = for_carry(0, whole, 1, [lowest] * len(rows), lambda v, acc: [
-            maximum(top, load(vec, x, column(r, v))) for r, top in zip(rows, acc)])
-        if tail:
-            tops = [maximum(top, tail_of(x, r, lowest)) for r, top in zip(rows, tops)]
+        tops = fold_row_vectors(target, lanes, length, len(rows), lowest, lambda i, first, lane_mask, top: maximum(
+            top, read(rows[i], first, lane_mask, lowest)))
         peaks = [vector.broadcast(vec, vector.reduction(f32, vector.CombiningKind.MAXIMUMF, top)) for top in tops]
 
-        def exponents(v: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            sums = []
-            for r, peak, total in zip(rows, peaks, acc):
-                e = ep.exp(arith.subf(load(vec, x, column(r, v)), peak))
-                store(e, y, column(r, v))
-                sums.append(arith.addf(total, e))
-            return sums
+        def exponent(i: int, first: ir.Value, lane_mask: ir.Value | None, total: ir.Value) -> ir.Value:
+            e = ep.exp(arith.subf(read(rows[i], first, lane_mask, peaks[i]), peaks[i]))
+            store(e, y, [rows[i], first], lane_mask)
+            return arith.addf(total, e if lane_mask is None else arith.select(lane_mask, e, zero))
 
-        totals = for_carry(0, whole, 1, [zero] * len(rows), exponents)
-        if tail:
-            tails = [arith.select(mask, ep.exp(arith.subf(tail_of(x, r, peak), peak)), zero)
-                     for r, peak in zip(rows, peaks)]  # fmt: skip
-            for r, e in zip(rows, tails):
-                store(e, y, [r, tail_at], mask)
-            totals = [arith.addf(total, e) for total, e in zip(totals, tails)]
+        totals = fold_row_vectors(target, lanes, length, len(rows), zero, exponent)
         inverses = [vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), vector.reduction(
             f32, vector.CombiningKind.ADD, total))) for total in totals]  # fmt: skip
 
-        def normalized(at: Callable[[ir.Value], list[ir.Value]], lane_mask: ir.Value | None) -> None:
+        def normalized(first: ir.Value, lane_mask: ir.Value | None) -> None:
             for r, inverse in zip(rows, inverses):
-                value = ep.apply(cfg.epilogue, arith.mulf(load(vec, y, at(r), lane_mask), inverse), _no_operand)
-                store(value, y, at(r), lane_mask)
+                value = ep.apply(cfg.epilogue, arith.mulf(load(vec, y, [r, first], lane_mask), inverse), _no_operand)
+                store(value, y, [r, first], lane_mask)
 
-        for_range(0, whole, 1, lambda v: normalized(lambda r: column(r, v), None))
+        for_range(0, whole, 1, lambda v: normalized(arith.muli(v, index(lanes)), None))
         if tail:
-            normalized(lambda r: [r, tail_at], mask)
+            normalized(index(whole * lanes), mask)
 
     for_row_blocks(index(args["row_begin"]), arith.minsi(index(args["row_end"]), index(cfg.rows)), cfg.together, block)
