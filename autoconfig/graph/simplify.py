@@ -741,8 +741,7 @@ def _concats_of_slices(graph: Graph) -> None:
         shape = graph.types[x].shape
         axis = node.attrs["axis"] % len(shape)
         taken = np.concatenate([movement.source_maps(p, graph)[0] for p in pieces], axis=axis)
-        picks = np.moveaxis(np.unravel_index(np.maximum(taken, 0), shape)[axis], axis, 0).reshape(
-            taken.shape[axis], -1)[:, 0]
+        picks = np.moveaxis(np.unravel_index(taken, shape)[axis], axis, 0).reshape(taken.shape[axis], -1)[:, 0]
         if not np.array_equal(np.take(np.arange(math.prod(shape)).reshape(shape), picks, axis=axis), taken):
             continue
         m = _Made(graph, node.name)
