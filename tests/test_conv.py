@@ -21,6 +21,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import Machine
 from autoconfig.models import conv as conv_model
 from autoconfig.models.conv import ConvPlan, choose
+from autoconfig.models.cost import RESOLUTION
 from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
@@ -832,8 +833,9 @@ def test_a_product_left_unscored_could_not_have_won(s, left_out):
         predicted = conv_model.predict(plan, machine).total_ns
         if name in left_out:
             assert predicted > min(p.total_ns for p in in_nchw)
-        else:  # scored: its algorithm's best is at most it
-            assert min(p.total_ns for p in choice.per_algorithm if p.config.algorithm == name.split()[0]) <= predicted
+        else:  # scored: its algorithm's best is at most it, or tied with it (`cost.best_of`)
+            best = min(p.total_ns for p in choice.per_algorithm if p.config.algorithm == name.split()[0])
+            assert best <= predicted * (1 + RESOLUTION)
 
 
 def test_direct_layers_may_take_all_input_channels_in_one_block():

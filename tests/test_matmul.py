@@ -110,15 +110,16 @@ def test_host_correct(config, dims):
 
 
 def test_edge_tiles_within_the_waste_bound_share_the_full_tiles_micro_kernel():
-    """M 301 and N 401 leave a 1-row and a 1-column edge (a 1% and a 2% waste as full
-    tiles): the model computes both as full tiles, so there is one micro-kernel of 4x2
-    vectors, unrolled 4 times, with no loop for a K rest (blocks of 8 over K 24); 13 rows
+    """M 301 and N 801 leave a 1-row and a 1-column edge (each a 1% waste as full
+    tiles: 3 rows, one 8-lane vector): the model computes both as full tiles, so there
+    is one micro-kernel of 4x2 vectors, unrolled 4 times, with no loop for a K rest (blocks of 8 over K 24); 13 rows
     leave a 23% waste, so that edge keeps its own; tiled, B is read in place, so its
     column edge keeps its own too (one masked vector)."""
     target = target_for("avx2")
-    shape = mm.MatmulShape(301, 401, 24)
+    shape = mm.MatmulShape(301, 801, 24)
     assert full_edges(shape, 4, 2, 8, True) == {"full_row_edge": True, "full_column_edge": True}
-    assert full_edges(mm.MatmulShape(13, 401, 24), 4, 2, 8, True)["full_row_edge"] is False
+    assert full_edges(mm.MatmulShape(301, 401, 24), 4, 2, 8, True)["full_column_edge"] is False  # 2%
+    assert full_edges(mm.MatmulShape(13, 801, 24), 4, 2, 8, True)["full_row_edge"] is False
     assert full_edges(shape, 4, 2, 8, False)["full_column_edge"] is False
     separate = mm.MatmulConfig(shape, "packed", 8, mr=4, nv=2, kc=8, unroll=4)
     assert mm.generate(separate, target).text.count("vector.fma") == (4 + 1) * (2 + 1) * 4
@@ -528,7 +529,9 @@ def test_k_loop_copies_give_a_trip_enough_fmas():
                                          ("amd-epyc", 8)])  # fmt: skip
 def test_streamed_k_blocks_are_packed_and_cut_the_c_passes(name, lanes):
     """A longer K block is offered to packed plans only and keeps its B block in half
-    the L2; each K block after the first is charged a pass over C, one block none."""
+    the L2; so does all of K where two of its B micro-panels fit there (the N-wide B
+    block need not); each K block after the first is charged a pass over C, one block
+    none."""
     machine = Machine.of(load_profile(PROFILES / f"{name}.yaml")).at(lanes, 1)
     shape, nr = mm.MatmulShape(1024, 256, 2048), 4 * lanes
     (l1_kc, both), *streamed = blockings(shape, 6, nr, machine)
@@ -536,6 +539,11 @@ def test_streamed_k_blocks_are_packed_and_cut_the_c_passes(name, lanes):
     assert streamed and all(kinds == ("packed",) and kc > l1_kc for kc, kinds in streamed)
     l2 = dict(machine.capacities())["L2"]
     assert all(kc * shape.n * 4 <= l2 * STREAMED_B_BLOCK_L2_SHARE for kc, _ in streamed)
+    whole_k = int(l2 * STREAMED_B_BLOCK_L2_SHARE) // (2 * nr * 4) // UNROLL * UNROLL  # panels fit
+    wide = mm.MatmulShape(197, 8 * whole_k, whole_k)  # its B block 8 times what fits
+    assert [kc for kc, _ in blockings(wide, 6, nr, machine)][-1] == whole_k
+    longer = mm.MatmulShape(197, 8 * whole_k, whole_k + 2 * UNROLL)
+    assert whole_k + 2 * UNROLL not in [kc for kc, _ in blockings(longer, 6, nr, machine)]
 
     def c_passes(kc: int) -> Term:
         _, mc, nc, _ = block_sizes(shape, 6, nr, machine, kc)

@@ -9,8 +9,8 @@ Parameters (the BLIS analytic model, Low et al., ACM TOMS 2016, with corrections
 - kc: the B micro-panel (kc×nr) stays in L1, taking its share nr/(mr+nr) of the
   ways left after one for the rest: ⌊(W−1)/(1+mr/nr)⌋ ways (the paper's form
   ⌊(W−1)/(1+nr/mr)⌋ gave K blocks that measured far slower). Packed plans are also scored
-  with a longer K block whose B block streams from L2 (`kc_options`), since every K
-  block after the first passes over C again;
+  with longer K blocks whose B micro-panels stream from L2, all of K among them
+  (`kc_options`), since every K block after the first passes over C again;
 - mc: the A block (mc×kc) fills the L2 ways left after two B micro-panels, counted
   on the L2's effective capacity — the probe's bandwidth knee, not its sysfs size
   (random 4 KiB page placement conflicts in a physically indexed L2 before it is
@@ -112,19 +112,20 @@ def _l1_kc(nr: int, mr: int, m: Machine) -> tuple[int, int]:
 
 def kc_options(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, ...]:
     """The K blocks scored for an mr x nr tile: the one whose B micro-panel stays in L1
-    and, when K is longer, a packed-only one whose micro-panels stream from L2 instead
-    (STREAMED_B_BLOCK_L2_SHARE), in equal blocks: each K block beyond the first passes
-    over C again (C_PASSES_TERM). Unpacked (tiled) panels are N floats a row apart, and
-    longer ones are not streamed (B rows a page apart)."""
+    and, when K is longer, packed-only ones whose micro-panels stream from L2 instead
+    (STREAMED_B_BLOCK_L2_SHARE): equal blocks whose B block fits there, and all of K
+    where two of its micro-panels do (each K block beyond the first passes over C
+    again, C_PASSES_TERM; the model weighs that against the A block it leaves room
+    for). Unpacked (tiled) panels are N floats a row apart, and longer ones are not
+    streamed (B rows a page apart)."""
     kc, _ = _l1_kc(nr, mr, m)
     if kc >= shape.k:
         return (shape.k,)
     l2 = dict(m.capacities()).get("L2", 0)
     longest = int(l2 * STREAMED_B_BLOCK_L2_SHARE) // (round_up(shape.n, nr) * F32) // UNROLL * UNROLL
-    if longest <= kc:
-        return (kc,)
-    streamed = round_up(ceil_div(shape.k, ceil_div(shape.k, longest)), UNROLL)
-    return (kc,) if streamed <= kc else (kc, min(shape.k, streamed))
+    streamed = round_up(ceil_div(shape.k, ceil_div(shape.k, longest)), UNROLL) if longest > kc else kc
+    whole = 2 * shape.k * nr * F32 <= l2 * STREAMED_B_BLOCK_L2_SHARE  # this and the next micro-panel
+    return (kc, *sorted({b for b in (min(shape.k, streamed), shape.k if whole else kc) if b > kc}))
 
 
 def blockings(shape: MatmulShape, mr: int, nr: int, m: Machine) -> list[tuple[int, tuple[Algorithm, ...]]]:
@@ -135,10 +136,10 @@ def blockings(shape: MatmulShape, mr: int, nr: int, m: Machine) -> list[tuple[in
 
 
 STREAMED_B_BLOCK_L2_SHARE = 0.5
-"""A streamed K block keeps its whole packed B block (kc x N) in this much of the
-L2's effective capacity, so that every row tile after the first reads its micro-panel
-from L2 (the A block's panels pass through the rest); a B block out of L2 leaves
-each micro-panel's first row tile waiting on L3."""
+"""A streamed K block keeps its whole packed B block (kc x N), or with all of K the
+micro-panel in use and the next, in this much of the L2's effective capacity, so that
+every row tile after the first reads its micro-panel from L2 (the A block's panels
+pass through the rest)."""
 
 
 def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
@@ -737,11 +738,11 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
 
 
-EDGE_WASTE = 0.02
+EDGE_WASTE = 0.01
 """The most work, as a share of the dimension, that computing an edge tile as a full
 one may add (`MatmulConfig.full_row_edge`, `full_column_edge`): that tile's own
-micro-kernel is a quarter to a half of a packed kernel's code and LLVM time, and the
-waste costs its share of the run time, so only a little is spent."""
+micro-kernel is a quarter to a half of a packed kernel's code and LLVM time, but the
+waste costs its share of every run, so only a little is spent."""
 
 
 def full_edges(shape: MatmulShape, mr: int, nv: int, lanes: int, packed_b: bool) -> dict[str, bool]:
