@@ -168,8 +168,10 @@ def block_sizes(shape: MatmulShape, mr: int, nr: int, m: Machine,
 
     def why() -> list[tuple[str, str]]:
         if streamed:
+            block = kc * round_up(shape.n, nr) * F32 <= dict(m.capacities()).get("L2", 0) * STREAMED_B_BLOCK_L2_SHARE
+            kept = "its B block" if block else "it and the next"
             kc_why = (f"{kc}{' = K' if kc == shape.k else ''}: B micro-panel {kc}x{nr}x{F32} B streamed from L2 "
-                      f"(its B block in {STREAMED_B_BLOCK_L2_SHARE:.0%} of L2), {math.ceil(shape.k / kc)} K block(s) "
+                      f"({kept} in {STREAMED_B_BLOCK_L2_SHARE:.0%} of L2), {math.ceil(shape.k / kc)} K block(s) "
                       f"instead of {math.ceil(shape.k / l1_kc)}")  # fmt: skip
         elif kc < shape.k:
             kc_why = f"{kc}: B micro-panel {kc}x{nr}x{F32} B fills {b_ways} of {m.l1_ways} L1 ways"
