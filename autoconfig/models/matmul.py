@@ -123,9 +123,12 @@ def kc_options(shape: MatmulShape, mr: int, nr: int, m: Machine) -> tuple[int, .
         return (shape.k,)
     l2 = dict(m.capacities()).get("L2", 0)
     longest = int(l2 * STREAMED_B_BLOCK_L2_SHARE) // (round_up(shape.n, nr) * F32) // UNROLL * UNROLL
-    streamed = round_up(ceil_div(shape.k, ceil_div(shape.k, longest)), UNROLL) if longest > kc else kc
-    whole = 2 * shape.k * nr * F32 <= l2 * STREAMED_B_BLOCK_L2_SHARE  # this and the next micro-panel
-    return (kc, *sorted({b for b in (min(shape.k, streamed), shape.k if whole else kc) if b > kc}))
+    longer = set()
+    if longest > kc:  # equal blocks, each B block within the share
+        longer.add(min(shape.k, round_up(ceil_div(shape.k, ceil_div(shape.k, longest)), UNROLL)))
+    if 2 * shape.k * nr * F32 <= l2 * STREAMED_B_BLOCK_L2_SHARE:  # this micro-panel and the next
+        longer.add(shape.k)
+    return (kc, *sorted(b for b in longer if b > kc))
 
 
 def blockings(shape: MatmulShape, mr: int, nr: int, m: Machine) -> list[tuple[int, tuple[Algorithm, ...]]]:
