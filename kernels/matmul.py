@@ -122,6 +122,8 @@ class MatmulConfig:
     b_packed: bool = False  # packed only: B arrives in the layout `pack_b` makes from Bᵀ
     # (a constant B, a layer's weights, packed once when built), read as a transposed
     # product reads its B
+    a_in_place: bool = False  # packed with b_packed, one K block: A's rows read where they
+    # lie (each a contiguous run of K floats), not copied into panels on every call
     transposed: bool = False  # packed only: every operand stored transposed — `a` holds
     # Aᵀ (K×M, read in place), `b` Bᵀ (N×K, a constant) packed once by `pack_b`, `c`
     # receives Cᵀ (N×M, each vector scattered). A 1×1 convolution Y = W·X computed as
@@ -194,7 +196,7 @@ class MatmulConfig:
         if self.transposed:
             return self.b_size() if self.prologue else 0  # the scaled copy of B
         kc, mc, _ = self.packed_blocks()
-        return self.a_block_offset() + (0 if self.a_packed else mc * kc)
+        return self.a_block_offset() + (0 if self.a_packed or self.a_in_place else mc * kc)
 
     def a_block_offset(self) -> int:
         """Where a call's packed A block starts in the workspace: after its B block,
@@ -289,6 +291,9 @@ class MatmulConfig:
         if self.b_packed and (self.algorithm != "packed" or self.transposed or self.prologue or self.batch > 1):
             raise KernelError("b_packed (B arriving packed) is for one packed product without a prologue, "
                               "not transposed")  # fmt: skip
+        if self.a_in_place and not (self.b_packed and self.blocks()[0] >= self.shape.k and not self.a_packed):
+            raise KernelError("a_in_place (A read where it lies) is for a packed product with B packed at build "
+                              "and one K block")  # fmt: skip
         if self.transposed and (self.algorithm != "packed" or self.a_packed or self.accumulate or self.batch > 1):
             raise KernelError("transposed operands are for one packed product (B packed at build) with A "
                                   "read in place, overwriting C: not with a_packed, accumulate or batch")  # fmt: skip
@@ -682,7 +687,7 @@ def _blocked(kn: _Kernel) -> None:
 
             def row_block(it: ir.Value) -> None:
                 it_end = arith.minsi(offset(it, mc // cfg.mr), kn.rows[1])
-                if packed and not cfg.transposed and not cfg.a_packed:
+                if packed and not cfg.transposed and not cfg.a_packed and not cfg.a_in_place:
                     def pack_a(inner: _Kernel, extra: list[ir.Value]) -> None:
                         k0, k1, t0, t1 = extra
                         panels = PackedA(inner.work, index(cfg.a_block_offset()), cfg.mr, k0, k1, t0)
@@ -790,7 +795,7 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
         ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
         ahead = ap.prefetcher(row0)
-    elif packed and not cfg.transposed:
+    elif packed and not cfg.transposed and not cfg.a_in_place:
         ap = PackedA(kn.work, index(cfg.a_block_offset()), cfg.mr, pc, pc_end, block.it)
     rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
     last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place and shape.m % cfg.mr else None

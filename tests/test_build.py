@@ -700,7 +700,8 @@ def test_run_checks_inputs_and_files(tmp_path, capsys):
     assert re.search(r"matrix products: 3 kernels, \d+% of the kernels' time, [\d.]+ GFLOP/s = [\d.]+x the "
                      r"profile's \d+-thread peak \([\d.]+ GFLOP/s\)", capsys.readouterr().out)
     weights = out / "weights.bin"
-    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-4] + bytes(b ^ 0xFF for b in data[-4:]))  # whatever they were
     capsys.readouterr()
     assert main(["run", str(out)]) == 2
     assert "weights.bin was changed" in capsys.readouterr().err

@@ -81,6 +81,10 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=4, mc=6, nc=2 * lanes, unroll=3, b_packed=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2, b_packed=True,
                         full_row_edge=True, full_column_edge=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, mc=6, nc=2 * lanes, unroll=3, b_packed=True,
+                        a_in_place=True),
+        mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, mc=8, unroll=2, b_packed=True, a_in_place=True,
+                        full_row_edge=True, full_column_edge=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=3, nv=2, kc=5, mc=6, nc=2 * lanes, unroll=2, transposed=True),
         mm.MatmulConfig(ANY, "tiled", lanes, mr=3, nv=2, kc=8, mc=6, unroll=2, full_row_edge=True),
         mm.MatmulConfig(ANY, "packed", lanes, mr=4, nv=2, kc=5, mc=8, nc=2 * lanes, unroll=2, full_row_edge=True,
@@ -92,6 +96,7 @@ def configs_for(lanes: int) -> list[mm.MatmulConfig]:
 
 def config_id(c: mm.MatmulConfig) -> str:
     return (f"{c.algorithm}-{c.mr}x{c.nv}{'-a-packed' if c.a_packed else ''}{'-b-packed' if c.b_packed else ''}"
+            f"{'-a-in-place' if c.a_in_place else ''}"
             f"{'-transposed' if c.transposed else ''}"
             f"{'-full-edges' if c.full_row_edge else ''}")
 
@@ -244,6 +249,8 @@ SQUARE16 = mm.MatmulShape(16, 16, 16)
     (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, a_packed=True), "a_packed .* is for the packed and dot algorithms, "
                                                                   "not tiled"),
     (mm.MatmulConfig(SQUARE16, "tiled", 8, mr=4, b_packed=True), "b_packed .* is for one packed product"),
+    (mm.MatmulConfig(SQUARE16, "packed", 8, mr=4, kc=8, b_packed=True, a_in_place=True),
+     r"a_in_place \(A read where it lies\) is for .* one K block"),
 ])  # fmt: skip
 def test_invalid_forced_config_rejected_with_reason(config, reason):
     with pytest.raises(AutoconfigError, match=reason):

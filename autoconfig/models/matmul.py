@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from autoconfig.errors import AutoconfigError
@@ -539,7 +539,8 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     row_share, col_share = _row_and_column_shares(p, share)
     columns = round_up(shape.n, nr) * col_share
     b_pack = 0 if c.b_packed else shape.k * columns
-    a_pack = 0 if c.a_packed else round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc)
+    a_pack = 0 if c.a_packed or c.a_in_place else (round_up(shape.m, c.mr) * row_share * shape.k
+                                                   * math.ceil(columns / nc))
     b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
     b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
@@ -550,6 +551,7 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     b_whose = {"rows": "all of B", "columns": "its columns of B"}[p.split]
     a_whose = {"rows": "its rows of A", "columns": "all of A"}[p.split]
     whose = (f"{b_whose} (A was packed when built)" if c.a_packed
+             else "nothing (B was packed when built, A is read in place)" if c.a_in_place
              else f"{a_whose} (B was packed when built)" if c.b_packed
              else f"{b_whose} and {a_whose} (A once per column block)")
     return Term("packing", b_ns + a_ns, f"each thread packs {whose} into zero-padded panels")  # fmt: skip
@@ -731,12 +733,14 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                     continue
                 for kc, kinds in blockings(shape, mr, nv * lanes, m):
                     _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
-                    configs += [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
-                                             epilogue=epilogue, a_packed=a_constant and kind == "packed",
-                                             b_packed=b_constant and kind == "packed" and not prologue,
-                                             prologue=prologue, **in_place,
-                                             **full_edges(shape, mr, nv, lanes, kind == "packed"))
-                                for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
+                    blocked = [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
+                                            epilogue=epilogue, a_packed=a_constant and kind == "packed",
+                                            b_packed=b_constant and kind == "packed" and not prologue,
+                                            prologue=prologue, **in_place,
+                                            **full_edges(shape, mr, nv, lanes, kind == "packed"))
+                               for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
+                    configs += blocked + [replace(c, a_in_place=True) for c in blocked  # A's rows whole runs
+                                          if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
