@@ -14,14 +14,15 @@ tiled (register-tiled outer products, cache-blocked, no packing) and packed (the
 loop nest around packed, padded copies of the A and B blocks, BLIS/Goto; the
 micro-kernel and packing are `kernels.gemm`'s; with `a_packed`, A arrives already in
 its packed layout, `MatmulConfig.pack_a`: a layer's weights, packed once at build time;
-with `b_packed`, B likewise, in `pack_b`'s layout;
+with `b_packed`, B likewise, in `pack_b`'s layout (and with `a_in_place` as well, one
+K block, A's rows are read where they lie);
 with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
 time by `pack_b`, and C leaves as Cᵀ, each tile's vectors scattered — a 1×1
 convolution with its output channels in the lanes; with `blocked` as well, Aᵀ and Cᵀ
 are channel-blocked images, NCHW[c] (`kernels.nchwc`), and each vector is stored whole)::
 
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp, unless b_packed]
-      for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, unless a_packed]
+      for ic in rows step mc:                              [packed: A[ic:,pc:] -> Ap, if packs_a]
         for jr in jc..jc+nc step nr:  for ir in ic..ic+mc step mr:
           acc[mr][nv] = micro-kernel over k in pc..pc+kc
           C tile = acc on the first K block unless accumulating, else C tile += acc;
@@ -187,16 +188,22 @@ class MatmulConfig:
         s = self.shape
         return min(kc, s.k), min(mc, round_up(s.m, self.mr)), min(nc, round_up(s.n, self.nr))
 
+    @property
+    def packs_a(self) -> bool:
+        """Whether each call copies A's blocks into panels: packed, unless A arrives
+        packed (`a_packed`) or is read in place (`a_in_place`, `transposed`)."""
+        return self.algorithm == "packed" and not (self.transposed or self.a_packed or self.a_in_place)
+
     def workspace(self) -> int:
         """f32 elements of packing workspace one call needs (0 unless packed): the B
-        block (kc×nc) followed by the A block (mc×kc), unless A arrives packed (none
-        when transposed: B arrives packed, A is read in place)."""
+        block (kc×nc) followed by the A block (mc×kc) where a call packs A (none when
+        transposed: B arrives packed, A is read in place)."""
         if self.algorithm != "packed":
             return 0
         if self.transposed:
             return self.b_size() if self.prologue else 0  # the scaled copy of B
         kc, mc, _ = self.packed_blocks()
-        return self.a_block_offset() + (0 if self.a_packed or self.a_in_place else mc * kc)
+        return self.a_block_offset() + (mc * kc if self.packs_a else 0)
 
     def a_block_offset(self) -> int:
         """Where a call's packed A block starts in the workspace: after its B block,
@@ -687,7 +694,7 @@ def _blocked(kn: _Kernel) -> None:
 
             def row_block(it: ir.Value) -> None:
                 it_end = arith.minsi(offset(it, mc // cfg.mr), kn.rows[1])
-                if packed and not cfg.transposed and not cfg.a_packed and not cfg.a_in_place:
+                if cfg.packs_a:
                     def pack_a(inner: _Kernel, extra: list[ir.Value]) -> None:
                         k0, k1, t0, t1 = extra
                         panels = PackedA(inner.work, index(cfg.a_block_offset()), cfg.mr, k0, k1, t0)
@@ -795,7 +802,7 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     if cfg.a_packed:  # this K block's panels of all row tiles, as pack_a laid them
         ap = PackedA(kn.a, arith.muli(pc, index(cfg.row_tiles() * cfg.mr)), cfg.mr, pc, pc_end, index(0))
         ahead = ap.prefetcher(row0)
-    elif packed and not cfg.transposed and not cfg.a_in_place:
+    elif cfg.packs_a:
         ap = PackedA(kn.work, index(cfg.a_block_offset()), cfg.mr, pc, pc_end, block.it)
     rows_in_place = ap is None or (cfg.blocked and not cfg.a_nhwc)
     last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place and shape.m % cfg.mr else None

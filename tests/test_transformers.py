@@ -107,6 +107,24 @@ def test_transformer_patterns_match_onnxruntime(tmp_path, model):
         assert ops.count("(Gather)") == 2 and not {"(Slice)", "(Concat)"} & set(ops), ops
 
 
+def token_mlp(seed: int = 19, tokens: int = 50, width: int = 96) -> onnx.ModelProto:
+    """A transformer's MLP on its tokens with the residual: x + W2·relu(W1·x + b1) + b2,
+    both weights constants."""
+    b = zoo.Builder("token_mlp", seed)
+    hidden = b.op("Relu", [linear(b, "input", width, 4 * width)])
+    return b.model("input", [1, tokens, width], [(b.op("Add", ["input", linear(b, hidden, 4 * width, width)]), None)],
+                   opset=17)  # fmt: skip
+
+
+def test_products_with_weights_packed_at_build_read_their_tokens_in_place(tmp_path):
+    """Both products take all of K in one block, so each reads A's rows where they lie
+    (`MatmulConfig.a_in_place`) instead of packing them per call, and match onnxruntime
+    on inputs of both signs."""
+    require_runnable(get_target("avx2"))
+    build_and_compare(token_mlp(), "avx2", tmp_path / "built")
+    assert (tmp_path / "built" / "report.md").read_text().count("A is read in place") == 2
+
+
 def masked_softmax(seed: int = 13, rows: int = 6, width: int = 8) -> onnx.ModelProto:
     """The attention-mask code of the language models' exports on float inputs: a
     cast to bool, And with a constant bool mask, Expand, Where choosing between 0 and

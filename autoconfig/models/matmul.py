@@ -539,8 +539,7 @@ def _packing_term(p: MatmulPlan, m: Machine, share: float) -> Term:
     row_share, col_share = _row_and_column_shares(p, share)
     columns = round_up(shape.n, nr) * col_share
     b_pack = 0 if c.b_packed else shape.k * columns
-    a_pack = 0 if c.a_packed or c.a_in_place else (round_up(shape.m, c.mr) * row_share * shape.k
-                                                   * math.ceil(columns / nc))
+    a_pack = round_up(shape.m, c.mr) * row_share * shape.k * math.ceil(columns / nc) if c.packs_a else 0
     b_held = m.holding_level(shape.k * shape.n * F32, whole_problem=True)
     a_held = m.holding_level(shape.m * shape.k * F32, whole_problem=True)
     b_ns = b_pack * F32 * (1 / m.bandwidth_one[b_held] + 1 / m.bandwidth_one[b_level])
