@@ -508,7 +508,7 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
         co0 = arith.muli(first_block, index(lanes))
         tile_weights = arith.muli(co0, index(s.in_per_group * s.taps))  # each tile before it: its width of filters
         if not cfg.blocked_input:
-            _prefetch_next_rows(cfg, x, n, top)
+            _prefetch_next_rows(cfg, x, n, first_channel, top)
 
         def channel_of(v: int) -> ir.Value:
             return offset(co0, v * lanes)
@@ -595,23 +595,24 @@ PREFETCH_ROWS_AHEAD = 2
 measured (`_prefetch_next_rows`)."""
 
 
-def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, top: ir.Value) -> None:
-    """Ask for the plain NCHW input rows the next output row reads (every channel's, one
-    prefetch per line): a model's first layer reads its input from memory, a few
-    channels' rows at once, which the hardware prefetchers do not follow."""
+def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, first: ir.Value, top: ir.Value) -> None:
+    """Ask for the plain NCHW input rows the next output row reads (every channel of the
+    group from `first`, one prefetch per line): a model's first layer reads its input
+    from memory, a few channels' rows at once, which the hardware prefetchers do not
+    follow."""
     s = cfg.shape
     lines = ceil_div(s.width, PREFETCH_LINE_FLOATS)
     plane = s.height * s.width
 
     def channel(c: ir.Value) -> None:
-        image_plane = arith.muli(arith.addi(arith.muli(n, index(s.channels)), c), index(plane))
+        image_plane = arith.muli(arith.addi(arith.muli(n, index(s.channels)), arith.addi(first, c)), index(plane))
         for kh in range(s.kernel[0]):
             ih = arith.addi(top, index(PREFETCH_ROWS_AHEAD * s.strides[0] + kh * s.dilations[0]))
             row = arith.addi(image_plane, arith.muli(ih, index(s.width)))
             for_range(0, lines, 1, lambda i: memref.prefetch(
                 x, [arith.addi(row, arith.muli(i, index(PREFETCH_LINE_FLOATS)))], False, PREFETCH_LOCALITY, True))
 
-    for_range(0, s.channels, 1, channel)
+    for_range(0, s.in_per_group, 1, channel)
 
 
 # ---------------------------------------------------------------- layout transform
