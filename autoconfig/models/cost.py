@@ -209,14 +209,18 @@ Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, a
 
 
 def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float], kind: Callable[[Plan], Hashable],
-                          score: Callable[[Plan], Prediction]) -> list[Prediction]:  # fmt: skip
+                          score: Callable[[Plan], Prediction],
+                          tighter: Callable[[Plan], float] | None = None) -> list[Prediction]:  # fmt: skip
     """`score` of the plans that can be the best of their `kind` (what a model keeps the
     best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
-    plan whose floor cannot tie with its kind's best so far (`tie_bound`) is not scored, so the choice is the same as scoring them all."""
+    plan whose floor cannot tie with its kind's best so far (`tie_bound`) is not scored,
+    nor one whose `tighter` bound (dearer to compute, asked only past the floor) cannot,
+    so the choice is the same as scoring them all."""
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
     for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
-        if low > tie_bound(fastest.get(kind(plan), math.inf)):
+        bound = tie_bound(fastest.get(kind(plan), math.inf))
+        if low > bound or tighter is not None and tighter(plan) > bound:
             continue
         predictions.append(score(plan))
         fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)

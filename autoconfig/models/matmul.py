@@ -404,19 +404,7 @@ def _tile_terms(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> list[
         issue += count * i * shape.k
         latency += count * l * shape.k
         loads += count * ld * shape.k
-    chains, per_output = chain_ns(shape.m * round_up(shape.n, lanes), shape.k, c.blocks()[0], m, 1, c.unroll)
-    sums = f"; their sums saved and reloaded once per chain ({per_output})"
-    if c.blocked:  # each output vector stored once, whole, where it belongs
-        c_tile = Term("c tile", (shape.m * shape.n * F32 / m.bandwidth["L1"] + chains) * share,
-                      "C tiles stored once as whole vectors of a channel-blocked Cᵀ" + sums)
-    elif c.transposed:  # stored once per K block, gathered back for every later one
-        elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
-        c_tile = Term("c tile", (elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() + chains) * share,
-                      f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))" + sums)  # fmt: skip
-    else:
-        c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
-        c_tile = Term("c tile", (c_bytes / m.bandwidth["L1"] + chains) * share,
-                      f"C tiles loaded and stored once per K block ({k_blocks})" + sums)
+    c_tile = _c_tile_term(p, m, share, k_blocks)
     edge_loads = 0.0
     if c.algorithm == "tiled" and shape.n % lanes:  # one masked B load per k per edge tile
         edge_loads = math.ceil(shape.m / c.mr) * shape.k * (MASKED_LOAD_COST - 1)
@@ -434,6 +422,23 @@ def _tile_terms(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> list[
         c_tile,
     ]  # fmt: skip
 
+
+def _c_tile_term(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term:
+    """C tiles loaded and stored per K block (or scattered, or stored once, whole, into
+    a channel-blocked Cᵀ), and the tiles' sums saved per chain, for the busiest thread."""
+    shape, c, lanes = p.shape, p.config, p.config.lanes
+    chains, per_output = chain_ns(shape.m * round_up(shape.n, lanes), shape.k, c.blocks()[0], m, 1, c.unroll)
+    sums = f"; their sums saved and reloaded once per chain ({per_output})"
+    if c.blocked:  # each output vector stored once, whole, where it belongs
+        return Term("c tile", (shape.m * shape.n * F32 / m.bandwidth["L1"] + chains) * share,
+                    "C tiles stored once as whole vectors of a channel-blocked Cᵀ" + sums)
+    if c.transposed:  # stored once per K block, gathered back for every later one
+        elements = shape.m * round_up(shape.n, lanes) * (2 * k_blocks - 1)
+        return Term("c tile", (elements * SCATTER_ELEMENT_COST / m.broadcast_loads_per_ns() + chains) * share,
+                    f"C tiles scattered into Cᵀ one element at a time ({k_blocks} K block(s))" + sums)  # fmt: skip
+    c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
+    return Term("c tile", (c_bytes / m.bandwidth["L1"] + chains) * share,
+                f"C tiles loaded and stored once per K block ({k_blocks})" + sums)
 
 def _block_levels(p: MatmulPlan, m: Machine) -> tuple[str, str]:
     """Where the A block and the B block stay while they are re-read."""
@@ -843,7 +848,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
             floors[key] = floor_ns(p, machine)
         return floors[key]
 
-    predictions = promising_predictions(plans, floor, lambda p: p.config.algorithm, lambda p: predict(p, machine))
+    predictions = promising_predictions(plans, floor, lambda p: p.config.algorithm, lambda p: predict(p, machine),
+                                        lambda p: floor(p) + fixed_terms_ns(p, machine))
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     prefer = functools.partial(preference, local=local)
@@ -852,6 +858,20 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     )
     return Choice(best_of(per_algorithm, prefer), per_algorithm, profile, target)
 
+
+def fixed_terms_ns(plan: MatmulPlan, machine: Machine) -> float:
+    """What a tiled or packed plan's total adds to its `floor_ns` whatever its caches
+    hold: its C tiles per K block, its passes over C and its packing (none for the
+    others), at a fraction of `predict`'s cost; with the floor, a tighter lower bound
+    where plans of one tile differ in their blocks."""
+    c = plan.config
+    if c.algorithm not in ("tiled", "packed"):
+        return 0.0
+    m = machine.at(c.lanes, plan.threads)
+    share = busiest_share(plan.split_units(), plan.threads)
+    k_blocks = math.ceil(plan.shape.k / c.blocks()[0])
+    fixed = _c_tile_term(plan, m, share, k_blocks).ns + _c_passes(plan, m, share, k_blocks).ns
+    return fixed + (_packing_term(plan, m, share).ns if c.algorithm == "packed" and not c.transposed else 0.0)
 
 def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
     """A lower bound of `predict(plan).total_ns`, at a fraction of its cost: for tiled and
