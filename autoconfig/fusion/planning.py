@@ -60,7 +60,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from autoconfig.conv import node_shape
 from autoconfig.decisions import DecisionCache, ask
@@ -107,6 +108,7 @@ class FusionCost:
     profile: HardwareProfile
     machine: Machine
     decisions: DecisionCache | None = None  # where the matmul model's answers are kept between builds
+    answers: dict = field(default_factory=dict, compare=False)  # the models' answers in this process
 
     @classmethod
     def of(cls, profile: HardwareProfile, decisions: DecisionCache | None = None) -> FusionCost:
@@ -114,18 +116,26 @@ class FusionCost:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
         return cls(profile, Machine.of(profile), decisions)
 
+    def _ask(self, model: Callable, shape: object, **options: object) -> object:
+        """`model`'s answer for `shape` on one core, asked once per process (a search asks
+        the same layer's again and again) and kept in `decisions` between builds."""
+        key = (model, shape, tuple(sorted(options.items())))
+        if key not in self.answers:
+            self.answers[key] = ask(self.decisions, model, shape, self.profile, target_for_profile(self.profile), 1,
+                                    (), **options)  # fmt: skip
+        return self.answers[key]
+
     def matmul(self, shape: MatmulShape) -> Prediction:
         """The matmul model's best plan for `shape` on one core."""
-        return ask(self.decisions, choose, shape, self.profile, target_for_profile(self.profile), 1, ()).best
+        return self._ask(choose, shape).best
 
     def prologue_ns(self, shape: ConvShape, prologue: ep.Epilogue) -> float:
         """What computing `prologue` inside a 1x1 layer of `shape` adds to the layer on one
         core, by the convolution model: the least, over its plans computing it, of such a
         plan's time over the best plan without it reading the same layout (where the
         layer's input is held is the layout plan's choice, made after fusion)."""
-        target = target_for_profile(self.profile)
-        alone = ask(self.decisions, conv_model.choose, shape, self.profile, target, 1, ())
-        inside = ask(self.decisions, conv_model.choose, shape, self.profile, target, 1, (), prologue=prologue)
+        alone = self._ask(conv_model.choose, shape)
+        inside = self._ask(conv_model.choose, shape, prologue=prologue)
         extra = [p.total_ns - same.total_ns for p in inside.per_algorithm
                  if (same := alone.best_in((input_layout_of(p.config),), ("nchw", "nchwc", "nhwc"))) is not None]  # fmt: skip
         return max(0.0, min(extra, default=inside.best.total_ns - alone.best.total_ns))
