@@ -204,7 +204,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if runs:
             absorbed = {graph.nodes[u].name for u in addressing.run_members(runs)}
             b.absorbed[graph.nodes[min(members)].name] = absorbed
-            b.addressed |= {graph.nodes[v].name: maps for v, maps in addressing.maps_of(graph, runs).items()}
+            b.addressed |= {graph.nodes[v].name: maps for v, maps in addressing.maps_of(runs).items()}
             members = [v for v in members if graph.nodes[v].name not in absorbed]
         nodes = [graph.nodes[v] for v in members]
         kinds = {info(n).kernel for n in nodes}

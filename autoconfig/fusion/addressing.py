@@ -14,7 +14,7 @@ lowering reads the same maps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,16 +40,21 @@ class Chain:
     nodes: tuple[int, ...]
     through: tuple[int, ...]
     valid: frozenset[int]
+    maps: tuple = field(default=(), compare=False, repr=False)  # by run length: (value, index map), or None
+    readers: dict[int, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)  # the graph's
 
 
 def chains(graph: Graph) -> dict[int, list[Chain]]:
     """Every product's chains that it can address some of, by product."""
     producers, consumers = graph.producers(), graph.consumers()
     index = {n.name: i for i, n in enumerate(graph.nodes)}
+    readers = {i: tuple(index[r.name] for out in n.outputs for r in consumers.get(out, []))
+               for i, n in enumerate(graph.nodes)}  # fmt: skip
     found: dict[int, list[Chain]] = {}
     for v, node in enumerate(graph.nodes):
         if node.op in ("MatMul", "Gemm"):
-            mine = [c for c in _chains_of(graph, v, producers, consumers, index) if len(c.valid) > 1]
+            mine = [replace(c, readers=readers) for c in _chains_of(graph, v, producers, consumers, index)
+                    if len(c.valid) > 1]  # fmt: skip
             if mine:
                 found[v] = mine
     return found
@@ -82,9 +87,9 @@ def _chains_of(graph: Graph, v: int, producers: dict[str, Node], consumers: dict
 
 
 def _chain(graph: Graph, v: int, side: int, nodes: tuple[int, ...], through: tuple[int, ...]) -> Chain:
-    valid = frozenset(n for n in range(len(nodes) + 1)
-                      if _layout(graph, graph.nodes[v], side, [graph.nodes[u] for u in nodes[:n]]) is not None)
-    return Chain(v, side, nodes, through, valid | {0})
+    maps = (None, *(_map(graph, side, [graph.nodes[u] for u in nodes[:n]]) for n in range(1, len(nodes) + 1)))
+    valid = frozenset(n for n in range(len(nodes) + 1) if _layout(graph, graph.nodes[v], side, maps[n]) is not None)
+    return Chain(v, side, nodes, through, valid | {0}, maps)
 
 
 def sole_reader(graph: Graph, value: str, consumers: dict[str, list[Node]]) -> Node | None:
@@ -109,11 +114,12 @@ def _epilogue_op(graph: Graph, node: Node, value: str) -> bool:
             and all(i == value or graph.is_constant(i) for i in node.inputs if i))  # fmt: skip
 
 
-def _layout(graph: Graph, anchor: Node, side: int, nodes: list[Node]):
-    """The anchor's products with `nodes` of one side absorbed, or None."""
+def _layout(graph: Graph, anchor: Node, side: int, absorbed: tuple[str, np.ndarray] | None):
+    """The anchor's products with one side read or written through the `absorbed`
+    nodes' index map (`_map`; None: none absorbed), or None."""
     maps: list = [None, None, None]
-    if nodes:
-        maps[side] = _map(graph, side, nodes)[1]
+    if absorbed is not None:
+        maps[side] = absorbed[1]
     return products(anchor, *operand_shapes(anchor, graph), tuple(maps))
 
 
@@ -179,7 +185,7 @@ def absorbed(graph: Graph, members: list[int], found: dict[int, list[Chain]],
             if run:
                 mine.append((chain, len(run)))
                 covered |= set(run)
-        if not _writes_last(graph, product, inside, mine):
+        if not _writes_last(product, inside, mine):
             return None
         runs += mine
     return None if movers - covered else runs
@@ -193,34 +199,30 @@ def _run_of(chain: Chain, inside: set[int]) -> bool:
     return max(chain.nodes.index(u) for u in inside) + 1 in chain.valid
 
 
-def _writes_last(graph: Graph, v: int, inside: set[int], runs: list[tuple[Chain, int]]) -> bool:
+def _writes_last(v: int, inside: set[int], runs: list[tuple[Chain, int]]) -> bool:
     """With an output chain, nothing else of the group reads what the product computes."""
     written = next((c for c, _ in runs if c.side == C), None)
     if written is None:
         return True
-    consumers = graph.consumers()
     allowed = set(written.through) | set(written.nodes)
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
     todo, seen = [v], set()
     while todo:
-        for out in graph.nodes[todo.pop()].outputs:
-            for reader in consumers.get(out, []):
-                u = index[reader.name]
-                if u in inside and u not in seen:
-                    if u not in allowed:
-                        return False
-                    seen.add(u)
-                    todo.append(u)
+        for u in written.readers[todo.pop()]:
+            if u in inside and u not in seen:
+                if u not in allowed:
+                    return False
+                seen.add(u)
+                todo.append(u)
     return True
 
 
-def maps_of(graph: Graph, runs: list[tuple[Chain, int]]) -> dict[int, tuple[list[str | None], Maps]]:
+def maps_of(runs: list[tuple[Chain, int]]) -> dict[int, tuple[list[str | None], Maps]]:
     """By product: the values it reads (A, B) and writes (C) through its absorbed runs
     (None: its own input or epilogue's end), with their index maps."""
     found: dict[int, tuple[list[str | None], list]] = {}
     for chain, length in runs:
         values, maps = found.setdefault(chain.anchor, ([None, None, None], [None, None, None]))
-        values[chain.side], maps[chain.side] = _map(graph, chain.side, [graph.nodes[u] for u in chain.nodes[:length]])
+        values[chain.side], maps[chain.side] = chain.maps[length]
     return {v: (values, tuple(maps)) for v, (values, maps) in found.items()}
 
 
@@ -237,7 +239,7 @@ def addresses_attention(graph: Graph, members: list[int], found: dict[int, list[
     runs = absorbed(graph, members, found)
     if runs is None:
         return False
-    maps = maps_of(graph, runs)
+    maps = maps_of(runs)
     pair = [products(graph.nodes[v], *operand_shapes(graph.nodes[v], graph), maps.get(v, (None, (None,) * 3))[1])
             for v in (scores, output)]  # fmt: skip
     return None not in pair and one_attention(*pair)
