@@ -152,6 +152,23 @@ def test_dp_plans_a_concat_of_many_convolutions():
     assert dp.cost_ns <= greedy.cost_ns * (1 + 1e-9)
 
 
+def test_the_search_asks_the_convolution_model_each_question_once(monkeypatch):
+    """Pricing each 1x1 layer's prologue asks the convolution model for the layer alone
+    and with the prologue; the search prices the same layer in many states, and without
+    a decision cache (`autoconfig fuse`) every question was asked again each time."""
+    from autoconfig.fusion import planning
+
+    asked, choose = [], planning.conv_model.choose
+
+    def counted(shape, *question, **options):
+        asked.append((shape, tuple(sorted(options.items()))))
+        return choose(shape, *question, **options)
+
+    monkeypatch.setattr(planning.conv_model, "choose", counted)
+    plan_dp(dense_block(12), FusionCost.of(PROFILE))
+    assert asked and len(asked) == len(set(asked))
+
+
 def prologue_net(shared: bool = False, kernel: int = 1, batch: int = 1) -> Graph:
     from autoconfig.graph.onnx_import import import_model
     from tests.random_models import prologue_model
