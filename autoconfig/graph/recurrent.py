@@ -18,10 +18,10 @@ from autoconfig.graph.ir import Graph, Node
 GATES = {"LSTM": "iofc", "GRU": "zrh", "RNN": "i"}
 """Each operator's gates, in the order its weights stack them."""
 
-STEPS = 16
+STEPS = 32
 """Steps (sequence length × directions) unrolled per layer: each adds about 25 ops, and
-the fusion planner's search grows faster than the ops (32 steps of a bidirectional
-LSTM take it minutes); longer layers are refused."""
+the fusion planner's search grows faster than the ops (docs/coverage.md says how much);
+longer layers are refused."""
 
 ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 """The activations generated: the defaults (per direction)."""
