@@ -164,7 +164,7 @@ class Analysis:
     def __init__(self, graph: Graph, cost: FusionCost | None):
         self.graph, self.cost = graph, cost
         self.nodes = graph.nodes
-        self.answers: dict[tuple, bool] = {}  # `_settled`: group checks by their members
+        self.answers: dict[tuple[object, int], bool] = {}  # `_settled`: group checks by question and members
         n = len(self.nodes)
         index_of_output = {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
         self.kind = [mapping(node, graph) for node in self.nodes]
@@ -258,7 +258,7 @@ class Analysis:
             return True
         if self.core_masks[c] & ~members:
             return False
-        return self._settled(("core", members), lambda inside: addressing.addresses_attention(
+        return self._settled("core", members, lambda inside: addressing.addresses_attention(
             self.graph, inside, self.chains, self.cores[c].scores, self.cores[c].output))  # fmt: skip
 
     def extends_core(self, members: int, v: int) -> bool:
@@ -279,16 +279,15 @@ class Analysis:
         `final`), whether it can become so (`addressing.absorbed`)."""
         if not members & self.chain_movers:
             return True
-        return self._settled(("addressing", members, final),
+        return self._settled(("addressing", final), members,
                              lambda inside: addressing.absorbed(self.graph, inside, self.chains, final) is not None)
 
-    def _settled(self, question: tuple, check: Callable[[list[int]], bool]) -> bool:
-        """`check` of a group's members (node indices), answered once per group: the
-        search meets the same group in many states."""
-        if question not in self.answers:
-            members = question[1]
-            self.answers[question] = check([v for v in range(members.bit_length()) if members >> v & 1])
-        return self.answers[question]
+    def _settled(self, question: object, members: int, check: Callable[[list[int]], bool]) -> bool:
+        """`check` of a group's `members` (a bitset; check gets their node indices), the
+        answer to `question` kept per group: the search meets the same group in many states."""
+        if (question, members) not in self.answers:
+            self.answers[question, members] = check([v for v in range(members.bit_length()) if members >> v & 1])
+        return self.answers[question, members]
 
     def hosts_tail(self, members: int) -> bool:
         """Whether a group's (`members`, a bitset, no tail yet) kernel can also write a

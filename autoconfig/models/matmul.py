@@ -387,11 +387,16 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     if c.algorithm == "tiled" or c.transposed:
         terms.append(stall)
     terms.append(_c_passes(p, m, share, k_blocks))
-    if c.transposed:
-        terms.append(Term("packing", 0.0, "none: B was packed when built, A is read in place"))
-    elif c.algorithm == "packed":
-        terms.append(_packing_term(p, m, share))
+    terms += _packing_terms(p, m, share)
     return terms, _blocked_parameters(p, m)
+
+
+def _packing_terms(p: MatmulPlan, m: Machine, share: float) -> list[Term]:
+    """A tiled or packed plan's packing: none for tiled ones, nothing to copy for a
+    transposed one (B packed when built, A read in place), else `_packing_term`."""
+    if p.config.transposed:
+        return [Term("packing", 0.0, "none: B was packed when built, A is read in place")]
+    return [_packing_term(p, m, share)] if p.config.algorithm == "packed" else []
 
 
 def _tile_terms(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> list[Term]:
@@ -439,6 +444,7 @@ def _c_tile_term(p: MatmulPlan, m: Machine, share: float, k_blocks: int) -> Term
     c_bytes = 2 * shape.m * round_up(shape.n, lanes) * F32 * k_blocks
     return Term("c tile", (c_bytes / m.bandwidth["L1"] + chains) * share,
                 f"C tiles loaded and stored once per K block ({k_blocks})" + sums)
+
 
 def _block_levels(p: MatmulPlan, m: Machine) -> tuple[str, str]:
     """Where the A block and the B block stay while they are re-read."""
@@ -870,8 +876,10 @@ def fixed_terms_ns(plan: MatmulPlan, machine: Machine) -> float:
     m = machine.at(c.lanes, plan.threads)
     share = busiest_share(plan.split_units(), plan.threads)
     k_blocks = math.ceil(plan.shape.k / c.blocks()[0])
-    fixed = _c_tile_term(plan, m, share, k_blocks).ns + _c_passes(plan, m, share, k_blocks).ns
-    return fixed + (_packing_term(plan, m, share).ns if c.algorithm == "packed" and not c.transposed else 0.0)
+    fixed = [_c_tile_term(plan, m, share, k_blocks), _c_passes(plan, m, share, k_blocks),
+             *_packing_terms(plan, m, share)]  # fmt: skip
+    return sum(t.ns for t in fixed)
+
 
 def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
     """A lower bound of `predict(plan).total_ns`, at a fraction of its cost: for tiled and
