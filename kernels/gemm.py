@@ -81,7 +81,10 @@ def chain_steps(taps: int, unroll: int) -> int:
 def in_chains(vec: ir.VectorType, count: int, lo: ir.Value, hi: ir.Value, steps: int,
               chain: Callable[[ir.Value, ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:  # fmt: skip
     """`count` sums over [lo, hi) cut into chains of `steps`: chain(c, c_end, zeros) for
-    each, added to the totals (from −0.0, which adds exactly)."""
+    each, added to the totals (from −0.0, which adds exactly). The chains stay a loop:
+    unrolled (two or three trips), LLVM kept the totals in registers beside a chain's
+    sums and, for a tile of more than half the registers, spilled those sums at every
+    FMA instead."""
     zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), 0.0))
     minus_zero = vector.broadcast(vec, arith.constant(ir.F32Type.get(), -0.0))
 
@@ -89,7 +92,7 @@ def in_chains(vec: ir.VectorType, count: int, lo: ir.Value, hi: ir.Value, steps:
         part = chain(c, arith.minsi(offset(c, steps), hi), [zero] * count)
         return [arith.addf(t, p) for t, p in zip(totals, part, strict=True)]
 
-    return for_carry(lo, hi, steps, [minus_zero] * count, one)
+    return for_carry(lo, hi, steps, [minus_zero] * count, one, llvm_unrolls=False)
 
 
 def micro_kernel(vec: ir.VectorType, rows: int, vectors: int, k_lo: ir.Value, k_hi: ir.Value,

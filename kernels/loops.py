@@ -50,6 +50,11 @@ def for_range(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, body
     with ir.InsertionPoint(loop.body):
         body(loop.induction_variable)
         scf.yield_([])
+    _hint(loop, llvm_unrolls, llvm_vectorizes)
+
+
+def _hint(loop: scf.ForOp, llvm_unrolls: bool, llvm_vectorizes: bool = True) -> None:
+    """The loop's LLVM metadata (`for_range`)."""
     hints = ([] if llvm_unrolls else [_NO_UNROLL]) + ([] if llvm_vectorizes else [_NO_VECTORIZE])
     if hints:
         loop.operation.attributes["loop_annotation"] = ir.Attribute.parse(f"#llvm.loop_annotation<{', '.join(hints)}>")
@@ -78,12 +83,13 @@ Width 1, not ``disable = true``: the bindings print that as
 
 
 def for_carry(lo: ir.Value | int, hi: ir.Value | int, step: ir.Value | int, init: Sequence[ir.Value],
-              body: CarriedBody) -> list[ir.Value]:  # fmt: skip
+              body: CarriedBody, llvm_unrolls: bool = True) -> list[ir.Value]:  # fmt: skip
     """``values = init; for i in [lo, hi) step step: values = body(i, values)``; returns
-    the final values."""
+    the final values (`llvm_unrolls` as `for_range`)."""
     loop = scf.ForOp(_as_index(lo), _as_index(hi), _as_index(step), list(init))
     with ir.InsertionPoint(loop.body):
         scf.yield_(body(loop.induction_variable, list(loop.inner_iter_args)))
+    _hint(loop, llvm_unrolls)
     return list(loop.results)
 
 
