@@ -147,6 +147,10 @@ class MatmulConfig:
     # place instead of copied out or in by a transpose kernel
     b_transposed: bool = False  # packed only: B stored as Bᵀ (N×K, read in place), each
     # call's B panels gathered from it (a product with Kᵀ, K as its producer wrote it)
+    band: tuple[int, int, int, int] = (0, 0, 0, 0)  # packed, B packed at build, A in place:
+    # (depth, num, den, offset) — column tile t multiplies only B's `depth` rows from
+    # k_t = clamp((t·nr·num) div den + offset, 0, K − depth), its other rows being zero
+    # (a resize's weights: two or four taps per output); depth 0: all of K
     prologue: ep.Epilogue = field(default=())  # ops applied to each element of B as it
     # is read, their operands one value per row of B (`prologue_names`): a producer's
     # per-channel ops computed by a 1×1 convolution instead of in a pass of its own —
@@ -312,6 +316,7 @@ class MatmulConfig:
             raise KernelError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         self._validate_prologue()
         self._validate_strides()
+        self._validate_band()
         if self.blocked:
             if not self.transposed:
                 raise KernelError("channel-blocked operands are for a transposed product (a 1x1 convolution)")
@@ -329,6 +334,17 @@ class MatmulConfig:
                               f"not {ep.describe(self.prologue)}")  # fmt: skip
         if any(op.operand == "output" for op in self.prologue):
             raise KernelError(f"a prologue's operands hold one value per row of B, not {ep.describe(self.prologue)}")
+
+    def _validate_band(self) -> None:
+        depth, _, den, _ = self.band
+        if self.band == (0, 0, 0, 0):
+            return
+        if not (self.a_in_place and self.batch == 1 and not self.leading[0]):
+            raise KernelError("a band of B's rows is for one packed product with B packed at build and A's rows "
+                              "read in place, dense")  # fmt: skip
+        if not 0 < depth <= self.shape.k or den < 1:
+            raise KernelError(f"a band needs 0 < depth <= K={self.shape.k} and a positive denominator, "
+                              f"got {self.band}")  # fmt: skip
 
     def _validate_strides(self) -> None:
         if self.leading == (0, 0, 0) and not self.b_transposed:
@@ -808,8 +824,20 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     last_row = shape.m - 1 if cfg.full_row_edge and rows_in_place and shape.m % cfg.mr else None
     sized_rows = sized_tile(row0, rows, cfg.mr, shape.m, cfg.full_row_edge)
     sized_columns = sized_tile(col0, columns, cfg.nr, shape.n, cfg.full_column_edge)
-    _tile(kn, row0, rows, col0, columns, (pc, pc_end), KBlocks(shape.k, kc, cfg.accumulate), bp, ap, ahead,
+    k_range, blocks = (pc, pc_end), KBlocks(shape.k, kc, cfg.accumulate)
+    if cfg.band[0]:  # its few rows of B, all of the tile's sum (and a small B, in cache: nothing to fetch)
+        k_range, blocks, ahead = _band_rows(cfg, col0), KBlocks(cfg.band[0], cfg.band[0], cfg.accumulate), None
+    _tile(kn, row0, rows, col0, columns, k_range, blocks, bp, ap, ahead,
           lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)  # fmt: skip
+
+
+def _band_rows(cfg: MatmulConfig, col0: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The rows [k_t, k_t + depth) of B that the column tile at `col0` multiplies
+    (`MatmulConfig.band`)."""
+    depth, num, den, shift = cfg.band
+    nominal = arith.addi(arith.divsi(arith.muli(col0, index(num)), index(den)), index(shift))
+    first = arith.maxsi(arith.minsi(nominal, index(cfg.shape.k - depth)), index(0))
+    return first, offset(first, depth)
 
 
 def _outlined(kn: _Kernel, name: str, extra: list[ir.Value], body: Callable[[_Kernel, list[ir.Value]], None]) -> None:

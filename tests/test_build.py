@@ -377,6 +377,25 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
     assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
 
 
+def upsampling_head(mode: str, transform: str) -> onnx.ModelProto:
+    """A segmentation head: a 1x1 convolution to 5 classes on 12x12 features, resized 8x
+    to 96x96 (`mode`, `transform`), a Relu after (a consumer reading the whole output)."""
+    b = zoo.Builder("upsampling", 6)
+    y = b.op("Resize", [b.conv("input", 16, 5, 1, bias=True), "", "", b.const("sizes", np.array([1, 5, 96, 96], np.int64))],
+             mode=mode, coordinate_transformation_mode=transform)  # fmt: skip
+    return b.model("input", [1, 16, 12, 12], [(b.op("Relu", [y]), [1, 5, 96, 96])])
+
+
+@pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),
+                                             ("cubic", "half_pixel")])  # fmt: skip
+def test_an_upsampling_multiplies_only_each_outputs_taps(tmp_path, mode, transform):
+    """The resize along the last axis is a product by its weights, most of them zero:
+    the model picks the kernel that multiplies each column tile's band of them, and it
+    matches onnxruntime."""
+    manifest = build_and_compare(upsampling_head(mode, transform), "avx2", tmp_path / "head")
+    assert any(" band " in k["choice"] for k in manifest["kernels"] if k["kind"] == "matmul"), manifest["kernels"]
+
+
 def transposed_net(shape: list[int], perm: list[int]) -> onnx.ModelProto:
     """A Tanh (so the Transpose reads a computed tensor, of both signs), the Transpose, a
     Relu."""

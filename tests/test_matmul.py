@@ -644,3 +644,90 @@ def test_weights_from_memory_stall_a_tiled_product_read_in_segments(name, case_i
     assert predict(plans["packed"], big).total_ns == predict(plans["packed"], Machine.of(profile)).total_ns
     assert choose(shape, profile, target_for(case_id), 1, b_constant=True,
                   model_weights=10**9).best.config.algorithm == "packed"
+
+
+def resize_weights(size: int, out: int, mode: str = "linear", transform: str = "half_pixel") -> np.ndarray:
+    """Bᵀ's transpose for resizing an axis of `size` to `out` (K×N): each output column a
+    few taps of the input rows (onnx's reference weights)."""
+    from autoconfig.graph.reference import resize_axis
+
+    weights, _ = resize_axis({"mode": mode, "coordinate_transformation_mode": transform}, size, out, out / size, None)
+    return np.ascontiguousarray(weights.T, np.float32)
+
+
+def nonzero_rows(b: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Each column's first and last nonzero row (first > last: none)."""
+    rows = [np.nonzero(b[:, j])[0] for j in range(b.shape[1])]
+    return tuple((int(r[0]), int(r[-1])) if len(r) else (b.shape[0], -1) for r in rows)
+
+
+BANDED = [resize_weights(28, 224), resize_weights(7, 100, "cubic"), resize_weights(33, 520, "linear", "align_corners"),
+          resize_weights(40, 17)]  # fmt: skip
+
+
+@pytest.mark.parametrize("tile", [(3, 2, False), (4, 1, True), (8, 1, False)])  # rows, vectors, full edges
+@pytest.mark.parametrize("which", range(len(BANDED)))
+def test_a_banded_product_multiplies_each_column_tiles_band_alone(tile, which):
+    """B a resize's weights: each column tile multiplies only the rows `band` gives it.
+    Rows outside every tile's band are filled with values the kernel must not read: a
+    kernel that multiplied all of K would add them."""
+    from autoconfig.models.matmul import band
+
+    target = target_for("avx2")
+    require_runnable(target)
+    mr, nv, edges = tile
+    b = BANDED[which]
+    k, n = b.shape
+    found = band(nonzero_rows(b), k, nv * 8)
+    config = mm.MatmulConfig(mm.MatmulShape(37, n, k), "packed", 8, mr, nv, unroll=2, b_packed=True, a_in_place=True,
+                             band=found, mc=mr if edges else 0,  # in row blocks of one tile, as the model picks
+                             **({"full_row_edge": True, "full_column_edge": True} if edges else {}))
+    starts = [max(0, min(j * found[1] // found[2] + found[3], k - found[0])) for j in range(0, n, nv * 8)]
+    outside = np.ones_like(b, dtype=bool)
+    for t, start in enumerate(starts):
+        outside[start:start + found[0], t * nv * 8:(t + 1) * nv * 8] = False
+    assert not (outside & (b != 0)).any()  # the band covers every weight
+    given = np.where(outside, np.float32(1e3), b)
+    a = np.random.default_rng(4).standard_normal((37, k), dtype=np.float32)
+    c = np.full((37, n), np.nan, np.float32)
+    kernel = build(config, target)
+    for rows in ((0, config.row_tiles() // 2), (config.row_tiles() // 2, config.row_tiles())):
+        kernel(c, a, config.pack_b(given.T), *rows, 0, config.col_tiles())
+    np.testing.assert_allclose(c, reference(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_the_band_of_an_upsampling_is_its_taps_per_tile():
+    """Bilinear 8x: a tile of 16 outputs spans 2 input rows and one more tap; cubic: 3
+    more; a dense B's band is all of K."""
+    from autoconfig.models.matmul import band
+
+    assert band(nonzero_rows(resize_weights(28, 224)), 28, 16)[0] == 4
+    assert band(nonzero_rows(resize_weights(28, 224, "cubic")), 28, 16)[0] == 6
+    dense = np.ones((20, 30), np.float32)
+    assert band(nonzero_rows(dense), 20, 16)[0] == 20
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_resize_product_is_chosen_banded_and_its_bound_holds(threads):
+    profile = load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")
+    target, machine = target_for("avx512"), Machine.of(profile)
+    b = resize_weights(28, 224)
+    shape, rows = mm.MatmulShape(4704, 224, 28), nonzero_rows(b)
+    every = [predict(p, machine) for p in candidates(shape, machine, target, threads, b_constant=True, band_rows=rows)]
+    banded = [p for p in every if p.config.band[0]]
+    assert banded and all(floor_ns(p.plan, machine) + fixed_terms_ns(p.plan, machine) <= p.total_ns for p in every)
+    chosen = choose(shape, profile, target, threads, b_constant=True, band_rows=rows)
+    assert chosen.best.config.band[0] == band_depth(chosen.best.config.nr)
+    assert "band" in chosen.explain()
+
+
+def band_depth(nr: int) -> int:
+    from autoconfig.models.matmul import band
+
+    return band(nonzero_rows(resize_weights(28, 224)), 28, nr)[0]
+
+
+def test_a_band_needs_a_in_place_a_and_b_packed():
+    with pytest.raises(KernelError, match="a band of B's rows is for one packed product"):
+        mm.MatmulConfig(mm.MatmulShape(8, 16, 8), "packed", 8, 2, 1, b_packed=True, band=(2, 8, 16, 0)).validate(
+            target_for("avx2"))

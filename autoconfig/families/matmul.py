@@ -47,9 +47,11 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
     local = _preferred_split(b, shape, constant_b, g.is_constant(node.inputs[0]))
+    band_rows = _band_rows(g.constants[node.inputs[1]], trans_b) if one_b else ()
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, a_constant=as_column,
                                     local=None if as_column else local, **product.options(),
-                                    **({"model_weights": b.model_weights} if one_b else {}))  # fmt: skip
+                                    **({"model_weights": b.model_weights} if one_b else {}),
+                                    **({"band_rows": band_rows} if band_rows else {}))  # fmt: skip
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
@@ -71,7 +73,27 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     return KernelGroup(node.name, ops_of([node, *after]), "matmul", calls, modules + b.modules(mm.generate, plan.config),
                        _batch_ns(b, choice.best.total_ns, math.ceil(count / at_once)), choice.explain(),
                        f"{plan.config.algorithm} {plan.config.tile}{f' x{count}' if count > 1 else ''}"
+                       f"{f' band {plan.config.band[0]}' if plan.config.band[0] else ''}"
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
+
+
+def _band_rows(weight: np.ndarray, transposed: bool) -> tuple[tuple[int, int], ...]:
+    """A constant B's (first, last) nonzero row per column where every column's lie
+    within half of its rows (a resize's weights: a few taps per output), else none:
+    the model then also scores products that multiply each column tile's band alone."""
+    b = np.asarray(weight).T if transposed else np.asarray(weight)
+    k = b.shape[0]
+    for columns in (b[:, :: max(1, b.shape[1] // 4)], b):  # a few columns first: they refuse a dense B
+        first, last = _first_and_last(columns != 0)
+        if 2 * (last - first + 1).max(initial=0) > k:
+            return ()
+    return tuple(zip(first.tolist(), last.tolist(), strict=True))
+
+
+def _first_and_last(nonzero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's first and last nonzero row (K and -1 where it has none)."""
+    k, used = nonzero.shape[0], nonzero.any(axis=0)
+    return np.where(used, nonzero.argmax(axis=0), k), np.where(used, k - 1 - nonzero[::-1].argmax(axis=0), -1)
 
 
 def _preferred_split(b: Builder, shape: mm.MatmulShape, constant_b: bool, constant_a: bool) -> str | None:

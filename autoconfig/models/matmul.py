@@ -228,7 +228,18 @@ class MatmulPlan:
 
 
 def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
-    """Predicted time of `plan` on the machine, as named terms."""
+    """Predicted time of `plan` on the machine, as named terms (a banded plan's: the
+    dense product of its depth, `as_dense`)."""
+    dense = as_dense(plan)
+    if dense is not plan:
+        p = predict(dense, machine)
+        depth = plan.config.band[0]
+        own = (("band", f"{depth} of K={plan.shape.k} rows of B per column tile, the rest zero: priced as the "
+                        f"product with K={depth}"),
+               ("blocks", f"one row tile of {plan.config.mr} rows, along all of N, per row block: its rows of A "
+                          f"stay in L1, and every tile's band of B ({depth}x{plan.shape.n}) with them"))  # fmt: skip
+        kept = tuple(line for line in p.parameters if line[0] not in ("kc", "mc", "nc"))
+        return Prediction(plan, p.terms, p.total_ns, (*kept, *own))
     base = machine if isinstance(machine, Machine) else Machine.of(machine)
     config = plan.config
     m = base.at(config.lanes, plan.threads)
@@ -269,6 +280,38 @@ from beyond L2: it reads B as kc row segments of one column tile's width, and th
 stream prefetcher only catches up after a segment has begun, so each segment's start
 costs about one more line than its length. Packed kernels read B along whole rows
 while packing, broadcast along whole rows."""
+
+
+def as_dense(plan: MatmulPlan) -> MatmulPlan:
+    """A banded plan (`MatmulConfig.band`) as the dense product whose work it does: each
+    column tile multiplies `depth` rows of B, so K = depth; other plans as they are."""
+    c = plan.config
+    if not c.band[0]:
+        return plan
+    shape = MatmulShape(c.shape.m, c.shape.n, c.band[0])
+    return replace(plan, config=replace(c, shape=shape, band=(0, 0, 0, 0), kc=shape.k))
+
+
+def _banded(config: MatmulConfig, rows: tuple[tuple[int, int], ...]) -> MatmulConfig:
+    """`config` (packed, A in place, one K block) multiplying each column tile's band of
+    B alone, in row blocks of one row tile: a row tile's A rows stay in L1 while it
+    passes along all of N, reading every tile's few rows of B (depth·N floats: in L1
+    too), so A is read once and C written once."""
+    return replace(config, band=band(rows, config.shape.k, config.nr), mc=config.mr, nc=0)
+
+
+def band(rows: tuple[tuple[int, int], ...], k: int, nr: int) -> tuple[int, int, int, int]:
+    """The narrowest `MatmulConfig.band` for column tiles `nr` wide that covers B's
+    nonzero rows, rows[j] = (first, last) of column j (first > last: none): each tile's
+    rows start at (t·nr·K) div N shifted by the least such start any tile needs."""
+    n = len(rows)
+    spans = [(min(f for f, _ in rows[j:j + nr]), max(last for _, last in rows[j:j + nr])) for j in range(0, n, nr)]
+    used = [(j * k // n, first, last) for j, (first, last) in zip(range(0, n, nr), spans) if first <= last]
+    if not used:
+        return (1, k, n, 0)
+    shift = min(first - nominal for nominal, first, _ in used)
+    depth = max(last + 1 - max(0, nominal + shift) for nominal, _, last in used)
+    return (depth, k, n, shift)
 
 
 def _prologue_term(p: MatmulPlan, m: Machine, share: float, packing_ns: float) -> Term:
@@ -702,7 +745,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
                blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
                prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-               b_transposed: bool = False) -> list[MatmulPlan]:  # fmt: skip
+               b_transposed: bool = False, band_rows: tuple[tuple[int, int], ...] = ()) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call, and dot reads each row tile's rows
@@ -714,7 +757,9 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     so, at any width. With a `prologue` (ops on B as it is read), only tiled and packed
     plans (transposed: a scale of the weights' rows). `leading` and `b_transposed`: operands
     read and written in place (`MatmulConfig.leading`): a B stored transposed only packed,
-    a strided B not by dot."""
+    a strided B not by dot. `band_rows`: a constant B's nonzero rows per column (see
+    `band`): packed plans reading A in place also multiply only their tiles' bands,
+    where a band is at most half of K."""
     registers = min(machine.registers, target.vector_registers)
     in_place = {"leading": leading, "b_transposed": b_transposed}
     configs = []
@@ -749,8 +794,10 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                                             prologue=prologue, **in_place,
                                             **full_edges(shape, mr, nv, lanes, kind == "packed"))
                                for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
-                    configs += blocked + [replace(c, a_in_place=True) for c in blocked  # A's rows whole runs
-                                          if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
+                    in_place_a = [replace(c, a_in_place=True) for c in blocked  # A's rows whole runs
+                                  if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
+                    banded = [_banded(c, band_rows) for c in in_place_a if band_rows]
+                    configs += blocked + in_place_a + [c for c in banded if 2 * c.band[0] <= shape.k]
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
@@ -822,7 +869,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
            b_transposed: bool = False, local: Split | None = None, model_weights: int = 0,
-           split: Split | None = None) -> Choice:  # fmt: skip
+           split: Split | None = None, band_rows: tuple[tuple[int, int], ...] = ()) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -834,12 +881,12 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     `model_weights`: the bytes of constants of the model holding the product, which
     decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
-    each way reads from other cores itself)."""
+    each way reads from other cores itself); `band_rows`: see `candidates`."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue, b_constant, leading, b_transposed)
+                                    prologue, b_constant, leading, b_transposed, band_rows)
              if split is None or plan.threads == 1 or plan.split == split]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
@@ -849,7 +896,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
 
     def floor(p: MatmulPlan) -> float:
         c = p.config
-        key = (c.algorithm in ("tiled", "packed"), c.mr, c.nv, c.lanes, p.threads, p.split)
+        key = (c.algorithm in ("tiled", "packed"), c.mr, c.nv, c.lanes, p.threads, p.split, c.band)
         if key not in floors:
             floors[key] = floor_ns(p, machine)
         return floors[key]
@@ -870,6 +917,7 @@ def fixed_terms_ns(plan: MatmulPlan, machine: Machine) -> float:
     hold: its C tiles per K block, its passes over C and its packing (none for the
     others), at a fraction of `predict`'s cost; with the floor, a tighter lower bound
     where plans of one tile differ in their blocks."""
+    plan = as_dense(plan)
     c = plan.config
     if c.algorithm not in ("tiled", "packed"):
         return 0.0
@@ -887,6 +935,7 @@ def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
     latency and load waits, for the busiest thread) and the call, which the total adds
     to at least those; for the others, `fma_floor_ns`. Counting the edge tiles and the
     busiest thread's share, it prunes more than the FMA floor alone."""
+    plan = as_dense(plan)
     c, s = plan.config, plan.shape
     if c.algorithm not in ("tiled", "packed"):
         return fma_floor_ns(s.m * s.n * s.k, c.lanes, plan.threads, machine)
