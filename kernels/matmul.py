@@ -151,6 +151,8 @@ class MatmulConfig:
     # (depth, num, den, offset) — column tile t multiplies only B's `depth` rows from
     # k_t = clamp((t·nr·num) div den + offset, 0, K − depth), its other rows being zero
     # (a resize's weights: two or four taps per output); depth 0: all of K
+    band_rows: bool = False  # tiled, one K block: the band is row tile t's instead, A's
+    # columns from k_t with t·mr for t·nr (a constant A: a resize along an outer axis)
     prologue: ep.Epilogue = field(default=())  # ops applied to each element of B as it
     # is read, their operands one value per row of B (`prologue_names`): a producer's
     # per-channel ops computed by a 1×1 convolution instead of in a pass of its own —
@@ -338,8 +340,12 @@ class MatmulConfig:
     def _validate_band(self) -> None:
         depth, _, den, _ = self.band
         if self.band == (0, 0, 0, 0):
+            if self.band_rows:
+                raise KernelError("band_rows places a band: give one")
             return
-        if not (self.a_in_place and self.batch == 1 and not self.leading[0]):
+        if self.band_rows and not (self.algorithm == "tiled" and self.blocks()[0] >= self.shape.k):
+            raise KernelError("a band of A's columns is for a tiled product in one K block")
+        if not self.band_rows and not (self.a_in_place and self.batch == 1 and not self.leading[0]):
             raise KernelError("a band of B's rows is for one packed product with B packed at build and A's rows "
                               "read in place, dense")  # fmt: skip
         if not 0 < depth <= self.shape.k or den < 1:
@@ -826,16 +832,17 @@ def _block_tile(kn: _Kernel, block: _Block, col0: ir.Value, columns: int, row0: 
     sized_columns = sized_tile(col0, columns, cfg.nr, shape.n, cfg.full_column_edge)
     k_range, blocks = (pc, pc_end), KBlocks(shape.k, kc, cfg.accumulate)
     if cfg.band[0]:  # its few rows of B, all of the tile's sum (and a small B, in cache: nothing to fetch)
-        k_range, blocks, ahead = _band_rows(cfg, col0), KBlocks(cfg.band[0], cfg.band[0], cfg.accumulate), None
+        k_range = _band_range(cfg, row0 if cfg.band_rows else col0)
+        blocks, ahead = KBlocks(cfg.band[0], cfg.band[0], cfg.accumulate), None
     _tile(kn, row0, rows, col0, columns, k_range, blocks, bp, ap, ahead,
           lambda store: sized_rows(lambda r: sized_columns(lambda c: store(r, c))), last_row)  # fmt: skip
 
 
-def _band_rows(cfg: MatmulConfig, col0: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """The rows [k_t, k_t + depth) of B that the column tile at `col0` multiplies
-    (`MatmulConfig.band`)."""
+def _band_range(cfg: MatmulConfig, origin: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The range [k_t, k_t + depth) of K that the tile starting at column (or, with
+    `band_rows`, row) `origin` multiplies (`MatmulConfig.band`)."""
     depth, num, den, shift = cfg.band
-    nominal = arith.addi(arith.divsi(arith.muli(col0, index(num)), index(den)), index(shift))
+    nominal = arith.addi(arith.divsi(arith.muli(origin, index(num)), index(den)), index(shift))
     first = arith.maxsi(arith.minsi(nominal, index(cfg.shape.k - depth)), index(0))
     return first, offset(first, depth)
 

@@ -389,11 +389,12 @@ def upsampling_head(mode: str, transform: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),
                                              ("cubic", "half_pixel")])  # fmt: skip
 def test_an_upsampling_multiplies_only_each_outputs_taps(tmp_path, mode, transform):
-    """The resize along the last axis is a product by its weights, most of them zero:
-    the model picks the kernel that multiplies each column tile's band of them, and it
-    matches onnxruntime."""
+    """The resize along each axis is a product by its weights, most of them zero (along
+    the height the left operand, along the width the right): the model picks kernels
+    that multiply each tile's band of them alone, and they match onnxruntime."""
     manifest = build_and_compare(upsampling_head(mode, transform), "avx2", tmp_path / "head")
-    assert any(" band " in k["choice"] for k in manifest["kernels"] if k["kind"] == "matmul"), manifest["kernels"]
+    choices = [k["choice"] for k in manifest["kernels"] if k["kind"] == "matmul"]
+    assert len(choices) == 2 and all(" band " in c for c in choices), choices
 
 
 def transposed_net(shape: list[int], perm: list[int]) -> onnx.ModelProto:

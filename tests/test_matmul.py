@@ -696,6 +696,33 @@ def test_a_banded_product_multiplies_each_column_tiles_band_alone(tile, which):
     np.testing.assert_allclose(c, reference(a, b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mr, nv", [(3, 2), (8, 1)])
+@pytest.mark.parametrize("which", range(len(BANDED)))
+def test_a_tiled_product_multiplies_each_row_tiles_band_of_a_alone(mr, nv, which):
+    """A a resize's weights along an outer axis (each row a few taps): each row tile
+    multiplies only its band of A's columns (B's rows); A's entries outside every
+    band are poisoned, as above."""
+    from autoconfig.models.matmul import band
+
+    target = target_for("avx2")
+    require_runnable(target)
+    a = np.ascontiguousarray(BANDED[which].T)  # M outputs x K inputs
+    m, k = a.shape
+    found = band(nonzero_rows(a.T), k, mr)
+    config = mm.MatmulConfig(mm.MatmulShape(m, 21, k), "tiled", 8, mr, nv, unroll=2, band=found, band_rows=True)
+    starts = [max(0, min(i * found[1] // found[2] + found[3], k - found[0])) for i in range(0, m, mr)]
+    outside = np.ones_like(a, dtype=bool)
+    for t, start in enumerate(starts):
+        outside[t * mr:(t + 1) * mr, start:start + found[0]] = False
+    assert not (outside & (a != 0)).any()
+    b = np.random.default_rng(5).standard_normal((k, 21), dtype=np.float32)
+    c = np.full((m, 21), np.nan, np.float32)
+    kernel = build(config, target)
+    for rows in ((0, config.row_tiles() // 2), (config.row_tiles() // 2, config.row_tiles())):
+        kernel(c, np.where(outside, np.float32(1e3), a), b, *rows, 0, config.col_tiles())
+    np.testing.assert_allclose(c, reference(a, b), rtol=1e-5, atol=1e-5)
+
+
 def test_the_band_of_an_upsampling_is_its_taps_per_tile():
     """Bilinear 8x: a tile of 16 outputs spans 2 input rows and one more tap; cubic: 3
     more; a dense B's band is all of K."""
@@ -708,23 +735,24 @@ def test_the_band_of_an_upsampling_is_its_taps_per_tile():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_resize_product_is_chosen_banded_and_its_bound_holds(threads):
-    profile = load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")
-    target, machine = target_for("avx512"), Machine.of(profile)
-    b = resize_weights(28, 224)
-    shape, rows = mm.MatmulShape(4704, 224, 28), nonzero_rows(b)
-    every = [predict(p, machine) for p in candidates(shape, machine, target, threads, b_constant=True, band_rows=rows)]
-    banded = [p for p in every if p.config.band[0]]
-    assert banded and all(floor_ns(p.plan, machine) + fixed_terms_ns(p.plan, machine) <= p.total_ns for p in every)
-    chosen = choose(shape, profile, target, threads, b_constant=True, band_rows=rows)
-    assert chosen.best.config.band[0] == band_depth(chosen.best.config.nr)
-    assert "band" in chosen.explain()
-
-
-def band_depth(nr: int) -> int:
+@pytest.mark.parametrize("side", ["b", "a"])
+def test_a_resize_product_is_chosen_banded_and_its_bound_holds(threads, side):
+    """Along the width, B is the resize's weights (21x224 rows of 28 inputs times 28x224);
+    along the height, A (224x28 times each channel's 28x28 image)."""
     from autoconfig.models.matmul import band
 
-    return band(nonzero_rows(resize_weights(28, 224)), 28, nr)[0]
+    profile = load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")
+    target, machine = target_for("avx512"), Machine.of(profile)
+    spans = nonzero_rows(resize_weights(28, 224))  # per column of B, or per row of A = column of Aᵀ
+    shape, options = ((mm.MatmulShape(4704, 224, 28), {"b_constant": True, "b_band": spans}) if side == "b"
+                      else (mm.MatmulShape(224, 28, 28), {"a_band": spans}))  # fmt: skip
+    every = [predict(p, machine) for p in candidates(shape, machine, target, threads, **options)]
+    assert any(p.config.band[0] for p in every)
+    assert all(floor_ns(p.plan, machine) + fixed_terms_ns(p.plan, machine) <= p.total_ns for p in every)
+    best = choose(shape, profile, target, threads, **options).best
+    tile = best.config.mr if best.config.band_rows else best.config.nr
+    assert best.config.band[0] == band(spans, 28, tile)[0] and best.config.band_rows == (side == "a")
+    assert "band" in dict(best.parameters)
 
 
 def test_a_band_needs_a_in_place_a_and_b_packed():

@@ -47,11 +47,12 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
     local = _preferred_split(b, shape, constant_b, g.is_constant(node.inputs[0]))
-    band_rows = _band_rows(g.constants[node.inputs[1]], trans_b) if one_b else ()
+    bands = {"b_band": _column_spans(g.constants[node.inputs[1]], trans_b) if one_b else (),
+             "a_band": _column_spans(g.constants[node.inputs[0]], not trans_a) if _one_constant(g, node.inputs[0]) else ()}
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, a_constant=as_column,
                                     local=None if as_column else local, **product.options(),
                                     **({"model_weights": b.model_weights} if one_b else {}),
-                                    **({"band_rows": band_rows} if band_rows else {}))  # fmt: skip
+                                    **{name: rows for name, rows in bands.items() if rows})  # fmt: skip
     plan = choice.best.plan
     if as_column:
         plan = replace(plan, config=replace(plan.config, channel_axis="rows"))
@@ -77,10 +78,16 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
                        f"{_in_place(product)}, {threads}", shape.flops * count)  # fmt: skip
 
 
-def _band_rows(weight: np.ndarray, transposed: bool) -> tuple[tuple[int, int], ...]:
+def _one_constant(g: Graph, name: str) -> bool:
+    """Whether `name` is one constant matrix (2-D)."""
+    return g.is_constant(name) and len(g.types[name].shape) == 2
+
+
+def _column_spans(weight: np.ndarray, transposed: bool) -> tuple[tuple[int, int], ...]:
     """A constant B's (first, last) nonzero row per column where every column's lie
     within half of its rows (a resize's weights: a few taps per output), else none:
-    the model then also scores products that multiply each column tile's band alone."""
+    the model then also scores products that multiply each column tile's band alone.
+    Of Aᵀ (`transposed` for an A given as is): A's nonzero columns per row."""
     b = np.asarray(weight).T if transposed else np.asarray(weight)
     k = b.shape[0]
     for columns in (b[:, :: max(1, b.shape[1] // 4)], b):  # a few columns first: they refuse a dense B

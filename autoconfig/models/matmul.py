@@ -233,9 +233,13 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     dense = as_dense(plan)
     if dense is not plan:
         p = predict(dense, machine)
-        depth = plan.config.band[0]
-        own = (("band", f"{depth} of K={plan.shape.k} rows of B per column tile, the rest zero: priced as the "
-                        f"product with K={depth}"),
+        depth, k = plan.config.band[0], plan.shape.k
+        if plan.config.band_rows:
+            own = (("band", f"{depth} of K={k} columns of A per row tile, the rest zero: priced as the product "
+                            f"with K={depth}"),)  # fmt: skip
+            return Prediction(plan, p.terms, p.total_ns, (*p.parameters, *own))
+        own = (("band", f"{depth} of K={k} rows of B per column tile, the rest zero: priced as the product with "
+                        f"K={depth}"),
                ("blocks", f"one row tile of {plan.config.mr} rows, along all of N, per row block: its rows of A "
                           f"stay in L1, and every tile's band of B ({depth}x{plan.shape.n}) with them"))  # fmt: skip
         kept = tuple(line for line in p.parameters if line[0] not in ("kc", "mc", "nc"))
@@ -289,21 +293,27 @@ def as_dense(plan: MatmulPlan) -> MatmulPlan:
     if not c.band[0]:
         return plan
     shape = MatmulShape(c.shape.m, c.shape.n, c.band[0])
-    return replace(plan, config=replace(c, shape=shape, band=(0, 0, 0, 0), kc=shape.k))
+    return replace(plan, config=replace(c, shape=shape, band=(0, 0, 0, 0), band_rows=False, kc=shape.k))
 
 
-def _banded(config: MatmulConfig, rows: tuple[tuple[int, int], ...]) -> MatmulConfig:
-    """`config` (packed, A in place, one K block) multiplying each column tile's band of
-    B alone, in row blocks of one row tile: a row tile's A rows stay in L1 while it
-    passes along all of N, reading every tile's few rows of B (depth·N floats: in L1
-    too), so A is read once and C written once."""
-    return replace(config, band=band(rows, config.shape.k, config.nr), mc=config.mr, nc=0)
+def _banded(config: MatmulConfig, spans: tuple[tuple[int, int], ...], m: Machine) -> MatmulConfig:
+    """`config` multiplying each tile's band alone. Packed (A in place, one K block):
+    column tiles' bands of B's rows, in row blocks of one row tile — a row tile's A rows
+    stay in L1 while it passes along all of N, reading every tile's few rows of B
+    (depth·N floats: in L1 too), so A is read once and C written once. Tiled: row
+    tiles' bands of A's columns, in one K block."""
+    if config.algorithm == "tiled":
+        found, s = band(spans, config.shape.k, config.mr), config.shape
+        _, mc, nc, _ = block_sizes(MatmulShape(s.m, s.n, found[0]), config.mr, config.nr, m)
+        return replace(config, band=found, band_rows=True, kc=0, mc=mc, nc=nc)
+    return replace(config, band=band(spans, config.shape.k, config.nr), mc=config.mr, nc=0)
 
 
 def band(rows: tuple[tuple[int, int], ...], k: int, nr: int) -> tuple[int, int, int, int]:
-    """The narrowest `MatmulConfig.band` for column tiles `nr` wide that covers B's
-    nonzero rows, rows[j] = (first, last) of column j (first > last: none): each tile's
-    rows start at (t·nr·K) div N shifted by the least such start any tile needs."""
+    """The narrowest `MatmulConfig.band` for tiles `nr` wide that covers B's nonzero
+    rows, rows[j] = (first, last) of column j (first > last: none), or A's nonzero
+    columns per row: each tile's start (t·nr·K) div N (or M) shifted by the least
+    such start any tile needs."""
     n = len(rows)
     spans = [(min(f for f, _ in rows[j:j + nr]), max(last for _, last in rows[j:j + nr])) for j in range(0, n, nr)]
     used = [(j * k // n, first, last) for j, (first, last) in zip(range(0, n, nr), spans) if first <= last]
@@ -745,7 +755,8 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
                blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
                prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-               b_transposed: bool = False, band_rows: tuple[tuple[int, int], ...] = ()) -> list[MatmulPlan]:  # fmt: skip
+               b_transposed: bool = False, b_band: tuple[tuple[int, int], ...] = (),
+               a_band: tuple[tuple[int, int], ...] = ()) -> list[MatmulPlan]:  # fmt: skip
     """Every plan the model scores: algorithms × widths × register tiles × splits. With
     `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call, and dot reads each row tile's rows
@@ -757,9 +768,10 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     so, at any width. With a `prologue` (ops on B as it is read), only tiled and packed
     plans (transposed: a scale of the weights' rows). `leading` and `b_transposed`: operands
     read and written in place (`MatmulConfig.leading`): a B stored transposed only packed,
-    a strided B not by dot. `band_rows`: a constant B's nonzero rows per column (see
-    `band`): packed plans reading A in place also multiply only their tiles' bands,
-    where a band is at most half of K."""
+    a strided B not by dot. `b_band`: a constant B's nonzero rows per column (see
+    `band`): packed plans reading A in place also multiply only their column tiles'
+    bands, where a band is at most half of K; `a_band`: a constant A's nonzero columns
+    per row, tiled plans in one K block their row tiles' bands likewise."""
     registers = min(machine.registers, target.vector_registers)
     in_place = {"leading": leading, "b_transposed": b_transposed}
     configs = []
@@ -796,8 +808,9 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                                for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
                     in_place_a = [replace(c, a_in_place=True) for c in blocked  # A's rows whole runs
                                   if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
-                    banded = [_banded(c, band_rows) for c in in_place_a if band_rows]
-                    configs += blocked + in_place_a + [c for c in banded if 2 * c.band[0] <= shape.k]
+                    banded = [_banded(c, b_band, m) for c in in_place_a if b_band]
+                    banded += [_banded(c, a_band, m) for c in blocked if a_band and c.algorithm == "tiled"]
+                    configs += blocked + in_place_a + [c for c in dict.fromkeys(banded) if 2 * c.band[0] <= shape.k]
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
@@ -869,7 +882,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
            b_transposed: bool = False, local: Split | None = None, model_weights: int = 0,
-           split: Split | None = None, band_rows: tuple[tuple[int, int], ...] = ()) -> Choice:  # fmt: skip
+           split: Split | None = None, b_band: tuple[tuple[int, int], ...] = (),
+           a_band: tuple[tuple[int, int], ...] = ()) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -881,12 +895,12 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     `model_weights`: the bytes of constants of the model holding the product, which
     decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
-    each way reads from other cores itself); `band_rows`: see `candidates`."""
+    each way reads from other cores itself); `b_band`, `a_band`: see `candidates`."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     plans = [plan for t in sorted({1, budget})
              for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue, b_constant, leading, b_transposed, band_rows)
+                                    prologue, b_constant, leading, b_transposed, b_band, a_band)
              if split is None or plan.threads == 1 or plan.split == split]  # fmt: skip
     # A floor depends on the tile, width, threads and split, and on which edge tiles are
     # computed as full ones: a packed plan may compute its column edge so where the tiled
