@@ -179,6 +179,19 @@ def test_packing_a_carries_loop_hints_llvm_reads():
     assert "llvm.loop.vectorize.disable" not in pack_a
 
 
+def test_a_tile_of_24_sums_keeps_them_in_registers_across_chains(tmp_path):
+    """K = 160 is two chains of sums (`kernels.gemm.SUM_CHAIN`); with a 4x6 tile the
+    chain's 24 sums and the 24 totals outnumber AVX-512's 32 registers. The totals may
+    be saved and reloaded once per chain (priced), no more: unrolled, LLVM peeled the
+    first chain and spilled the second's sums around its FMAs (288 stack accesses)."""
+    target = target_for("avx512")
+    config = mm.MatmulConfig(mm.MatmulShape(196, 960, 160), "packed", 16, mr=4, nv=6, unroll=2, transposed=True,
+                             blocked=True)  # a 1x1 layer's channels in the lanes, on channel blocks
+    asm = compile_object(to_llvm_ir(mm.generate(config, target).module), target, tmp_path, assembly=True).assembly
+    stack = re.findall(r"^\s+v\w+\s.*zmm.*\(%rsp\)|^\s+v\w+\s.*\(%rsp\).*zmm", asm, re.M)
+    assert len(stack) <= 2 * config.mr * config.nv, len(stack)
+
+
 def test_api_chooses_builds_and_runs_with_threads():
     f = compile_matmul(300, 200, 100, profile=HOST_PROFILE, threads=2)
     rng = np.random.default_rng(1)
