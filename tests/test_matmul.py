@@ -736,6 +736,21 @@ def test_a_tiled_product_multiplies_each_row_tiles_band_of_a_alone(mr, nv, which
     np.testing.assert_allclose(c, reference(a, b), rtol=1e-5, atol=1e-5)
 
 
+def test_only_a_constant_with_narrow_columns_is_offered_bands():
+    """The family passes a constant's per-column spans to the model only where every
+    column's nonzeros lie within `models.matmul.BAND_LIMIT` of K: a resize's weights, not
+    a layer's dense ones nor a matrix with one wide column among narrow ones."""
+    from autoconfig.families.matmul import _column_spans
+
+    weights = resize_weights(28, 224)
+    assert _column_spans(weights, False) == nonzero_rows(weights)
+    assert _column_spans(np.ascontiguousarray(weights.T), True) == nonzero_rows(weights)
+    assert _column_spans(np.random.default_rng(0).standard_normal((64, 40)), False) == ()
+    wide = weights.copy()
+    wide[[0, 27], 101] = 1.0  # one column among 224 spans all of K
+    assert _column_spans(wide, False) == ()
+
+
 def test_the_band_of_an_upsampling_is_its_taps_per_tile():
     """Bilinear 8x: a tile of 16 outputs spans 2 input rows and one more tap; cubic: 3
     more; a dense B's band is all of K."""

@@ -47,8 +47,9 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     one_b = constant_b and not as_column and len(b_shape) == 2  # one constant B for every product: packed once
     count = len(product.offsets)
     local = _preferred_split(b, shape, constant_b, g.is_constant(node.inputs[0]))
+    constant_a = _one_constant(g, node.inputs[0])
     bands = {"b_band": _column_spans(g.constants[node.inputs[1]], trans_b) if one_b else (),
-             "a_band": _column_spans(g.constants[node.inputs[0]], not trans_a) if _one_constant(g, node.inputs[0]) else ()}
+             "a_band": _column_spans(g.constants[node.inputs[0]], not trans_a) if constant_a else ()}
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, a_constant=as_column,
                                     local=None if as_column else local, **product.options(),
                                     **({"model_weights": b.model_weights} if one_b else {}),
@@ -84,15 +85,15 @@ def _one_constant(g: Graph, name: str) -> bool:
 
 
 def _column_spans(weight: np.ndarray, transposed: bool) -> tuple[tuple[int, int], ...]:
-    """A constant B's (first, last) nonzero row per column where every column's lie
-    within half of its rows (a resize's weights: a few taps per output), else none:
+    """A constant B's (first, last) nonzero row per column where every column's span
+    is narrow (`models.matmul.narrow`: a resize's weights, a few taps per output), else none:
     the model then also scores products that multiply each column tile's band alone.
     Of Aᵀ (`transposed` for an A given as is): A's nonzero columns per row."""
     b = np.asarray(weight).T if transposed else np.asarray(weight)
     k = b.shape[0]
     for columns in (b[:, :: max(1, b.shape[1] // 4)], b):  # a few columns first: they refuse a dense B
         first, last = _first_and_last(columns != 0)
-        if 2 * (last - first + 1).max(initial=0) > k:
+        if not matmul_model.narrow(int((last - first + 1).max(initial=0)), k):
             return ()
     return tuple(zip(first.tolist(), last.tolist(), strict=True))
 

@@ -286,6 +286,18 @@ costs about one more line than its length. Packed kernels read B along whole row
 while packing, broadcast along whole rows."""
 
 
+BAND_LIMIT = 0.5
+"""The largest share of K a band may cover and still be scored (`candidates`): a resize's
+bands cover a few of K's rows; one over half of K saves less than half the work, which
+the dense plans' K blocking and B prefetch (a banded tile has neither) can make up."""
+
+
+def narrow(depth: int, k: int) -> bool:
+    """Whether a band `depth` deep (or a column's span of nonzeros) is within
+    BAND_LIMIT of K."""
+    return depth <= BAND_LIMIT * k
+
+
 def as_dense(plan: MatmulPlan) -> MatmulPlan:
     """A banded plan (`MatmulConfig.band`) as the dense product whose work it does: each
     column tile multiplies `depth` rows of B, so K = depth; other plans as they are."""
@@ -770,7 +782,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     read and written in place (`MatmulConfig.leading`): a B stored transposed only packed,
     a strided B not by dot. `b_band`: a constant B's nonzero rows per column (see
     `band`): packed plans reading A in place also multiply only their column tiles'
-    bands, where a band is at most half of K; `a_band`: a constant A's nonzero columns
+    bands, where a band is `narrow`; `a_band`: a constant A's nonzero columns
     per row, tiled plans in one K block their row tiles' bands likewise."""
     registers = min(machine.registers, target.vector_registers)
     in_place = {"leading": leading, "b_transposed": b_transposed}
@@ -810,7 +822,7 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
                                   if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
                     banded = [_banded(c, b_band, m) for c in in_place_a if b_band]
                     banded += [_banded(c, a_band, m) for c in blocked if a_band and c.algorithm == "tiled"]
-                    configs += blocked + in_place_a + [c for c in dict.fromkeys(banded) if 2 * c.band[0] <= shape.k]
+                    configs += blocked + in_place_a + [c for c in dict.fromkeys(banded) if narrow(c.band[0], shape.k)]
     configs = [c for c in configs if c.registers_needed()[0] <= registers]
     splits = SPLITS if threads > 1 else SPLITS[:1]
     plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
