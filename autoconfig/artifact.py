@@ -151,17 +151,20 @@ def _write(model: BuiltModel, work: Path, cache: KernelCache, progress) -> dict:
 
 
 def runner_config(model: BuiltModel) -> RunnerConfig:
-    """The C runner of `model`: its kernels' calls encoded in order, sizes in bytes."""
+    """The C runner of `model`: its kernels' calls encoded in order (and as placed for
+    cores that share their caches, where that differs), sizes in bytes."""
     calls = [c for k in model.kernels for c in k.calls]
     symbols = tuple(dict.fromkeys(c.symbol for c in calls))
+    index = {s: i for i, s in enumerate(symbols)}
     g = model.graph
-    return RunnerConfig(tuple(int(v) for v in encode(calls, {s: i for i, s in enumerate(symbols)})), len(calls),
+    return RunnerConfig(tuple(int(v) for v in encode(calls, index)), len(calls),
                         symbols, tuple(g.types[n].bytes for n in g.inputs),
                         tuple(g.types[n].elements * DELIVERED[_delivered(g, n)] for n, _ in model.outputs),
-                        tuple(4 * offset for _, offset in model.outputs), 4 * model.arena_floats,
-                        model.weights_bytes, widest(calls),
+                        tuple(4 * offset for _, offset in model.outputs),
+                        4 * max(model.arena_floats, model.near_arena_floats), model.weights_bytes, widest(calls),
                         tuple((i, 4 * offset, n) for i, offset, n in model.conversions), model.index_limits,
-                        tuple(_delivered(g, n) for n, _ in model.outputs))  # fmt: skip
+                        tuple(_delivered(g, n) for n, _ in model.outputs),
+                        tuple(int(v) for v in encode(model.near, index)) if model.near else ())  # fmt: skip
 
 
 def _delivered(graph: Graph, output: str) -> str:
@@ -187,6 +190,7 @@ def _manifest(model: BuiltModel, native: bool, compiled: int, cached: int) -> di
         "kernels": kernels,
         "steps": step,
         "arena_bytes": 4 * model.arena_floats,
+        **({"near_arena_bytes": 4 * model.near_arena_floats} if model.near else {}),
         "intermediate_bytes": 4 * model.intermediate_floats,
         "weights_bytes": model.weights_bytes,
         "predicted_ns": round(sum(k.predicted_ns for k in model.kernels), 1),
@@ -211,7 +215,9 @@ def report(model: BuiltModel, manifest: dict) -> str:
              f"Arena: {manifest['arena_bytes'] / 1e6:.2f} MB at its peak, for "
              f"{manifest['intermediate_bytes'] / 1e6:.2f} MB of intermediate tensors and scratch"
              + (f" (memory reused only after {4 * model.cooling_floats / 1e6:.1f} MB of traffic, up to the last-level "
-                "cache for each thread: a line another thread still holds is slow to write)" if model.cooling_floats else "")
+                "cache for each thread: a line another thread still holds is slow to write; where the cores pass "
+                f"lines to each other quickly, measured as it runs, a program reusing it at once runs in "
+                f"{manifest['near_arena_bytes'] / 1e6:.2f} MB)" if model.near else "")
              + f"; weights {manifest['weights_bytes'] / 1e6:.2f} MB.", "",
              "## Fusion plan", "", "| # | kernel | ops | choice | predicted µs |", "|---|---|---|---|---|"]  # fmt: skip
     for i, k in enumerate(model.kernels):

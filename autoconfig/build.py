@@ -230,16 +230,34 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
         if group is not None:
             kernels.append(group)
             b.step += 1
-    arena = b.place(graph.outputs)
+    pinned = [*graph.outputs, *graph.converted]
+    near, near_arena = (), 0
+    if b.cooling():  # the program for cores that share their caches: memory reused at once
+        near_arena = b.place(graph.outputs, pinned, cool=False)
+        near, near_ends = tuple(c for k in kernels for c in _resolved(b, k.calls)), _ends(b, graph)
+    arena = b.place(graph.outputs, pinned)
     for k in kernels:
-        k.calls = [Call(c.symbol, tuple(Part(tuple(b.resolve(r) for r in p.buffers), p.sizes) for p in c.parts))
-                   for c in k.calls]  # fmt: skip
+        k.calls = _resolved(b, k.calls)
+    outputs, conversions = _ends(b, graph)
+    near = near if b.cooled else ()  # the cooling halved to none: one program
+    assert not near or near_ends == (outputs, conversions), "pinned buffers moved between placements"
     intermediate = sum(aligned(buf.size) for buf in b.buffers if buf.inside is None and buf.input_index is None)
-    outputs = []
-    for name in graph.outputs:
-        outputs.append((name, b.resolve(Ref(VIRTUAL + b.where[name][0], b.where[name][1])).offset))
+    return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
+                      b.cooled, outputs, conversions, tuple(graph.ids_below.get(n, 0) for n in graph.inputs),
+                      near, near_arena)  # fmt: skip
+
+
+def _ends(b: Builder, graph: Graph) -> tuple[list[tuple[str, int]], tuple[tuple[int, int, int], ...]]:
+    """Where the runner finds each output, and writes each converted int64 input, in the
+    arena as `b` has placed it."""
+    outputs = [(name, b.resolve(Ref(VIRTUAL + b.where[name][0], b.where[name][1])).offset) for name in graph.outputs]
     conversions = tuple((graph.inputs.index(source), b.resolve(Ref(VIRTUAL + b.where[name][0])).offset,
                          graph.types[name].elements) for name, source in graph.converted.items())  # fmt: skip
-    return BuiltModel(graph, profile, target, plan.strategy, threads, kernels, tuple(b.weights), arena, intermediate,
-                      b.cooled, outputs, conversions, tuple(graph.ids_below.get(n, 0) for n in graph.inputs))  # fmt: skip
+    return outputs, conversions
+
+
+def _resolved(b: Builder, calls: list[Call]) -> list[Call]:
+    """`calls` with every buffer at its place in the arena as `b` has placed it."""
+    return [Call(c.symbol, tuple(Part(tuple(b.resolve(r) for r in p.buffers), p.sizes) for p in c.parts))
+            for c in calls]  # fmt: skip
 

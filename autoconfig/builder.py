@@ -111,6 +111,8 @@ class BuiltModel:
     outputs: list[tuple[str, int]]  # graph output -> its offset in the arena (floats)
     conversions: tuple[tuple[int, int, int], ...] = ()  # (int64 input, arena offset in floats, elements)
     index_limits: tuple[int, ...] = ()  # per input: ids must lie in [-limit, limit) (0: not ids)
+    near: tuple[Call, ...] = ()  # the program with memory reused at once, for cores that share their caches
+    near_arena_floats: int = 0  # its arena
 
     @property
     def weights_bytes(self) -> int:
@@ -333,35 +335,41 @@ class Builder:
 
     # ---------------------------------------------------------------- placement
 
-    def place(self, outputs: list[str]) -> int:
+    def place(self, outputs: list[str], pinned: list[str], cool: bool = True) -> int:
         """Give every arena buffer its offset; returns the arena's size in floats. The
-        cooling (`cooling`) is halved while it would take more than COOLED_ARENA_GROWTH
-        times the memory of a plan without it; `cooled` is what the plan used."""
+        buffers of `pinned` values (those the runner reads or writes: outputs, converted
+        inputs) come first, never sharing memory, so that they lie at the same offsets
+        in every placement. `cool`: with the cooling (`cooling`), halved while it would
+        take more than COOLED_ARENA_GROWTH times the memory of a plan without it
+        (`cooled` is what the plan used); else none, memory reused at once."""
         for name in outputs:
             root = self._absolute(self.where[name][0], 0)[0]
             self.buffers[root].last = self.step  # copied out after the last kernel
+        fixed = {self._absolute(self.where[name][0], 0)[0] for name in pinned}
         roots = [i for i, b in enumerate(self.buffers) if b.inside is None and b.input_index is None]
-        tight, self.cooled = self._placed(roots, 0), self.cooling()
-        while self.cooled and self._placed(roots, self.cooled) > COOLED_ARENA_GROWTH * tight:
+        tight, self.cooled = self._placed(roots, fixed, 0), self.cooling() if cool else 0
+        while self.cooled and self._placed(roots, fixed, self.cooled) > COOLED_ARENA_GROWTH * tight:
             self.cooled //= 2
-        return self._placed(roots, self.cooled)
+        return self._placed(roots, fixed, self.cooled)
 
-    def _placed(self, roots: list[int], cooling: int) -> int:
-        """Place the buffers `roots`, largest first, each at the lowest offset where it
-        is `_apart` from every buffer placed; the arena's size in floats."""
+    def _placed(self, roots: list[int], fixed: set[int], cooling: int) -> int:
+        """Place the buffers `roots`, those of `fixed` first, then largest first, each
+        at the lowest offset where it is `_apart` from every buffer placed (the fixed
+        ones from each other never); the arena's size in floats."""
         apart = self._apart(roots, cooling)
-        placed: list[Buffer] = []
-        for i in sorted(roots, key=lambda i: -self.buffers[i].size):
+        placed: list[tuple[int, Buffer]] = []
+        for i in sorted(roots, key=lambda i: (i not in fixed, -self.buffers[i].size)):
             b = self.buffers[i]
-            busy = sorted((p.offset, p.offset + aligned(p.size)) for p in placed if not apart(p, b))
+            busy = sorted((p.offset, p.offset + aligned(p.size)) for j, p in placed
+                          if not apart(p, b) or (i in fixed and j in fixed))  # fmt: skip
             offset = 0
             for start, end in busy:
                 if offset + aligned(b.size) <= start:
                     break
                 offset = max(offset, end)
             b.offset = offset
-            placed.append(b)
-        return max((p.offset + aligned(p.size) for p in placed), default=0)
+            placed.append((i, b))
+        return max((p.offset + aligned(p.size) for _, p in placed), default=0)
 
     def cooling(self) -> int:
         """Floats of traffic after a buffer's last use before another may take its

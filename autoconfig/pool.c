@@ -18,6 +18,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef void (*ac_task)(void *const *buffers, const int64_t *sizes);
@@ -117,6 +119,19 @@ static void forget_workers_in_child(void) {
   pthread_mutex_init(&run_lock, NULL);
 }
 
+/* Give a worker its part, waking it if it sleeps. */
+static void hand_over(slot_t *s, ac_task task, void *const *buffers, const int64_t *sizes) {
+  s->task = task;
+  s->buffers = buffers;
+  s->sizes = sizes;
+  atomic_store(&s->state, READY); /* seq_cst: pairs with the worker's sleeping store */
+  if (atomic_load(&s->sleeping)) {
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+  }
+}
+
 /* Run task over `parts` parts in parallel and return when all are done.
  * Concurrent callers (another Python thread) run their parts serially rather than
  * wait. Returns how many parts ran on workers (the rest ran on the caller). */
@@ -130,15 +145,7 @@ int ac_pool_run(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
   int64_t handed = parts - 1 < workers ? parts - 1 : workers;
   for (int64_t i = 1; i <= handed; i++) {
     slot_t *s = &slots[i];
-    s->task = task;
-    s->buffers = buffers + i * nbuf;
-    s->sizes = sizes + i * nsize;
-    atomic_store(&s->state, READY); /* seq_cst: pairs with the worker's sleeping store */
-    if (atomic_load(&s->sleeping)) {
-      pthread_mutex_lock(&s->lock);
-      pthread_cond_signal(&s->wake);
-      pthread_mutex_unlock(&s->lock);
-    }
+    hand_over(s, task, buffers + i * nbuf, sizes + i * nsize);
   }
   task(buffers, sizes);
   for (int64_t i = handed + 1; i < parts; i++) task(buffers + i * nbuf, sizes + i * nsize);
@@ -154,6 +161,70 @@ int ac_pool_run(ac_task task, int64_t parts, void *const *buffers, int64_t nbuf,
   }
   pthread_mutex_unlock(&run_lock);
   return by_workers;
+}
+
+/* Whether the caller's core and the workers' pass a cache line to each other quickly, as
+ * cores sharing a last-level cache do: a built model then runs the program that reuses
+ * memory at once, else the one that reuses it only after the other cores' caches have
+ * cooled (a line another core still holds is slow to write). A line is bounced between
+ * the caller and the first and last workers, at most every REMEASURE_NS; meanwhile, or
+ * while another call holds the pool, the last verdict stands. AUTOCONFIG_CORES=near or
+ * apart in the environment decides instead. */
+static const int64_t NEAR_NS = 100;    /* one-way: tens of ns within one L3, well over 100 across dies */
+static const int64_t REMEASURE_NS = 100 * 1000 * 1000; /* where a VM's vCPUs run changes over minutes */
+static const int64_t TAKE_NS = 2 * 1000 * 1000;        /* a sleeping worker's wake-up, at most */
+enum { BOUNCES = 32 };
+static _Atomic int64_t ball;
+
+static void bounce(void *const *buffers, const int64_t *sizes) {
+  (void)buffers;
+  (void)sizes;
+  for (int64_t i = 1; i < 2 * BOUNCES; i += 2) {
+    while (atomic_load_explicit(&ball, memory_order_acquire) != i) cpu_relax();
+    atomic_store_explicit(&ball, i + 1, memory_order_release);
+  }
+}
+
+/* A line's one-way trip between the caller and worker `s`, or -1 if it did not start. */
+static int64_t one_way_ns(slot_t *s) {
+  atomic_store(&ball, 0);
+  hand_over(s, bounce, NULL, NULL);
+  int64_t deadline = now_ns() + TAKE_NS;
+  while (atomic_load(&s->state) == READY && now_ns() < deadline) cpu_relax();
+  if (claim(s)) { /* taken back unstarted */
+    atomic_store(&s->state, IDLE);
+    return -1;
+  }
+  int64_t start = now_ns();
+  for (int64_t i = 1; i < 2 * BOUNCES; i += 2) {
+    atomic_store_explicit(&ball, i, memory_order_release);
+    while (atomic_load_explicit(&ball, memory_order_acquire) != i + 1) cpu_relax();
+  }
+  int64_t ns = (now_ns() - start) / (2 * BOUNCES);
+  while (atomic_load_explicit(&s->state, memory_order_acquire) != DONE) cpu_relax();
+  atomic_store_explicit(&s->state, IDLE, memory_order_relaxed);
+  return ns;
+}
+
+int ac_pool_cores_near(void) {
+  static _Atomic int verdict = 1;
+  static _Atomic int64_t next_ns;
+  const char *told = getenv("AUTOCONFIG_CORES"); /* near or apart: the user's word instead */
+  if (told && (!strcmp(told, "near") || !strcmp(told, "apart"))) return !strcmp(told, "near");
+  int64_t now = now_ns();
+  if (now < atomic_load(&next_ns) || pthread_mutex_trylock(&run_lock) != 0) return atomic_load(&verdict);
+  int workers = ensure_workers(1), near = 1, measured = 0;
+  for (int w = 1; w <= workers; w = w < workers ? workers : workers + 1) {
+    int64_t ns = one_way_ns(&slots[w]);
+    measured += ns >= 0;
+    near = near && (ns < 0 || ns < NEAR_NS);
+  }
+  if (measured) {
+    atomic_store(&verdict, near);
+    atomic_store(&next_ns, now + REMEASURE_NS);
+  }
+  pthread_mutex_unlock(&run_lock);
+  return atomic_load(&verdict);
 }
 
 /* A program: kernel calls in order, each on `parts` parts, every buffer addressed as

@@ -459,7 +459,7 @@ def test_arena_memory_is_reused_only_after_the_other_cores_caches_have_cooled():
             b.step = step
             b.constant(np.zeros(floats, np.float32))
         b.step = 3  # the last kernel
-        b.place([])
+        b.place([], [])
         return first.offset, second.offset
 
     cooling = Builder(graph, profile, get_target("avx2"), 2, None).cooling()
@@ -473,7 +473,31 @@ def test_arena_memory_is_reused_only_after_the_other_cores_caches_have_cooled():
     for step in range(10):  # traffic between: all apart, they would take ten times the memory
         b.step = step
         b._buffer(1000)
-    assert b.place([]) <= COOLED_ARENA_GROWTH * aligned(1000) and 0 < b.cooled < cooling  # cooled less
+    assert b.place([], []) <= COOLED_ARENA_GROWTH * aligned(1000) and 0 < b.cooled < cooling  # cooled less
+
+
+def test_a_build_for_threads_also_holds_a_program_reusing_memory_at_once(tmp_path, monkeypatch):
+    """Beside the cooled arena, a two-thread build holds a program whose memory is reused
+    at once, for cores that pass lines to each other quickly (measured as it runs, or
+    told by AUTOCONFIG_CORES): smaller, its outputs where the other's are, and both
+    programs give onnxruntime's answer."""
+    target = get_target("avx2")
+    require_runnable(target)
+    model = small_cnn()
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model, path)
+    manifest = autoconfig.compile_model(path, tmp_path / "out", profile=PROFILES[target.name], target=target, threads=2)
+    assert manifest["near_arena_bytes"] < manifest["arena_bytes"]
+    loaded = autoconfig.load(tmp_path / "out")
+    name, shape = loaded.inputs[0]
+    x = np.random.default_rng(4).standard_normal(shape, dtype=np.float32)
+    (expected,) = onnxruntime_outputs(model, {name: x})
+    for cores in ("near", "apart", "measured"):
+        monkeypatch.setenv("AUTOCONFIG_CORES", cores)
+        (ours,) = loaded({name: x}).values()
+        assert np.abs(ours - expected).max() <= 1e-4 * float(expected.max() - expected.min()), cores
+    single = autoconfig.compile_model(path, tmp_path / "one", profile=PROFILES[target.name], target=target, threads=1)
+    assert "near_arena_bytes" not in single
 
 
 def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
@@ -488,7 +512,7 @@ def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
     b.step = 1
     again, other = b.private(1000, 0), b._buffer(5000)  # `other`: a kernel's own buffer
     b.step = 2
-    b.place([])
+    b.place([], [])
     assert first[0].space == first[1].space == again.space != first[2].space
     assert (first[0].offset, first[1].offset, again.offset) == (0, aligned(100), 0)
     spans = [(b.buffers[i].offset, b.buffers[i].offset + b.buffers[i].size)
