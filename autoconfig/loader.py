@@ -195,6 +195,16 @@ class LoadedModel:
         tens of percent for the shortest kernels."""
         return np.median([self.kernel_times(self.run(inputs)[2]) for _ in range(max(1, runs))], axis=0).tolist()
 
+    def placement(self) -> str | None:
+        """Which of a several-thread model's two programs its calls now run (see README):
+        memory reused at once where the cores pass cache lines quickly, else only after
+        their caches cool; None for a model with one program or one run elsewhere."""
+        if "near_arena_bytes" not in self.manifest or not self._model:
+            return None
+        near = self._lib.ac_pool_cores_near()
+        return ("memory reused at once (the cores share their caches)" if near else
+                "memory reused only after the other cores' caches cool (they share none)")
+
     def products_share(self, kernel_ns: list[float]) -> str:
         """The matrix products' share of the kernels' time and their rate against the
         profile's peak at the model's threads, in one line."""

@@ -496,8 +496,10 @@ def test_a_build_for_threads_also_holds_a_program_reusing_memory_at_once(tmp_pat
         monkeypatch.setenv("AUTOCONFIG_CORES", cores)
         (ours,) = loaded({name: x}).values()
         assert np.abs(ours - expected).max() <= 1e-4 * float(expected.max() - expected.min()), cores
+        said = {"near": "at once", "apart": "only after"}.get(cores, "reused")
+        assert said in loaded.placement()
     single = autoconfig.compile_model(path, tmp_path / "one", profile=PROFILES[target.name], target=target, threads=1)
-    assert "near_arena_bytes" not in single
+    assert "near_arena_bytes" not in single and autoconfig.load(tmp_path / "one").placement() is None
 
 
 def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
