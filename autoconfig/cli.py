@@ -302,8 +302,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.bench:
         print(f"median of {args.bench} runs: {median_ns / 1e6:.3f} ms "
               f"(predicted {model.manifest['predicted_ns'] / 1e6:.3f} ms)")  # fmt: skip
-        if model.placement():
-            print(model.placement())
+        placement = model.placement()
+        if placement:
+            print(placement)
     if args.per_kernel:
         runs = max(1, args.bench)
         kernel_ns = model.kernel_medians(inputs, runs)
@@ -564,8 +565,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                      help="an input (repeatable): float32, or int64 where the manifest says so")
     run.add_argument("--output", type=Path, default=None, metavar="FILE.npz", help="write the outputs here")
-    run.add_argument("--bench", type=int, default=0, metavar="N", help="run N times and print the median time (and, for a model built "
-                     "for several threads, which of its two memory placements the calls ran: see README)")
+    run.add_argument("--bench", type=int, default=0, metavar="N",
+                     help="run N times and print the median time (and, for a model built for several "
+                     "threads, which of its two memory placements the calls ran: see README)")
     run.add_argument("--per-kernel", action="store_true",
                      help="each kernel's measured time (median of the runs) next to its predicted time, "
                      "their rank correlation and the totals' ratio, and the matrix products' share of "
