@@ -28,7 +28,7 @@ from autoconfig.builder import (
     elementwise_kernel, fail, match_epilogue, ops_of, plane_axis, reads_any_layout, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
-from autoconfig.families import attention, conv, matmul, movement, normalization, pool, softmax
+from autoconfig.families import attention, conv, matmul, movement, normalization, pool, recurrent, softmax
 from autoconfig.families.attention import ATTENTION
 from autoconfig.fusion import addressing
 from autoconfig.fusion import plan as fusion_plan
@@ -45,6 +45,7 @@ from kernels.target import Target
 
 FAMILIES: dict[str, Lowering] = {**conv.LOWERINGS, **matmul.LOWERINGS, **pool.LOWERINGS, **softmax.LOWERINGS,
                                  **normalization.LOWERINGS, **movement.LOWERINGS, **attention.LOWERINGS,
+                                 **recurrent.LOWERINGS,
                                  ELEMENTWISE_GROUP: Lowering(None, reads_any_layout, writes_blocks=True)}  # fmt: skip
 """The lowering registry: each family's operators, and the group of elementwise ops
 alone (lowered by `_elementwise`, reading any layout)."""

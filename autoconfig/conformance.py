@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from autoconfig.backend import AutoconfigBackend, parameter_inputs
 from autoconfig.errors import AutoconfigError
-from autoconfig.graph.ops import OPERATORS
+from autoconfig.graph.onnx_import import SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _tensor(path: Path) -> np.ndarray:
 
 def in_table(test: NodeTest) -> bool:
     """Whether every operator of the test is in the operator table."""
-    return test.operators <= set(OPERATORS)
+    return test.operators <= SUPPORTED
 
 
 def run(test: NodeTest, bind_parameters: bool = True, **options) -> Outcome:
@@ -126,5 +126,5 @@ spec: these are held to onnxruntime's answer instead."""
 
 def operators_outside(tests: list[NodeTest]) -> list[tuple[str, int]]:
     """The operators outside the table, ranked by how many tests need them."""
-    counts = collections.Counter(op for t in tests for op in t.operators - set(OPERATORS))
+    counts = collections.Counter(op for t in tests for op in t.operators - SUPPORTED)
     return counts.most_common()

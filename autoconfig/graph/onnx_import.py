@@ -21,7 +21,7 @@ from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import OPERATORS, Kernel
 
 OPSETS = (11, 28)
-SUPPORTED = frozenset(OPERATORS)
+SUPPORTED = frozenset(op for op, row in OPERATORS.items() if not row.made)
 """The operators of the operator table."""
 
 

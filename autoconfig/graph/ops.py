@@ -26,6 +26,7 @@ from enum import Enum, IntEnum
 import numpy as np
 
 from autoconfig.families.elementwise import BINARY_REFERENCE, UNARY
+from autoconfig.graph import recurrent
 from autoconfig.graph import reference as ref
 from autoconfig.graph.ir import Graph, Node
 
@@ -157,6 +158,7 @@ class OpInfo:
     kernel: Kernel = Kernel.ELEMENTWISE
     parameters: tuple[int, ...] = ()  # inputs a deployed model holds as constants (weights, shapes, axes)
     check: Callable[[dict], None] = lambda attrs: None  # raises ValueError for attributes not taken
+    made: bool = False  # made by the import from other operators, never imported
 
 
 _1, _M, _MM = Mapping.ONE_TO_ONE, Mapping.ONE_TO_MANY, Mapping.MANY_TO_MANY
@@ -214,7 +216,8 @@ OPERATORS: dict[str, OpInfo] = {
     "Upsample": OpInfo(_M, _INJ, ref.upsample, expansion_reads, _MV, (1,)),
     "ConvTranspose": OpInfo(_MM, _OUT, ref.onnx_op("ConvTranspose"), window_reads, _EA, (1, 2)),  # as a Conv
     **{op: OpInfo(_MM, _OUT, ref.onnx_op(op), kernel=_A, parameters=(1, 2, 3, 4, 7))
-       for op in ("LSTM", "GRU", "RNN")},  # unrolled over the sequence (graph.recurrent)
+       for op in ("LSTM", "GRU", "RNN")},  # as projections and a Recurrence per direction (graph.recurrent)
+    recurrent.RECURRENCE: OpInfo(_MM, Pattern.OPAQUE, recurrent.reference, kernel=_A, parameters=(1, 4, 5), made=True),
     "Col2Im": OpInfo(_MM, _OUT, ref.onnx_op("Col2Im"), kernel=_A, parameters=(1, 2)),  # as a ConvTranspose
     "InstanceNormalization": OpInfo(_MM, _OUT, ref.onnx_op("InstanceNormalization"), kernel=_A,
                                     parameters=(1, 2)),  # as its ops

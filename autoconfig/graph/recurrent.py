@@ -1,9 +1,8 @@
-"""LSTM, GRU and RNN unrolled over their static sequence (short ones: `STEPS`) into the
-operators the build generates: each gate's input projection for every step at once
-(one MatMul of the whole sequence, its biases added), then per step the recurrent
-products (MatMul of the previous hidden state, the gate's projection added as its
-epilogue) and the gates' elementwise arithmetic, in ONNX's equations (default
-activations, no clip).
+"""LSTM, GRU and RNN as what the build generates: each direction's input projections for
+every step at once (one MatMul of the whole sequence by all its gates' weights, their
+biases added), then one `Recurrence` node running its steps (`families.recurrent`: a
+kernel call per step, the recurrent products and the cell's arithmetic in one kernel);
+Y, Y_h and Y_c assembled from the directions' hidden and cell states.
 """
 
 from __future__ import annotations
@@ -13,35 +12,47 @@ from typing import Protocol
 import numpy as np
 
 from autoconfig.errors import AutoconfigError
+from autoconfig.families.elementwise import UNARY
 from autoconfig.graph.ir import Graph, Node
+from kernels import epilogue as ep
+from kernels.recurrent import ACTIVATIONS, CELLS
 
-GATES = {"LSTM": "iofc", "GRU": "zrh", "RNN": "i"}
-"""Each operator's gates, in the order its weights stack them."""
+RECURRENCE = "Recurrence"
+"""The operator of one direction's steps, made here and never imported: (P [seq, batch,
+gates x hidden]: the projections with their biases, R [gates x hidden, hidden], h0, c0
+[batch, hidden], peepholes [3 x hidden], a GRU's Rbh [hidden]) -> (Y [seq, batch,
+hidden], the last cell state); attributes: cell, hidden_size, reverse, clip,
+input_forget, linear_before_reset, and the activations with one alpha and beta each."""
 
-STEPS = 32
-"""Steps (sequence length × directions) unrolled per layer: each adds about 25 ops, and
-the fusion planner's search grows faster than the ops (docs/coverage.md says how much);
-longer layers are refused."""
+DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+"""Each cell's activations where the node names none (per direction)."""
 
-ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
-"""The activations generated: the defaults (per direction)."""
+PARAMETERS = {"LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",),
+              "HardSigmoid": ("alpha", "beta")}  # fmt: skip
+"""The activations that take alpha (and beta): each consumes the next of the node's
+`activation_alpha` (`activation_beta`) in order, as onnxruntime reads them; the others
+none. Their defaults are their operators'."""
+
+GENERATED = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "Elu", "Softsign", "Softplus")
+"""The activations generated (Affine and ScaledTanh are not)."""
 
 
 class Maker(Protocol):
-    """What the unrolling makes nodes with (`graph.simplify`'s builder of new nodes)."""
+    """What the rewrite makes nodes with (`graph.simplify`'s builder of new nodes)."""
 
     nodes: list[Node]
 
+    def value(self, what: str, shape: tuple[int, ...]) -> str: ...
     def constant(self, what: str, array: np.ndarray) -> str: ...
     def op(self, op: str, inputs: list[str], shape: tuple[int, ...], out: str = "", **attrs) -> str: ...
     def reshape(self, x: str, shape: tuple[int, ...], out: str = "") -> str: ...
     def slice(self, x: str, starts: list[int], ends: list[int], axes: list[int], shape: tuple[int, ...]) -> str: ...
 
 
-def unrolled(graph: Graph, node: Node, made: Maker) -> list[Node]:
-    """`node` (LSTM, GRU or RNN) as the steps of each direction, its outputs (Y, Y_h,
-    and an LSTM's Y_c) assembled from the steps' hidden and cell states."""
-    _check(graph, node)
+def stepped(graph: Graph, node: Node, made: Maker) -> list[Node]:
+    """`node` (LSTM, GRU or RNN) as each direction's projections and steps, its outputs
+    (Y, Y_h, and an LSTM's Y_c) assembled from them."""
+    functions = _activations(graph, node)
     a, x = node.attrs, node.inputs[0]
     seq, batch, width = graph.types[x].shape
     if a.get("layout", 0):  # batch first
@@ -49,119 +60,92 @@ def unrolled(graph: Graph, node: Node, made: Maker) -> list[Node]:
         x = made.op("Transpose", [x], (seq, batch, width), perm=[1, 0, 2])
     rows = made.reshape(x, (seq * batch, width))
     directions = 2 if a.get("direction", "forward") == "bidirectional" else 1
-    states = [_direction(graph, node, made, rows, (seq, batch), d) for d in range(directions)]
+    each = len(functions) // directions
+    states = [_direction(graph, node, made, rows, (seq, batch), d, functions[d * each:(d + 1) * each])
+              for d in range(directions)]  # fmt: skip
     _outputs(node, made, states, (seq, batch, int(a["hidden_size"])))
     return made.nodes
 
 
-def _check(graph: Graph, node: Node) -> None:
-    """One line for what the unrolling does not generate."""
+def _activations(graph: Graph, node: Node) -> list[tuple[str, float | None, float | None]]:
+    """Each activation of every direction with its alpha and beta (None: its default),
+    after checking the node is one the build generates (one line naming it if not)."""
     a, inputs = node.attrs, node.inputs + [""] * 8
 
-    def refuse(why: str) -> None:
-        raise AutoconfigError(f"node {node.name!r} ({node.op}): {why}")
+    def refuse(why: str) -> AutoconfigError:
+        return AutoconfigError(f"node {node.name!r} ({node.op}): {why}")
 
     if not all(graph.is_constant(i) for i in inputs[1:4] if i):
-        refuse("computed weights or biases are not generated")
-    if "clip" in a or a.get("input_forget", 0):
-        refuse("clip and input_forget are not generated")
-    activations = a.get("activations")
-    if activations and [s.decode() if isinstance(s, bytes) else s for s in activations] != \
-            ACTIVATIONS[node.op] * (len(activations) // len(ACTIVATIONS[node.op])):  # fmt: skip
-        refuse(f"activations {activations} are not generated (only the defaults)")
+        raise refuse("computed weights or biases are not generated")
     seq = graph.types[node.inputs[0]].shape[1 if a.get("layout", 0) else 0]
-    steps = seq * (2 if a.get("direction", "forward") == "bidirectional" else 1)
-    if steps > STEPS:
-        refuse(f"{steps} steps (sequence × directions) are more than the {STEPS} unrolled")
     lengths = inputs[4]
     if lengths and not (graph.is_constant(lengths) and (np.asarray(graph.constants[lengths]) == seq).all()):
-        refuse("sequence_lens shorter than the sequence are not generated")
+        raise refuse("sequence_lens shorter than the sequence are not generated")
     if node.op == "LSTM" and inputs[7] and not graph.is_constant(inputs[7]):
-        refuse("computed peephole weights are not generated")
+        raise refuse("computed peephole weights are not generated")
+    names = [s.decode() if isinstance(s, bytes) else s for s in a.get("activations", [])]
+    directions = 2 if a.get("direction", "forward") == "bidirectional" else 1
+    names = names or DEFAULTS[node.op] * directions
+    generated = {n.lower(): n for n in GENERATED}
+    if len(names) != ACTIVATIONS[node.op] * directions or any(n.lower() not in generated for n in names):
+        raise refuse(f"activations {names} are not generated ({', '.join(GENERATED)}: "
+                     f"{ACTIVATIONS[node.op]} per direction)")  # fmt: skip
+    alphas, betas = list(a.get("activation_alpha", [])), list(a.get("activation_beta", []))
+    functions = []
+    for name in (generated[n.lower()] for n in names):
+        takes = PARAMETERS.get(name, ())
+        alpha = alphas.pop(0) if "alpha" in takes and alphas else None
+        beta = betas.pop(0) if "beta" in takes and betas else None
+        functions.append((name, alpha, beta))
+    return functions
 
 
-def _direction(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[int, int],
-               d: int) -> tuple[list[str], str, str | None]:  # fmt: skip
-    """Direction d's hidden states in time order, its last hidden and (LSTM) cell state."""
+def activation_ops(attrs: dict) -> tuple[ep.EpilogueOp, ...]:
+    """A Recurrence node's activations as the epilogue ops the kernel applies."""
+    return tuple(UNARY[name].op({k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
+                 for name, alpha, beta in zip(attrs["activations"], attrs["activation_alpha"],
+                                              attrs["activation_beta"], strict=True))  # fmt: skip
+
+
+def _direction(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[int, int], d: int,
+               functions: list[tuple[str, float | None, float | None]]) -> tuple[str, str, str]:  # fmt: skip
+    """Direction d's Recurrence node: its hidden states [seq, batch, hidden], its last
+    hidden state and (LSTM, where Y_c is asked for) its last cell state ("" if not)."""
     kind, a, inputs = node.op, node.attrs, node.inputs + [""] * 8
-    (seq, batch), hidden, gates = sizes, int(a["hidden_size"]), GATES[node.op]
+    (seq, batch), hidden, gates = sizes, int(a["hidden_size"]), len(CELLS[node.op])
     w, r = (np.asarray(graph.constants[i][d], np.float32) for i in inputs[1:3])
-    b = np.asarray(graph.constants[inputs[3]][d] if inputs[3] else np.zeros(2 * len(gates) * hidden), np.float32)
-    wb, rb = b[: len(gates) * hidden], b[len(gates) * hidden :]
-    reset_after = kind == "GRU" and a.get("linear_before_reset", 0)
-    projected = {}
-    for g, gate in enumerate(gates):
-        cut = slice(g * hidden, (g + 1) * hidden)
-        bias = wb[cut] + (0 if reset_after and gate == "h" else rb[cut])
-        product = made.op("MatMul", [rows, made.constant("w", np.ascontiguousarray(w[cut].T))], (seq * batch, hidden))
-        projected[gate] = made.reshape(made.op("Add", [product, made.constant("b", bias)], (seq * batch, hidden)),
-                                       (seq, batch, hidden))  # fmt: skip
-    recurrent = {gate: made.constant("r", np.ascontiguousarray(r[g * hidden:(g + 1) * hidden].T))
-                 for g, gate in enumerate(gates)}  # fmt: skip
-    h, c = (_initial(graph, made, inputs[i], d, (batch, hidden), a.get("layout", 0)) for i in (5, 6))
-    peepholes = {}
+    b = np.asarray(graph.constants[inputs[3]][d] if inputs[3] else np.zeros(2 * gates * hidden), np.float32)
+    wb, rb = b[: gates * hidden], b[gates * hidden :]
+    reset_after = kind == "GRU" and bool(a.get("linear_before_reset", 0))
+    bias = wb + (np.concatenate([rb[: 2 * hidden], np.zeros(hidden, np.float32)]) if reset_after else rb)
+    product = made.op("MatMul", [rows, made.constant("w", np.ascontiguousarray(w.T))], (seq * batch, gates * hidden))
+    projected = made.reshape(made.op("Add", [product, made.constant("b", bias)], (seq * batch, gates * hidden)),
+                             (seq, batch, gates * hidden))  # fmt: skip
+    h0, c0 = (_initial(graph, made, inputs[i], d, (batch, hidden), a.get("layout", 0)) for i in (5, 6))
+    peepholes = ""
     if kind == "LSTM" and inputs[7] and graph.constants[inputs[7]][d].any():  # Pi, Po, Pf on the cell state
-        peepholes = {g: made.constant("p", np.asarray(graph.constants[inputs[7]][d][k * hidden:(k + 1) * hidden],
-                                                      np.float32)) for k, g in enumerate("iof")}  # fmt: skip
-    step = Step(made, (batch, hidden), recurrent, rb[2 * hidden :] if reset_after else None, peepholes)
-    order = range(seq - 1, -1, -1) if a.get("direction") == "reverse" or d == 1 else range(seq)
-    states = {}
-    for t in order:
-        now = {gate: made.reshape(made.slice(p, [t], [t + 1], [0], (1, batch, hidden)), (batch, hidden))
-               for gate, p in projected.items()}  # fmt: skip
-        h, c = step.lstm(now, h, c) if kind == "LSTM" else (step.gru(now, h) if kind == "GRU" else step.rnn(now, h), c)
-        states[t] = h
-    return [states[t] for t in range(seq)], h, c
+        peepholes = made.constant("p", np.asarray(graph.constants[inputs[7]][d], np.float32))
+    reset_bias = made.constant("rbh", rb[2 * hidden :]) if reset_after else ""
+    reverse = int(a.get("direction") == "reverse" or d == 1)
+    asks_cell = kind == "LSTM" and len(node.outputs) > 2 and bool(node.outputs[2])
+    outputs = [made.value("y", (seq, batch, hidden))] + ([made.value("c", (batch, hidden))] if asks_cell else [])
+    names, alphas, betas = (list(column) for column in zip(*functions))
+    made.nodes.append(Node(outputs[0], RECURRENCE, [projected, made.constant("r", r), h0, c0, peepholes, reset_bias],
+                           outputs, {"cell": kind, "hidden_size": hidden, "reverse": reverse,
+                                     "clip": float(a.get("clip", 0.0)), "input_forget": int(a.get("input_forget", 0)),
+                                     "linear_before_reset": int(reset_after), "activations": names,
+                                     "activation_alpha": alphas, "activation_beta": betas}))  # fmt: skip
+    last = 0 if reverse else seq - 1
+    h_last = made.reshape(made.slice(outputs[0], [last], [last + 1], [0], (1, batch, hidden)), (batch, hidden))
+    return outputs[0], h_last, outputs[1] if asks_cell else ""
 
 
-def _initial(graph: Graph, made: Maker, value: str, d: int, shape: tuple[int, int], axis: int) -> str | None:
-    """Direction d's initial state, along `axis` of `value` (None: zeros, which the first
-    step leaves out)."""
+def _initial(graph: Graph, made: Maker, value: str, d: int, shape: tuple[int, int], axis: int) -> str:
+    """Direction d's initial state, along `axis` of `value` ("": zeros)."""
     if not value or (graph.is_constant(value) and not np.asarray(graph.constants[value]).any()):
-        return None
+        return ""
     sliced = (shape[0], 1, shape[1]) if axis else (1, *shape)
     return made.reshape(made.slice(value, [d], [d + 1], [axis], sliced), shape)
-
-
-class Step:
-    """One step's nodes: the recurrent products of the previous hidden state `h` (none
-    where it is zero), added to each gate's projection, and the gates' arithmetic."""
-
-    def __init__(self, made: Maker, shape: tuple[int, int], recurrent: dict[str, str],
-                 reset_bias: np.ndarray | None, peepholes: dict[str, str]):  # fmt: skip
-        self.made, self.shape, self.recurrent, self.reset_bias = made, shape, recurrent, reset_bias
-        self.peepholes = peepholes
-
-    def op(self, op: str, *inputs: str) -> str:
-        return self.made.op(op, list(inputs), self.shape)
-
-    def gate(self, now: dict[str, str], gate: str, h: str | None, activation: str, c: str | None = None) -> str:
-        """activation(projection + h·Rᵀ (+ P ⊙ c, an LSTM's peephole on the cell state c))."""
-        pre = now[gate] if h is None else self.op("Add", now[gate], self.op("MatMul", h, self.recurrent[gate]))
-        if c is not None and gate in self.peepholes:
-            pre = self.op("Add", pre, self.op("Mul", c, self.peepholes[gate]))
-        return self.op(activation, pre)
-
-    def lstm(self, now: dict[str, str], h: str | None, c: str | None) -> tuple[str, str]:
-        i, f = (self.gate(now, g, h, "Sigmoid", c) for g in "if")
-        new = self.op("Mul", i, self.gate(now, "c", h, "Tanh"))
-        c = new if c is None else self.op("Add", self.op("Mul", f, c), new)
-        return self.op("Mul", self.gate(now, "o", h, "Sigmoid", c), self.op("Tanh", c)), c
-
-    def gru(self, now: dict[str, str], h: str | None) -> str:
-        z, r = (self.gate(now, g, h, "Sigmoid") for g in "zr")
-        if self.reset_bias is not None:  # linear_before_reset: r·(h·Rhᵀ + Rbh)
-            bias = self.made.constant("rb", self.reset_bias)
-            reset = bias if h is None else self.op("Add", self.op("MatMul", h, self.recurrent["h"]), bias)
-            candidate = self.op("Tanh", self.op("Add", now["h"], self.op("Mul", r, reset)))
-        else:
-            candidate = self.gate(now, "h", None if h is None else self.op("Mul", r, h), "Tanh")
-        if h is None:  # (1 − z)·ĥ
-            return self.op("Sub", candidate, self.op("Mul", z, candidate))
-        return self.op("Add", candidate, self.op("Mul", z, self.op("Sub", h, candidate)))
-
-    def rnn(self, now: dict[str, str], h: str | None) -> str:
-        return self.gate(now, "i", h, "Tanh")
 
 
 def _outputs(node: Node, made: Maker, states: list, sizes: tuple[int, int, int]) -> None:
@@ -170,8 +154,7 @@ def _outputs(node: Node, made: Maker, states: list, sizes: tuple[int, int, int])
     (seq, batch, hidden), dirs, batch_first = sizes, len(states), node.attrs.get("layout", 0)
     outputs = node.outputs + [""] * 3
     if outputs[0]:
-        per_direction = [made.op("Concat", [made.reshape(h, (1, 1, batch, hidden)) for h in hs], (seq, 1, batch, hidden),
-                                 axis=0) for hs, _, _ in states]  # fmt: skip
+        per_direction = [made.reshape(ys, (seq, 1, batch, hidden)) for ys, _, _ in states]
         y = made.op("Concat", per_direction, (seq, dirs, batch, hidden), axis=1) if dirs > 1 else per_direction[0]
         if batch_first:
             made.op("Transpose", [y], (batch, seq, dirs, hidden), out=outputs[0], perm=[2, 0, 1, 3])
@@ -185,3 +168,44 @@ def _outputs(node: Node, made: Maker, states: list, sizes: tuple[int, int, int])
                 made.op("Transpose", [stacked], (batch, dirs, hidden), out=out, perm=[1, 0, 2])
             else:
                 made.reshape(stacked, (dirs, batch, hidden), out=out)
+
+
+def reference(attrs: dict, p: np.ndarray, r: np.ndarray, h0: np.ndarray | None = None,
+              c0: np.ndarray | None = None, peepholes: np.ndarray | None = None,
+              reset_bias: np.ndarray | None = None) -> list[np.ndarray]:  # fmt: skip
+    """A Recurrence node's numpy meaning (ONNX's equations step by step, in float64):
+    its hidden states and its last cell state (zeros but for an LSTM)."""
+    cell, hidden, gates, ops = attrs["cell"], attrs["hidden_size"], CELLS[attrs["cell"]], activation_ops(attrs)
+    seq, batch, _ = p.shape
+    p, r = p.astype(np.float64), r.astype(np.float64)
+    h, c = (np.zeros((batch, hidden)) if s is None else s.astype(np.float64) for s in (h0, c0))
+    pi, po, pf = np.split(np.zeros(3 * hidden) if peepholes is None else peepholes.astype(np.float64), 3)
+
+    def act(which: int, y: np.ndarray, clipped: bool = True) -> np.ndarray:
+        y = np.clip(y, -attrs["clip"], attrs["clip"]) if attrs["clip"] and clipped else y
+        return ep.reference((ops[which],), y, [None])
+
+    def part(gate: str) -> slice:
+        return slice(gates.index(gate) * hidden, (gates.index(gate) + 1) * hidden)
+
+    ys = np.zeros((seq, batch, hidden))
+    for t in range(seq - 1, -1, -1) if attrs["reverse"] else range(seq):
+        def pre(gate: str, x: np.ndarray = h, t: int = t) -> np.ndarray:
+            return p[t][:, part(gate)] + x @ r[part(gate)].T
+
+        if cell == "RNN":
+            h = act(0, pre("i"))
+        elif cell == "LSTM":
+            i = act(0, pre("i") + pi * c)
+            f = 1 - i if attrs["input_forget"] else act(0, pre("f") + pf * c)
+            c = f * c + i * act(1, pre("c"))
+            h = act(0, pre("o") + po * c) * act(2, c, clipped=False)  # the gates' inputs clipped, not c
+        else:
+            z, reset = act(0, pre("z")), act(0, pre("r"))
+            if attrs["linear_before_reset"]:
+                n = act(1, p[t][:, part("h")] + reset * (h @ r[part("h")].T + reset_bias))
+            else:
+                n = act(1, pre("h", reset * h))
+            h = n + z * (h - n)
+        ys[t] = h
+    return [ys.astype(np.float32), c.astype(np.float32)]

@@ -21,7 +21,8 @@
   each axis' weights are a constant out × in matrix;
 - a CumSum becomes one matrix product along its axis, by a constant triangle of ones
   (`_cumsum_as_product`);
-- LSTM, GRU and RNN are unrolled over their sequence (`graph.recurrent`);
+- LSTM, GRU and RNN become their projections for every step at once and a Recurrence
+  node per direction that runs the steps (`graph.recurrent`);
 - a 1-D convolution becomes a 2-D one over rows of one pixel (`_conv1d_as_2d`), a
   3-D one a 2-D one over each output depth's input slices stacked as channels
   (`_conv3d_as_2d`);
@@ -1126,8 +1127,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _conv1d_as_2d(graph, node)
     if node.op == "Conv" and len(graph.types[node.inputs[0]].shape) == 5 and graph.is_constant(node.inputs[1]):
         return _all_lowered(graph, _conv3d_as_2d(graph, node))
-    if node.op in recurrent.GATES:
-        return _all_lowered(graph, recurrent.unrolled(graph, node, _Made(graph, node.name)))
+    if node.op in recurrent.DEFAULTS:
+        return _all_lowered(graph, recurrent.stepped(graph, node, _Made(graph, node.name)))
     if node.op == "Col2Im":
         return _all_lowered(graph, _col2im_as_transposed_conv(graph, node))
     if node.op == "ConvTranspose":
