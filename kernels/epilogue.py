@@ -23,6 +23,8 @@ tensor (their operand), which becomes a kernel argument:
 - ``mish``      y · tanh(softplus(y)) = y · n(n+2) / (n(n+2) + 2), n = exp(y)
 - ``hard_sigmoid``  max(0, min(1, alpha·y + beta))   (ONNX: alpha 0.2, beta 0.5)
 - ``hard_swish``    y · hard_sigmoid(y) with alpha 1/6, beta 0.5
+- ``affine``    alpha·y + beta            (a recurrent layer's Affine activation)
+- ``scaled_tanh``   alpha·tanh(beta·y)    (its ScaledTanh)
 - ``erf``       the error function        (1 − erfc: exp(−z²) times a polynomial; a series near 0)
 - ``gelu``      y · (1 + erf(y/√2)) / 2
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
@@ -514,6 +516,10 @@ KINDS: dict[str, Kind] = {
     "mish": Kind(lambda op, y, r: _mish(y), lambda op, y, r: y * np.tanh(np.logaddexp(0, y)), 25),
     "hard_sigmoid": Kind(lambda op, y, r: _hard_sigmoid(y, op.alpha, op.beta),
                          lambda op, y, r: np.clip(op.alpha * y + op.beta, 0, 1), 3, shown=("alpha", "beta")),
+    "affine": Kind(lambda op, y, r: math.fma(y, _const(y, op.alpha), _const(y, op.beta)),
+                   lambda op, y, r: op.alpha * y + op.beta, 1, shown=("alpha", "beta")),
+    "scaled_tanh": Kind(lambda op, y, r: arith.mulf(_const(y, op.alpha), _tanh(arith.mulf(y, _const(y, op.beta)))),
+                        lambda op, y, r: op.alpha * np.tanh(op.beta * y), 25, shown=("alpha", "beta")),
     "hard_swish": Kind(lambda op, y, r: arith.mulf(y, _hard_sigmoid(y, 1 / 6, 0.5)),
                        lambda op, y, r: y * np.clip(y / 6 + 0.5, 0, 1), 5),
     # erfc of the size (36: exp 17, the polynomial in t by Estrin's scheme 11, the

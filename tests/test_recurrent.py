@@ -81,6 +81,8 @@ def test_a_recurrent_layer_matches_onnxruntime(tmp_path, kind, direction, initia
      {"activations": ["HardSigmoid", "LeakyRelu"] * 2, "activation_alpha": [0.3, 0.2, 0.1], "activation_beta": [0.4],
       "linear_before_reset": 1}),
     ("RNN", "avx512", 2, {"seq": 100, "batch": 2, "hidden": 50}, {"activations": ["Relu", "Softsign"]}),
+    ("RNN", "avx2", 1, {"seq": 6, "batch": 2, "hidden": 9},
+     {"activations": ["ScaledTanh", "Affine"], "activation_alpha": [0.7, 0.5], "activation_beta": [1.3, 0.2]}),
 ])  # fmt: skip
 def test_long_wide_and_unusual_layers_match_onnxruntime(tmp_path, kind, target, threads, sizes, attrs):
     """Sequences of any length (each step one call), hidden sizes of partial vectors split
@@ -92,7 +94,7 @@ def test_long_wide_and_unusual_layers_match_onnxruntime(tmp_path, kind, target, 
     assert len(manifest["kernels"]) < 20, len(manifest["kernels"])  # the steps are calls, not kernels
 
 
-def test_an_activation_not_generated_is_refused_in_one_line(tmp_path, capsys):
+def test_an_activation_without_its_parameters_is_refused_in_one_line(tmp_path, capsys):
     from autoconfig.cli import main
 
     model = recurrent("RNN", "forward", False, (True,), seed=2, activations=["Affine"], activation_alpha=[0.5])
@@ -101,4 +103,4 @@ def test_an_activation_not_generated_is_refused_in_one_line(tmp_path, capsys):
                  str(PROFILES["avx2"])]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "affine.onnx: node" in err, err
-    assert "(RNN): activations ['Affine'] are not generated" in err, err
+    assert "(RNN): the Affine activation needs its alpha and beta given" in err, err

@@ -28,13 +28,18 @@ DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RN
 """Each cell's activations where the node names none (per direction)."""
 
 PARAMETERS = {"LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",),
-              "HardSigmoid": ("alpha", "beta")}  # fmt: skip
+              "HardSigmoid": ("alpha", "beta"), "Affine": ("alpha", "beta"), "ScaledTanh": ("alpha", "beta")}  # fmt: skip
 """The activations that take alpha (and beta): each consumes the next of the node's
 `activation_alpha` (`activation_beta`) in order, as onnxruntime reads them; the others
-none. Their defaults are their operators'."""
+none. Their defaults are their operators' (Affine and ScaledTanh, operators no more,
+must be given theirs)."""
 
-GENERATED = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "Elu", "Softsign", "Softplus")
-"""The activations generated (Affine and ScaledTanh are not)."""
+FUNCTIONS = {"Affine": "affine", "ScaledTanh": "scaled_tanh"}
+"""The activations that are no ONNX operator, as the epilogue ops they are."""
+
+GENERATED = ("Sigmoid", "Tanh", "Relu", "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "Elu", "Softsign", "Softplus",
+             *FUNCTIONS)  # fmt: skip
+"""The activations generated: every one ONNX names."""
 
 
 class Maker(Protocol):
@@ -96,13 +101,16 @@ def _activations(graph: Graph, node: Node) -> list[tuple[str, float | None, floa
         takes = PARAMETERS.get(name, ())
         alpha = alphas.pop(0) if "alpha" in takes and alphas else None
         beta = betas.pop(0) if "beta" in takes and betas else None
+        if name in FUNCTIONS and None in (alpha, beta):
+            raise refuse(f"the {name} activation needs its alpha and beta given")
         functions.append((name, alpha, beta))
     return functions
 
 
 def activation_ops(attrs: dict) -> tuple[ep.EpilogueOp, ...]:
     """A Recurrence node's activations as the epilogue ops the kernel applies."""
-    return tuple(UNARY[name].op({k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
+    return tuple(ep.EpilogueOp(FUNCTIONS[name], alpha=alpha, beta=beta) if name in FUNCTIONS else
+                 UNARY[name].op({k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None})
                  for name, alpha, beta in zip(attrs["activations"], attrs["activation_alpha"],
                                               attrs["activation_beta"], strict=True))  # fmt: skip
 
