@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 import autoconfig
 from kernels.target import get_target
@@ -104,3 +106,37 @@ def test_an_activation_without_its_parameters_is_refused_in_one_line(tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "affine.onnx: node" in err, err
     assert "(RNN): the Affine activation needs its alpha and beta given" in err, err
+
+
+@st.composite
+def layers(draw) -> tuple[onnx.ModelProto, str, int]:
+    """A random LSTM, GRU or RNN (its recurrence contractive: with a spectral radius
+    above 1 the float64 reference itself drifts from onnxruntime over the steps), with
+    the target and threads to build it for."""
+    kind = draw(st.sampled_from(sorted(GATES)))
+    hidden = draw(st.sampled_from([1, 3, 8, 15, 16, 17, 33, 48, 70]))
+    attrs = {"linear_before_reset": draw(st.integers(0, 1))} if kind == "GRU" else {}
+    if draw(st.booleans()):
+        attrs["clip"] = draw(st.floats(0.2, 2.0))
+    given = 3 if kind == "LSTM" else 2  # Y, Y_h (, Y_c)
+    outputs = draw(st.lists(st.booleans(), min_size=given, max_size=given))
+    model = recurrent(kind, draw(st.sampled_from(["forward", "reverse", "bidirectional"])), draw(st.booleans()),
+                      (True, *outputs[1:]), seed=draw(st.integers(0, 99)), seq=draw(st.integers(1, 40)),
+                      batch=draw(st.integers(1, 7)), width=draw(st.integers(1, 20)), hidden=hidden,
+                      peepholes=kind == "LSTM" and draw(st.booleans()), **attrs)  # fmt: skip
+    for tensor in model.graph.initializer:
+        if tensor.name == "R":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) / np.float32(np.sqrt(hidden)), "R"))
+    return model, draw(st.sampled_from(["avx2", "avx512"])), draw(st.sampled_from([1, 2]))
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(layer=layers())
+def test_random_recurrent_layers_match_onnxruntime(tmp_path_factory, layer):
+    """Any cell, direction, length, batch, width and hidden size (whole vectors, a
+    partial one, less than one), clip, peepholes, initial states and outputs asked for,
+    on either target at 1 or 2 threads."""
+    model, target, threads = layer
+    built_matches_onnxruntime(tmp_path_factory.mktemp("layer"), model, target, threads)
