@@ -470,6 +470,8 @@ def plot(operators: list[dict], trials: list[int], whole: dict | None, path: str
 
 
 def main() -> int:
+    from autoconfig.graph import zoo
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_run_options(parser, "compare-tvm")
     parser.add_argument("--parts", nargs="+", default=["fusion", "operators", "model"],
@@ -477,7 +479,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one kernel of each kind, tiny budgets: a smoke run")
     parser.add_argument("--trials", type=int, nargs="+", default=[64, 256], help="MetaSchedule budgets per kernel")
     parser.add_argument("--model-trials", type=int, default=64, help="trials per task for the whole model")
-    parser.add_argument("--models", nargs="*", default=None,
+    parser.add_argument("--models", nargs="*", default=None, choices=zoo.MODELS, metavar="MODEL",
                         help="zoo models for the fusion table (default: all; none given: only --onnx files)")
     parser.add_argument("--onnx", nargs="+", default=[], help="more ONNX files for the fusion table")
     parser.add_argument("--peers", default=None, help=f"the peers' Python (default {PEERS_PYTHON})")
@@ -486,8 +488,6 @@ def main() -> int:
         sys.exit(f"no peers' environment at {args.peers or PEERS_PYTHON}: run `make peers` first")
     if args.quick:
         args.trials, args.model_trials = QUICK["trials"], QUICK["model_trials"]
-
-    from autoconfig.graph import zoo
 
     profile, profile_arg, report = harness.start(args, "compare_tvm")
     threads_list = args.threads or [int(profile.cores)]
