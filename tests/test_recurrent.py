@@ -140,3 +140,27 @@ def test_random_recurrent_layers_match_onnxruntime(tmp_path_factory, layer):
     on either target at 1 or 2 threads."""
     model, target, threads = layer
     built_matches_onnxruntime(tmp_path_factory.mktemp("layer"), model, target, threads)
+
+
+@pytest.mark.parametrize(("kind", "threading"), [
+    ("LSTM", (1, 1, False)), ("LSTM", (1, 1, True)), ("LSTM", (2, 1, True)), ("LSTM", (2, 1, False)),
+    ("LSTM", (1, 2, False)), ("GRU", (2, 1, False)), ("GRU", (1, 2, False)),
+])  # fmt: skip
+def test_every_threading_of_the_steps_matches_onnxruntime(tmp_path, monkeypatch, kind, threading):
+    """Directions one after the other or side by side, units whole or split, a call per
+    step or one for all steps: whichever the model picks, the answer is onnxruntime's
+    (a GRU without linear_before_reset: two kernels a step)."""
+    from autoconfig.families import recurrent as family
+    from autoconfig.models import recurrent as model
+
+    together, splits, looped = threading
+    chosen = model.choose
+
+    def forced(shape, *args, **options):
+        best = chosen(shape, *args, **options)
+        return model.predict(model.RecurrentPlan(best.config, shape, together, splits, looped), args[0])
+
+    monkeypatch.setattr(family.recurrent_model, "choose", forced)
+    built_matches_onnxruntime(tmp_path, recurrent(kind, "bidirectional", True, (True, True, True)[: 3 if kind == "LSTM"
+                                                                                                 else 2],
+                                                  seed=4, seq=7, batch=3, width=5, hidden=37), "avx512", threads=2)

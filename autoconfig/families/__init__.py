@@ -13,8 +13,8 @@ gathers each module's `LOWERINGS` into its registry, and the layout plan
 - `softmax`: Softmax.
 - `normalization`: LayerNormalization.
 - `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.
-- `recurrent`: a Recurrence node, one direction of an LSTM, GRU or RNN
-  (`graph.recurrent`), as a kernel called once per step.
+- `recurrent`: a Recurrence node, the steps of an LSTM, GRU or RNN layer
+  (`graph.recurrent`).
 - `attention`: a group of several operators, an attention core the fusion plan made
   one kernel (`fusion.classify.attention_cores`): registered under `ATTENTION`.
 """

@@ -1,8 +1,9 @@
-"""The recurrent family's lowering: a Recurrence node (one direction of an LSTM, GRU or
-RNN: `graph.recurrent`) becomes a `kernels.recurrent` step called once per step, in the
-direction's order, its units split across the threads the model chose. Each step reads
-the hidden state the step before wrote into its row of Y, and the cell state from the
-previous call's scratch (two buffers in turn; the last step writes Y_c's); a GRU without
+"""The recurrent family's lowering: a Recurrence node (an LSTM, GRU or RNN layer:
+`graph.recurrent`) becomes `kernels.recurrent` steps, as the recurrent model chose:
+directions one after the other or side by side, a part per direction holding all its
+units and running every step in one call, or the units split across threads and a
+call per step (each reads the hidden state the step before wrote into its row of Y).
+The cell state stays in place (Y_c's buffer, or scratch). A GRU without
 linear_before_reset runs two kernels per step, z and r·h' for every unit first.
 """
 
@@ -22,28 +23,35 @@ from kernels import recurrent as rk
 
 
 def _recurrence(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
-    """The steps of one direction, one call (a GRU's two) per step."""
+    """The layer's steps, in the calls the model chose."""
     a, (p, r, h0, c0, peepholes, reset_bias) = node.attrs, node.inputs
     seq, batch, _ = b.graph.types[p].shape
-    hidden, cell = a["hidden_size"], a["cell"]
+    hidden, cell, dirs = a["hidden_size"], a["cell"], b.graph.types[r].shape[0]
     stages = ["GRU.reset", "GRU.update"] if cell == "GRU" and not a["linear_before_reset"] else [cell]
-    best = [recurrent_model.choose(RecurrentShape(stage, seq, batch, hidden), b.machine, b.target.f32_lanes,
-                                   b.threads, activation_ops(a), float(a["clip"]), bool(peepholes),
-                                   bool(a["input_forget"])) for stage in stages]  # fmt: skip
+    best: list[Prediction] = []
+    for stage in stages:  # a GRU's second stage runs as its first does
+        threading = (best[0].plan.together, best[0].plan.splits) if best else None
+        best.append(recurrent_model.choose(RecurrentShape(stage, seq, batch, hidden, dirs, len(stages)), b.machine,
+                                           b.target.f32_lanes, b.threads, activation_ops(a),
+                                           float(a["clip"]), bool(peepholes), bool(a["input_forget"]), threading))
     weights = np.asarray(b.graph.constants[r], np.float32)
-    packed = [b.constant(rk.pack(_stage_rows(weights, choice.config), choice.config)) for choice in best]
-    zeros = b.constant(np.zeros(batch * hidden, np.float32)) if not (h0 and (c0 or cell != "LSTM")) else None
-    state = {"p": b.read(p), "h": b.write(node.outputs[0]), "h_first": b.read(h0) if h0 else zeros,
-             "c_first": b.read(c0) if c0 else zeros, "peephole": b.read(peepholes) if peepholes else None,
-             "reset_bias": b.read(reset_bias) if reset_bias else None, "rh": b.scratch(batch * hidden),
-             "z": b.scratch(batch * hidden), "cells": [b.scratch(batch * hidden) for _ in range(2)],
-             "c_last": b.write(node.outputs[1]) if node.outputs[1:] and node.outputs[1] else None}  # fmt: skip
-    calls = [Call(choice.config.symbol, _parts(choice, refs | {"r": weights_ref}))
-             for refs in _steps(state, seq, batch * hidden, len(rk.CELLS[cell]), bool(a["reverse"]))
-             for choice, weights_ref in zip(best, packed, strict=True)]  # fmt: skip
-    c = best[0].config
-    summary = (f"{seq} steps of {batch}x{hidden}, {' then '.join(stages)}, tiles {c.rows}x{c.units}, "
-               f"{best[0].plan.threads} thread(s)")
+    size = batch * hidden
+    state = {"p": b.read(p), "y": b.write(node.outputs[0]), "h_first": b.read(h0) if h0 else None,
+             "c_first": b.read(c0) if c0 else None, "peephole": b.read(peepholes) if peepholes else None,
+             "reset_bias": b.read(reset_bias) if reset_bias else None, "rh": b.scratch(dirs * size),
+             "z": b.scratch(dirs * size),
+             "c": b.write(node.outputs[1]) if node.outputs[1:] and node.outputs[1] else b.scratch(dirs * size)}
+    if not (h0 and (c0 or cell != "LSTM")):
+        state["zeros"] = b.constant(np.zeros(size, np.float32))
+    packed = [b.constant(np.concatenate([rk.pack(_stage_rows(weights[d], choice.config), choice.config)
+                                         for d in range(dirs)])) for choice in best]  # fmt: skip
+    stage_calls = [_calls(choice, state | {"r": weights_ref}, a["direction"])
+                   for choice, weights_ref in zip(best, packed, strict=True)]  # fmt: skip
+    calls = [call for step in zip(*stage_calls, strict=True) for call in step]  # a GRU's two stages alternate
+    plan, c = best[0].plan, best[0].config
+    summary = (f"{seq} steps x {dirs} direction(s) of {batch}x{hidden}, {' then '.join(stages)}, tiles "
+               f"{c.rows}x{c.units}, {plan.threads} thread(s): {plan.together} direction(s) at once, units in "
+               f"{plan.splits} range(s), " + ("a call for all steps" if plan.looped else "a call per step"))
     return KernelGroup(node.name, ops_of([node]), "recurrent", calls,
                        [module for choice in best for module in b.modules(rk.generate, choice.config)],
                        sum(choice.total_ns for choice in best),
@@ -52,34 +60,38 @@ def _recurrence(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
 
 
 def _stage_rows(weights: np.ndarray, config: rk.RecurrentConfig) -> np.ndarray:
-    """The rows of R ([gates x hidden, hidden], ONNX's order) of the stage's gates."""
+    """The rows of a direction's R ([gates x hidden, hidden], ONNX's order) of the
+    stage's gates."""
     gates, h = rk.CELLS[config.cell], config.hidden
     return np.concatenate([weights[gates.index(g) * h:(gates.index(g) + 1) * h] for g in config.gates])
 
 
-def _steps(state: dict, seq: int, size: int, gates: int, reverse: bool) -> list[dict[str, Ref]]:
-    """Each step's buffers by name, in the direction's order: its projections and row of
-    Y, the previous step's row (h0 first) and cell state (c0 first; two scratch
-    buffers in turn, the last step's Y_c where it is asked for); `size` floats per state,
-    `gates` times that per step's projections."""
-    order = range(seq - 1, -1, -1) if reverse else range(seq)
-    steps, previous = [], None
-    for s, t in enumerate(order):
-        last = s == seq - 1 and state["c_last"] is not None
-        c = state["c_last"] if last else state["cells"][s % 2]
-        steps.append({**state, "p": at(state["p"], t * size * gates),
-                      "h": at(state["h"], t * size), "c": c,
-                      "h_prev": state["h_first"] if previous is None else at(state["h"], previous * size),
-                      "c_prev": state["c_first"] if previous is None else steps[-1]["c"]})
-        previous = t
-    return steps
+def _calls(choice: Prediction, state: dict[str, Ref], direction: str) -> list[Call]:
+    """The stage's calls: per group of directions run together, one call of all steps
+    (looped) or one per step, each with a part per direction and range of units."""
+    plan, config = choice.plan, choice.config
+    dirs = config.directions
+    groups = [list(range(d, min(d + plan.together, dirs))) for d in range(0, dirs, plan.together)]
+    spans = [(0, config.steps)] if plan.looped else [(s, 1) for s in range(config.steps)]
+    backward = [int(direction == "reverse" or d == 1) for d in range(dirs)]
+    return [Call(config.symbol, tuple(Part(_buffers(config, state, d), (first, count, backward[d], *units))
+                                      for d in group for units in split(config.vectors, plan.splits)))
+            for group in groups for first, count in spans]  # fmt: skip
 
 
-def _parts(choice: Prediction, refs: dict[str, Ref]) -> tuple[Part, ...]:
-    """One part per thread's range of unit vectors, its buffers in the signature's order."""
-    config = choice.config
-    buffers = tuple(refs[name] for name, _, _ in config.params())
-    return tuple(Part(buffers, units) for units in split(config.vectors, choice.plan.threads))
+def _buffers(config: rk.RecurrentConfig, state: dict[str, Ref], d: int) -> tuple[Ref, ...]:
+    """Direction d's buffers in the signature's order: each starts at its direction's."""
+    h, gates = config.hidden, len(rk.CELLS[config.cell])
+    size = config.batch * h
+    first = {"y": d * size, "p": d * gates * h, "r": d * config.vectors * h * len(config.gates) * config.lanes,
+             "peephole": d * 3 * h, "reset_bias": d * h}  # fmt: skip
+
+    def ref(name: str) -> Ref:
+        if state.get(name, "") is None:  # an initial state not given: zeros
+            return state["zeros"]
+        return at(state[name], first.get(name, d * size))
+
+    return tuple(ref(name) for name, _, _ in config.params())
 
 
 LOWERINGS = {RECURRENCE: Lowering(_recurrence)}

@@ -1,8 +1,8 @@
-"""LSTM, GRU and RNN as what the build generates: each direction's input projections for
-every step at once (one MatMul of the whole sequence by all its gates' weights, their
-biases added), then one `Recurrence` node running its steps (`families.recurrent`: a
-kernel call per step, the recurrent products and the cell's arithmetic in one kernel);
-Y, Y_h and Y_c assembled from the directions' hidden and cell states.
+"""LSTM, GRU and RNN as what the build generates: the input projections of every step
+and direction at once (one MatMul of the whole sequence by all the gates' weights, their
+biases added), then one `Recurrence` node running the steps (`families.recurrent`: the
+recurrent products and the cell's arithmetic in one kernel); Y_h is Y at each
+direction's last step.
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from kernels import epilogue as ep
 from kernels.recurrent import ACTIVATIONS, CELLS
 
 RECURRENCE = "Recurrence"
-"""The operator of one direction's steps, made here and never imported: (P [seq, batch,
-gates x hidden]: the projections with their biases, R [gates x hidden, hidden], h0, c0
-[batch, hidden], peepholes [3 x hidden], a GRU's Rbh [hidden]) -> (Y [seq, batch,
-hidden], the last cell state); attributes: cell, hidden_size, reverse, clip,
+"""The operator of a layer's steps, made here and never imported: (P [seq, batch,
+directions x gates x hidden]: the projections with their biases, R [directions, gates x
+hidden, hidden], h0, c0 [directions, batch, hidden], peepholes [directions, 3 x hidden],
+a GRU's Rbh [directions, hidden]) -> (Y [seq, directions, batch, hidden], the last cell
+states [directions, batch, hidden]); attributes: cell, hidden_size, direction, clip,
 input_forget, linear_before_reset, and the activations with one alpha and beta each."""
 
 DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 """Each cell's activations where the node names none (per direction)."""
 
 PARAMETERS = {"LeakyRelu": ("alpha",), "ThresholdedRelu": ("alpha",), "Elu": ("alpha",),
-              "HardSigmoid": ("alpha", "beta"), "Affine": ("alpha", "beta"), "ScaledTanh": ("alpha", "beta")}  # fmt: skip
+              **{name: ("alpha", "beta") for name in ("HardSigmoid", "Affine", "ScaledTanh")}}  # fmt: skip
 """The activations that take alpha (and beta): each consumes the next of the node's
 `activation_alpha` (`activation_beta`) in order, as onnxruntime reads them; the others
 none. Their defaults are their operators' (Affine and ScaledTanh, operators no more,
@@ -55,8 +56,8 @@ class Maker(Protocol):
 
 
 def stepped(graph: Graph, node: Node, made: Maker) -> list[Node]:
-    """`node` (LSTM, GRU or RNN) as each direction's projections and steps, its outputs
-    (Y, Y_h, and an LSTM's Y_c) assembled from them."""
+    """`node` (LSTM, GRU or RNN) as its directions' projections (one product) and one
+    Recurrence node, its outputs (Y, Y_h, and an LSTM's Y_c) taken from that node's."""
     functions = _activations(graph, node)
     a, x = node.attrs, node.inputs[0]
     seq, batch, width = graph.types[x].shape
@@ -64,11 +65,8 @@ def stepped(graph: Graph, node: Node, made: Maker) -> list[Node]:
         seq, batch = batch, seq
         x = made.op("Transpose", [x], (seq, batch, width), perm=[1, 0, 2])
     rows = made.reshape(x, (seq * batch, width))
-    directions = 2 if a.get("direction", "forward") == "bidirectional" else 1
-    each = len(functions) // directions
-    states = [_direction(graph, node, made, rows, (seq, batch), d, functions[d * each:(d + 1) * each])
-              for d in range(directions)]  # fmt: skip
-    _outputs(node, made, states, (seq, batch, int(a["hidden_size"])))
+    y, c = _recurrence(graph, node, made, rows, (seq, batch), functions)
+    _outputs(node, made, y, c, (seq, batch, int(a["hidden_size"])))
     return made.nodes
 
 
@@ -115,75 +113,100 @@ def activation_ops(attrs: dict) -> tuple[ep.EpilogueOp, ...]:
                                               attrs["activation_beta"], strict=True))  # fmt: skip
 
 
-def _direction(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[int, int], d: int,
-               functions: list[tuple[str, float | None, float | None]]) -> tuple[str, str, str]:  # fmt: skip
-    """Direction d's Recurrence node: its hidden states [seq, batch, hidden], its last
-    hidden state and (LSTM, where Y_c is asked for) its last cell state ("" if not)."""
+def _recurrence(graph: Graph, node: Node, made: Maker, rows: str, sizes: tuple[int, int],
+                functions: list[tuple[str, float | None, float | None]]) -> tuple[str, str]:  # fmt: skip
+    """The layer's Recurrence node, after the product of `rows` (the steps' inputs) by
+    every direction's input weights: its Y [seq, directions, batch, hidden] and (LSTM,
+    where Y_c is asked for) its last cell states [directions, batch, hidden] ("" if not)."""
     kind, a, inputs = node.op, node.attrs, node.inputs + [""] * 8
     (seq, batch), hidden, gates = sizes, int(a["hidden_size"]), len(CELLS[node.op])
-    w, r = (np.asarray(graph.constants[i][d], np.float32) for i in inputs[1:3])
-    b = np.asarray(graph.constants[inputs[3]][d] if inputs[3] else np.zeros(2 * gates * hidden), np.float32)
-    wb, rb = b[: gates * hidden], b[gates * hidden :]
+    w, r = (np.asarray(graph.constants[i], np.float32) for i in inputs[1:3])
+    dirs = w.shape[0]
+    b = np.asarray(graph.constants[inputs[3]] if inputs[3] else np.zeros((dirs, 2 * gates * hidden)), np.float32)
+    wb, rb = b[:, : gates * hidden], b[:, gates * hidden :]
     reset_after = kind == "GRU" and bool(a.get("linear_before_reset", 0))
-    bias = wb + (np.concatenate([rb[: 2 * hidden], np.zeros(hidden, np.float32)]) if reset_after else rb)
-    product = made.op("MatMul", [rows, made.constant("w", np.ascontiguousarray(w.T))], (seq * batch, gates * hidden))
-    projected = made.reshape(made.op("Add", [product, made.constant("b", bias)], (seq * batch, gates * hidden)),
-                             (seq, batch, gates * hidden))  # fmt: skip
-    h0, c0 = (_initial(graph, made, inputs[i], d, (batch, hidden), a.get("layout", 0)) for i in (5, 6))
+    bias = wb + (np.concatenate([rb[:, : 2 * hidden], np.zeros((dirs, hidden), np.float32)], 1) if reset_after else rb)
+    width = dirs * gates * hidden
+    weights = made.constant("w", np.ascontiguousarray(w.reshape(width, -1).T))
+    product = made.op("MatMul", [rows, weights], (seq * batch, width))
+    projected = made.reshape(made.op("Add", [product, made.constant("b", bias.ravel())], (seq * batch, width)),
+                             (seq, batch, width))  # fmt: skip
+    h0, c0 = (_initial(graph, made, inputs[i], (dirs, batch, hidden), a.get("layout", 0)) for i in (5, 6))
     peepholes = ""
-    if kind == "LSTM" and inputs[7] and graph.constants[inputs[7]][d].any():  # Pi, Po, Pf on the cell state
-        peepholes = made.constant("p", np.asarray(graph.constants[inputs[7]][d], np.float32))
-    reset_bias = made.constant("rbh", rb[2 * hidden :]) if reset_after else ""
-    reverse = int(a.get("direction") == "reverse" or d == 1)
+    if kind == "LSTM" and inputs[7] and graph.constants[inputs[7]].any():  # Pi, Po, Pf on the cell state
+        peepholes = made.constant("p", np.asarray(graph.constants[inputs[7]], np.float32))
+    reset_bias = made.constant("rbh", rb[:, 2 * hidden :]) if reset_after else ""
     asks_cell = kind == "LSTM" and len(node.outputs) > 2 and bool(node.outputs[2])
-    outputs = [made.value("y", (seq, batch, hidden))] + ([made.value("c", (batch, hidden))] if asks_cell else [])
+    outputs = [made.value("y", (seq, dirs, batch, hidden))]
+    outputs += [made.value("c", (dirs, batch, hidden))] if asks_cell else []
     names, alphas, betas = (list(column) for column in zip(*functions))
     made.nodes.append(Node(outputs[0], RECURRENCE, [projected, made.constant("r", r), h0, c0, peepholes, reset_bias],
-                           outputs, {"cell": kind, "hidden_size": hidden, "reverse": reverse,
+                           outputs, {"cell": kind, "hidden_size": hidden, "direction": a.get("direction", "forward"),
                                      "clip": float(a.get("clip", 0.0)), "input_forget": int(a.get("input_forget", 0)),
                                      "linear_before_reset": int(reset_after), "activations": names,
                                      "activation_alpha": alphas, "activation_beta": betas}))  # fmt: skip
-    last = 0 if reverse else seq - 1
-    h_last = made.reshape(made.slice(outputs[0], [last], [last + 1], [0], (1, batch, hidden)), (batch, hidden))
-    return outputs[0], h_last, outputs[1] if asks_cell else ""
+    return outputs[0], outputs[1] if asks_cell else ""
 
 
-def _initial(graph: Graph, made: Maker, value: str, d: int, shape: tuple[int, int], axis: int) -> str:
-    """Direction d's initial state, along `axis` of `value` ("": zeros)."""
+def _initial(graph: Graph, made: Maker, value: str, shape: tuple[int, int, int], batch_first: int) -> str:
+    """An initial state as [directions, batch, hidden] ("": zeros)."""
     if not value or (graph.is_constant(value) and not np.asarray(graph.constants[value]).any()):
         return ""
-    sliced = (shape[0], 1, shape[1]) if axis else (1, *shape)
-    return made.reshape(made.slice(value, [d], [d + 1], [axis], sliced), shape)
+    return made.op("Transpose", [value], shape, perm=[1, 0, 2]) if batch_first else value
 
 
-def _outputs(node: Node, made: Maker, states: list, sizes: tuple[int, int, int]) -> None:
+def _outputs(node: Node, made: Maker, y: str, c: str, sizes: tuple[int, int, int]) -> None:
     """Y [seq, directions, batch, hidden], Y_h and Y_c [directions, batch, hidden] (with
-    layout 1: batch first), from each direction's states."""
-    (seq, batch, hidden), dirs, batch_first = sizes, len(states), node.attrs.get("layout", 0)
+    layout 1: batch first) from the Recurrence node's Y and last cell states `c`: Y_h
+    is Y at each direction's last step (the first for a reverse one)."""
+    (seq, batch, hidden), batch_first = sizes, node.attrs.get("layout", 0)
+    direction = node.attrs.get("direction", "forward")
+    lasts = {"forward": [seq - 1], "reverse": [0], "bidirectional": [seq - 1, 0]}[direction]
     outputs = node.outputs + [""] * 3
     if outputs[0]:
-        per_direction = [made.reshape(ys, (seq, 1, batch, hidden)) for ys, _, _ in states]
-        y = made.op("Concat", per_direction, (seq, dirs, batch, hidden), axis=1) if dirs > 1 else per_direction[0]
         if batch_first:
-            made.op("Transpose", [y], (batch, seq, dirs, hidden), out=outputs[0], perm=[2, 0, 1, 3])
+            made.op("Transpose", [y], (batch, seq, len(lasts), hidden), out=outputs[0], perm=[2, 0, 1, 3])
         else:
-            made.reshape(y, (seq, dirs, batch, hidden), out=outputs[0])
-    for at, out in ((1, outputs[1]), (2, outputs[2])):
-        if out:
-            last = [made.reshape(s[at], (1, batch, hidden)) for s in states]
-            stacked = made.op("Concat", last, (dirs, batch, hidden), axis=0) if dirs > 1 else last[0]
-            if batch_first:
-                made.op("Transpose", [stacked], (batch, dirs, hidden), out=out, perm=[1, 0, 2])
-            else:
-                made.reshape(stacked, (dirs, batch, hidden), out=out)
+            made.reshape(y, (seq, len(lasts), batch, hidden), out=outputs[0])
+    if outputs[1]:
+        steps = [made.reshape(made.slice(y, [t, d], [t + 1, d + 1], [0, 1], (1, 1, batch, hidden)), (1, batch, hidden))
+                 for d, t in enumerate(lasts)]  # fmt: skip
+        last = made.op("Concat", steps, (len(lasts), batch, hidden), axis=0) if len(steps) > 1 else steps[0]
+        _state(made, last, outputs[1], (len(lasts), batch, hidden), batch_first)
+    if outputs[2]:
+        _state(made, c, outputs[2], (len(lasts), batch, hidden), batch_first)
+
+
+def _state(made: Maker, value: str, out: str, shape: tuple[int, int, int], batch_first: int) -> None:
+    """`out` as `value` of `shape` [directions, batch, hidden], or its transpose with
+    layout 1."""
+    dirs, batch, hidden = shape
+    if batch_first:
+        made.op("Transpose", [value], (batch, dirs, hidden), out=out, perm=[1, 0, 2])
+    else:
+        made.reshape(value, (dirs, batch, hidden), out=out)
 
 
 def reference(attrs: dict, p: np.ndarray, r: np.ndarray, h0: np.ndarray | None = None,
               c0: np.ndarray | None = None, peepholes: np.ndarray | None = None,
               reset_bias: np.ndarray | None = None) -> list[np.ndarray]:  # fmt: skip
     """A Recurrence node's numpy meaning (ONNX's equations step by step, in float64):
-    its hidden states and its last cell state (zeros but for an LSTM)."""
-    cell, hidden, gates, ops = attrs["cell"], attrs["hidden_size"], CELLS[attrs["cell"]], activation_ops(attrs)
+    its hidden states [seq, directions, batch, hidden] and last cell states (zeros but
+    for an LSTM)."""
+    dirs, ops = r.shape[0], activation_ops(attrs)
+    width, each = p.shape[2] // dirs, len(ops) // dirs
+    states = [_direction_reference(attrs, ops[d * each:(d + 1) * each], p[:, :, d * width:(d + 1) * width], r[d],
+                                   *(None if x is None else x[d] for x in (h0, c0, peepholes, reset_bias)),
+                                   reverse=attrs["direction"] == "reverse" or d == 1)
+              for d in range(dirs)]  # fmt: skip
+    return [np.stack([ys for ys, _ in states], 1), np.stack([c for _, c in states])]
+
+
+def _direction_reference(attrs: dict, ops: tuple[ep.EpilogueOp, ...], p: np.ndarray, r: np.ndarray,
+                         h0: np.ndarray | None, c0: np.ndarray | None, peepholes: np.ndarray | None,
+                         reset_bias: np.ndarray | None, reverse: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """One direction's hidden states [seq, batch, hidden] and last cell state."""
+    cell, hidden, gates = attrs["cell"], attrs["hidden_size"], CELLS[attrs["cell"]]
     seq, batch, _ = p.shape
     p, r = p.astype(np.float64), r.astype(np.float64)
     h, c = (np.zeros((batch, hidden)) if s is None else s.astype(np.float64) for s in (h0, c0))
@@ -197,7 +220,7 @@ def reference(attrs: dict, p: np.ndarray, r: np.ndarray, h0: np.ndarray | None =
         return slice(gates.index(gate) * hidden, (gates.index(gate) + 1) * hidden)
 
     ys = np.zeros((seq, batch, hidden))
-    for t in range(seq - 1, -1, -1) if attrs["reverse"] else range(seq):
+    for t in range(seq - 1, -1, -1) if reverse else range(seq):
         def pre(gate: str, x: np.ndarray = h, t: int = t) -> np.ndarray:
             return p[t][:, part(gate)] + x @ r[part(gate)].T
 
@@ -216,4 +239,4 @@ def reference(attrs: dict, p: np.ndarray, r: np.ndarray, h0: np.ndarray | None =
                 n = act(1, pre("h", reset * h))
             h = n + z * (h - n)
         ys[t] = h
-    return [ys.astype(np.float32), c.astype(np.float32)]
+    return ys.astype(np.float32), c.astype(np.float32)

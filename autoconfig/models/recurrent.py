@@ -1,13 +1,16 @@
-"""The recurrent step's model: a layer's steps (`kernels.recurrent`, one call each) priced
-term by term from the profile, its register tile and threads chosen.
+"""The recurrent model: a layer's steps (`kernels.recurrent`) priced term by term from
+the profile, its register tile and threading chosen: directions run one after the other
+or side by side (a thread each), each direction's units whole or split across threads;
+a part holding all of a direction's units runs every step in one call (`looped`),
+split units take a call per step.
 
-Terms (ns, the busiest thread's unit vectors, times the steps): the recurrent products'
-register tiles (`models.cost.microkernel_ns`: FMA issue, latency, loads) over the hidden
-state's length; the packed weights of the thread's units read once per block of batch
-rows per step, from the level holding them (a layer's weights stay where they fit from
-one step to the next); the cell's arithmetic as vector ops per unit vector; a step of
-the program per step, with a dispatch to the threads where several split the units.
-Compute and memory overlap as in every model (`models.cost.total_ns`).
+Terms (ns, the busiest thread's share, over all its steps): the recurrent products'
+register tiles (`models.cost.microkernel_ns`: FMA issue, latency, loads) over the
+hidden state's length; the packed weights of the thread's units read once per block of
+batch rows per step, from the level holding them (a layer's weights stay where they fit
+from one step to the next); the cell's arithmetic as vector ops per unit vector; the
+calls, with a dispatch to the threads where several run. Compute and memory overlap as
+in every model (`models.cost.total_ns`).
 """
 
 from __future__ import annotations
@@ -37,77 +40,106 @@ UNITS = (1, 2, 3, 4)
 
 @dataclass(frozen=True)
 class RecurrentShape:
-    """`steps` steps of `stage` over `batch` rows of `hidden` units."""
+    """`steps` steps of `stage` in each of `directions` directions over `batch` rows of
+    `hidden` units; `stages` kinds of step per step (a GRU's two, or one)."""
 
     stage: str
     steps: int
     batch: int
     hidden: int
+    directions: int = 1
+    stages: int = 1
 
     @property
     def flops(self) -> int:
-        return 2 * self.steps * self.batch * self.hidden * self.hidden * len(STAGES[self.stage])
+        return 2 * self.directions * self.steps * self.batch * self.hidden * self.hidden * len(STAGES[self.stage])
 
 
 @dataclass(frozen=True)
 class RecurrentPlan:
-    """A step's config, its unit vectors split across `threads`."""
+    """A config run on `together` directions at once, each one's unit vectors split into
+    `splits` ranges; `looped`: a call runs every step (one range per direction only)."""
 
     config: RecurrentConfig
     shape: RecurrentShape
-    threads: int
+    together: int = 1
+    splits: int = 1
+    looped: bool = False
+
+    @property
+    def threads(self) -> int:
+        return self.together * self.splits
+
+    @property
+    def calls(self) -> int:
+        """Calls of the kernel: per group of directions run together, one (looped) or one
+        per step and stage."""
+        groups = -(-self.shape.directions // self.together)
+        return groups * (1 if self.looped else self.shape.steps * self.shape.stages)
 
 
 def predict(plan: RecurrentPlan, machine: Machine) -> Prediction:
     """The plan's time as named terms (see the module docstring)."""
     c, s = plan.config, plan.shape
     m, gates = machine.at(c.lanes, plan.threads), len(c.gates)
-    vectors = math.ceil(c.vectors / plan.threads)
+    vectors = math.ceil(c.vectors / plan.splits)
+    steps = s.steps * math.ceil(s.directions / plan.together)  # the busiest thread's
     row_blocks = s.batch // c.rows + s.batch % c.rows
     tiles = row_blocks * (vectors // c.units + vectors % c.units)
     issue, latency, loads = microkernel_ns(c.rows * c.units * gates, c.units * gates, c.rows, m)
     weights = vectors * s.hidden * gates * c.lanes * F32
-    level = m.holding_level(weights)
+    level = m.holding_level(weights * math.ceil(s.directions / plan.together))
     ops = CELL_OPS[c.stage] + sum(ep.vector_ops((c.activations[i],)) for i in USES[c.stage])
-    step = PROGRAM_STEP_NS + (m.dispatch_ns if plan.threads > 1 else 0.0)
+    call = PROGRAM_STEP_NS + (m.dispatch_ns if plan.threads > 1 else 0.0)
     terms = [
-        Term("fma", s.steps * tiles * s.hidden * issue,
+        Term("fma", steps * tiles * s.hidden * issue,
              f"{c.rows}x{c.units}x{gates} accumulators of {c.lanes} lanes at {m.fma_per_ns():.2f} vector FMAs/ns"),
-        Term("latency", s.steps * tiles * s.hidden * latency, "tiles with too few accumulators wait on FMA latency"),
-        Term("loads", s.steps * tiles * s.hidden * loads, f"{c.units * gates} vector + {c.rows} broadcast loads "
-                                                          "per k step"),  # fmt: skip
-        Term("epilogue", s.steps * vectors * s.batch * ops / m.fma_per_ns(),
+        Term("latency", steps * tiles * s.hidden * latency, "tiles with too few accumulators wait on FMA latency"),
+        Term("loads", steps * tiles * s.hidden * loads, f"{c.units * gates} vector + {c.rows} broadcast loads "
+                                                        "per k step"),  # fmt: skip
+        Term("epilogue", steps * vectors * s.batch * ops / m.fma_per_ns(),
              f"the cell's arithmetic: {ops} vector ops per unit vector"),
-        Term("memory weights", s.steps * row_blocks * weights / m.bandwidth[level],
-             f"a thread's packed weights ({weights / 1e3:.0f} kB) from {level} per block of rows"),
-        Term("call", m.call_ns + s.steps * step,
-             f"{s.steps} calls, each a step of the program" + (" and a dispatch" if plan.threads > 1 else "")),
+        Term("memory weights", steps * row_blocks * weights / m.bandwidth[level],
+             f"a thread's packed weights ({weights / 1e3:.0f} kB a direction) from {level} per block of rows"),
+        Term("call", m.call_ns + plan.calls * call,
+             f"{plan.calls} call(s), each a step of the program" + (" and a dispatch" if plan.threads > 1 else "")),
     ]
     parameters = (("tile", f"{c.rows} batch rows x {c.units} unit vectors x {gates} gates"),
-                  ("threads", f"{plan.threads}: " + ("the units split" if plan.threads > 1 else "one")))
+                  ("threads", f"{plan.threads}: {plan.together} direction(s) at once, the units in {plan.splits} "
+                              f"range(s), " + ("every step in one call" if plan.looped else "a call per step")))
     return Prediction(plan, tuple(terms), total_ns(terms), parameters)
 
 
 def choose(shape: RecurrentShape, machine: Machine, lanes: int, threads: int, activations: tuple[ep.EpilogueOp, ...],
-           clip: float, peephole: bool, input_forget: bool) -> Prediction:  # fmt: skip
-    """The fastest predicted tile and thread count (ties: fewer threads, then the larger
-    tile) among those whose accumulators and weight vectors fit the registers."""
+           clip: float, peephole: bool, input_forget: bool,
+           threading: tuple[int, int] | None = None) -> Prediction:  # fmt: skip
+    """The fastest predicted tile and threading (ties: fewer threads, every step in one
+    call, then the larger tile) among tiles whose accumulators and weight vectors fit
+    the registers; `threading`: (together, splits) fixed. Looped calls need each
+    direction's units whole, and one kind of step."""
     gates, vectors = len(STAGES[shape.stage]), -(-shape.hidden // lanes)
     predictions = []
-    for rows, units, count in itertools.product(ROWS, UNITS, sorted({1, min(threads, vectors)})):
-        if rows > shape.batch or units > vectors or (rows + 1) * units * gates + 1 > machine.registers:
-            continue
-        config = RecurrentConfig(shape.stage, shape.batch, shape.hidden, lanes, activations, clip, peephole,
-                                 input_forget, rows, units)  # fmt: skip
-        predictions.append(predict(RecurrentPlan(config, shape, count), machine))
-    return best_of(predictions, lambda p: (p.plan.threads, -p.config.rows * p.config.units))
+    for together in sorted({1, min(threads, shape.directions)}):
+        for splits, looped, rows, units in itertools.product(range(1, min(threads // together, vectors) + 1),
+                                                             (False, True), ROWS, UNITS):  # fmt: skip
+            if threading is not None and (together, splits) != threading:
+                continue
+            if looped and (splits > 1 or shape.stages > 1):
+                continue
+            if rows > shape.batch or units > vectors or (rows + 1) * units * gates + 1 > machine.registers:
+                continue
+            config = RecurrentConfig(shape.stage, shape.batch, shape.hidden, lanes, activations, clip, peephole,
+                                     input_forget, rows, units, shape.steps, shape.directions)  # fmt: skip
+            predictions.append(predict(RecurrentPlan(config, shape, together, splits, looped), machine))
+    return best_of(predictions, lambda p: (p.plan.threads, not p.plan.looped, -p.config.rows * p.config.units))
 
 
 def explain(best: Prediction, profile_name: str, target_name: str) -> str:
     """The report's lines for a recurrent layer: shape, choice, parameters, terms."""
     s = best.shape
-    return "\n".join([f"{s.stage} steps: {s.steps} of {s.batch} rows x {s.hidden} units (gates {STAGES[s.stage]}) on "
-                      f"{target_name} (profile {profile_name}, {best.plan.threads} thread(s))",
+    return "\n".join([f"{s.stage} steps: {s.steps} in each of {s.directions} direction(s), {s.batch} rows x {s.hidden} "
+                      f"units (gates {STAGES[s.stage]}) on {target_name} (profile {profile_name}, "
+                      f"{best.plan.threads} thread(s))",
                       f"choice: predicted {best.total_ns / 1e3:.1f} µs = {best.gflops:.1f} GFLOP/s",
                       "parameters:", *best.parameter_lines(),
                       "terms (ns; total = softmax4(fma+latency+loads+epilogue, memory) + call):",
