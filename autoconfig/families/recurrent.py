@@ -38,9 +38,11 @@ def _recurrence(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
     size = batch * hidden
     state = {"p": b.read(p), "y": b.write(node.outputs[0]), "h_first": b.read(h0) if h0 else None,
              "c_first": b.read(c0) if c0 else None, "peephole": b.read(peepholes) if peepholes else None,
-             "reset_bias": b.read(reset_bias) if reset_bias else None, "rh": b.scratch(dirs * size),
-             "z": b.scratch(dirs * size),
-             "c": b.write(node.outputs[1]) if node.outputs[1:] and node.outputs[1] else b.scratch(dirs * size)}
+             "reset_bias": b.read(reset_bias) if reset_bias else None}  # fmt: skip
+    if cell == "LSTM":  # the cell state: Y_c's buffer, or scratch
+        state["c"] = b.write(node.outputs[1]) if node.outputs[1:] and node.outputs[1] else b.scratch(dirs * size)
+    if len(stages) > 1:  # the first stage's z and r·h' for the second
+        state |= {"rh": b.scratch(dirs * size), "z": b.scratch(dirs * size)}
     if not (h0 and (c0 or cell != "LSTM")):
         state["zeros"] = b.constant(np.zeros(size, np.float32))
     packed = [b.constant(np.concatenate([rk.pack(_stage_rows(weights[d], choice.config), choice.config)
