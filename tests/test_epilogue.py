@@ -84,7 +84,9 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
                                 ep.EpilogueOp("choose", alpha=2.0, beta=-1.0), *[ep.EpilogueOp(kind) for kind in (
                                     "exp", "log", "negate", "abs", "reciprocal", "floor", "ceil", "round", "sign",
                                     "softsign")],
-                                ep.EpilogueOp("elu", alpha=0.7, beta=1.2), ep.EpilogueOp("thresholded_relu", alpha=1.5)],
+                                ep.EpilogueOp("elu", alpha=0.7, beta=1.2), ep.EpilogueOp("thresholded_relu", alpha=1.5),
+                                ep.EpilogueOp("affine", alpha=0.7, beta=-0.2),
+                                ep.EpilogueOp("scaled_tanh", alpha=1.5, beta=0.3)],
                          ids=lambda op: op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
     # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends (sqrt: NaN below 0)
