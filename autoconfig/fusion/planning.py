@@ -628,10 +628,10 @@ def _signature(a: Analysis, state: _State) -> tuple:
          grp.tail_reads if grp.tail_reads in state.group_of else -1, grp.sealed, grp.members & a.chain_nodes)
         for g, grp in state.groups.items()
     ))  # fmt: skip
-    reaching = tuple(sorted(
-        (relabel[g], relabel[h]) for g, gg in state.groups.items() for h, hh in state.groups.items()
-        if g != h and gg.reach & hh.members
-    ))  # fmt: skip
+    members = _or(grp.members for grp in state.groups.values())
+    sources = [(g, grp.reach) for g, grp in state.groups.items() if grp.reach & members & ~grp.members]
+    reaching = tuple(sorted((relabel[g], relabel[h]) for g, reach in sources for h, held in state.groups.items()
+                            if g != h and reach & held.members))  # fmt: skip
     return live, groups, reaching
 
 
