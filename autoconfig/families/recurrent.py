@@ -82,19 +82,19 @@ def _calls(choice: Prediction, state: dict[str, Ref], direction: str) -> list[Ca
 
 
 def _buffers(config: rk.RecurrentConfig, state: dict[str, Ref], d: int) -> tuple[Ref, ...]:
-    """Direction d's buffers in the signature's order: each starts at its direction's."""
-    h, gates = config.hidden, len(rk.CELLS[config.cell])
-    size = config.batch * h
-    first = {"y": d * size, "p": d * gates * h, "r": d * config.vectors * h * len(config.gates) * config.lanes,
-             "peephole": d * 3 * h, "reset_bias": d * h}  # fmt: skip
+    """Direction d's buffers in the signature's order: each starts at its direction's
+    (Y's and P's rows hold every direction side by side; the others, one after another)."""
+    sizes = {name: size for name, _, size in config.params()}
+    first = {name: d * size for name, size in sizes.items()}
+    first |= {"y": d * config.batch * config.hidden, "p": d * len(rk.CELLS[config.cell]) * config.hidden}
 
     def ref(name: str) -> Ref:
         if state.get(name, "") is None:  # an initial state not given: zeros
             return state["zeros"]
-        return at(state[name], first.get(name, d * size))
+        return at(state[name], first[name])
 
     return tuple(ref(name) for name, _, _ in config.params())
 
 
 LOWERINGS = {RECURRENCE: Lowering(_recurrence)}
-"""The recurrent family: one direction's steps."""
+"""The recurrent family: a layer's steps."""

@@ -175,11 +175,7 @@ def choose(shape: AttentionShape, machine: Machine, lanes: int, threads: int, st
 def explain(best: Prediction, profile_name: str, target_name: str) -> str:
     """The report's lines for a fused attention: shape, choice, parameters, terms."""
     s = best.shape
-    return "\n".join([f"attention of {s.heads} heads: Q {s.queries}x{s.width}, K {s.keys}x{s.width}, "
-                      f"V {s.keys}x{s.v_width} on {target_name} (profile {profile_name}, {best.plan.threads} "
-                      f"thread(s))",
-                      f"choice: fused, predicted {best.total_ns / 1e3:.1f} µs = {best.gflops:.1f} GFLOP/s",
-                      "parameters:", *best.parameter_lines(),
-                      "terms (ns; total = softmax4(fma+latency+loads+epilogue+rescale, largest memory) + l1 misses "
-                      "+ packing + call):",
-                      *best.term_lines()])  # fmt: skip
+    return best.report(f"attention of {s.heads} heads: Q {s.queries}x{s.width}, K {s.keys}x{s.width}, "
+                       f"V {s.keys}x{s.v_width}", target_name, profile_name, "fused, ",
+                       "terms (ns; total = softmax4(fma+latency+loads+epilogue+rescale, largest memory) + l1 misses "
+                       "+ packing + call):")  # fmt: skip

@@ -78,6 +78,14 @@ class Prediction:
     def lines(self) -> list[str]:
         return self.parameter_lines() + self.term_lines()
 
+    def report(self, what: str, target_name: str, profile_name: str, choice: str, formula: str) -> str:
+        """A kernel's report: what it computes on which target and profile at how many
+        threads, the choice with its predicted time and rate, the parameters, and the
+        terms under the `formula` that sums them."""
+        return "\n".join([f"{what} on {target_name} (profile {profile_name}, {self.plan.threads} thread(s))",
+                          f"choice: {choice}predicted {self.total_ns / 1e3:.1f} µs = {self.gflops:.1f} GFLOP/s",
+                          "parameters:", *self.parameter_lines(), formula, *self.term_lines()])  # fmt: skip
+
 
 def compute_and_memory_ns(terms: Sequence[Term]) -> tuple[float, float]:
     """The compute terms' sum and the largest memory term: what overlaps in a kernel."""

@@ -137,10 +137,6 @@ def choose(shape: RecurrentShape, machine: Machine, lanes: int, threads: int, ac
 def explain(best: Prediction, profile_name: str, target_name: str) -> str:
     """The report's lines for a recurrent layer: shape, choice, parameters, terms."""
     s = best.shape
-    return "\n".join([f"{s.stage} steps: {s.steps} in each of {s.directions} direction(s), {s.batch} rows x {s.hidden} "
-                      f"units (gates {STAGES[s.stage]}) on {target_name} (profile {profile_name}, "
-                      f"{best.plan.threads} thread(s))",
-                      f"choice: predicted {best.total_ns / 1e3:.1f} µs = {best.gflops:.1f} GFLOP/s",
-                      "parameters:", *best.parameter_lines(),
-                      "terms (ns; total = softmax4(fma+latency+loads+epilogue, memory) + call):",
-                      *best.term_lines()])  # fmt: skip
+    return best.report(f"{s.stage} steps: {s.steps} in each of {s.directions} direction(s), {s.batch} rows x "
+                       f"{s.hidden} units (gates {STAGES[s.stage]})", target_name, profile_name, "",
+                       "terms (ns; total = softmax4(fma+latency+loads+epilogue, memory) + call):")  # fmt: skip
