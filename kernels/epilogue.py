@@ -25,6 +25,9 @@ tensor (their operand), which becomes a kernel argument:
 - ``hard_swish``    y · hard_sigmoid(y) with alpha 1/6, beta 0.5
 - ``affine``    alpha·y + beta            (a recurrent layer's Affine activation)
 - ``scaled_tanh``   alpha·tanh(beta·y)    (its ScaledTanh)
+- ``sin``, ``cos``, ``tan``  reduced by π/2 in f64, then the Cephes polynomials
+- ``asin``, ``acos``, ``atan``  through atan's Cephes polynomial
+- ``sinh``, ``cosh``, ``asinh``, ``acosh``, ``atanh``  through exp and log (a series for small sinh)
 - ``erf``       the error function        (1 − erfc: exp(−z²) times a polynomial; a series near 0)
 - ``gelu``      y · (1 + erf(y/√2)) / 2
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
@@ -421,6 +424,177 @@ def _sign(value: ir.Value) -> ir.Value:
     return arith.select(above, _const(value, 1.0), arith.select(below, _const(value, -1.0), value))
 
 
+PI_OVER_2 = (1.5707963267948966, 6.123233995736766e-17)
+"""π/2 as the f64 nearest it and the f64 nearest the rest: x − n·π/2 by two FMAs keeps
+f32's precision in the reduced argument while n is exact, |x| < 2⁵² (4.5e15; beyond,
+where f32 values are multiples of 2²⁹, n itself is rounded and sin, cos and tan are
+not computed: sin and cos are held to [−1, 1])."""
+
+SIN_POLYNOMIAL = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
+"""Cephes sinf: sin r ≈ r + r³·P(r²) on |r| <= π/4."""
+
+COS_POLYNOMIAL = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
+"""Cephes cosf: cos r ≈ 1 − r²/2 + r⁴·P(r²) on |r| <= π/4."""
+
+
+def _const64(like: ir.Value, number: float) -> ir.Value:
+    scalar = arith.constant(ir.F64Type.get(), number)
+    return vector.broadcast(like.type, scalar) if isinstance(like.type, ir.VectorType) else scalar
+
+
+def _quadrant(x: ir.Value, shift: int) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(r, odd, negative) with x + shift·π/2 = q·π/2 + r, |r| <= π/4, odd and negative
+    where q mod 4 is odd and is 2 or 3: the reduction in f64, where x is exact."""
+    wide = arith.extf(_like(x, ir.F64Type.get()), x)
+    n = math.floor(math.fma(wide, _const64(wide, 2 / np.pi), _const64(wide, 0.5)))
+    r = math.fma(n, _const64(wide, -PI_OVER_2[1]), math.fma(n, _const64(wide, -PI_OVER_2[0]), wide))
+    for step in (1.0, -1.0):  # n one quadrant off where x·2/π rounded across a half
+        beyond = arith.cmpf(arith.CmpFPredicate.OGT, arith.mulf(r, _const64(wide, step)), _const64(wide, np.pi / 4))
+        n = arith.select(beyond, arith.addf(n, _const64(wide, step)), n)
+        r = arith.select(beyond, arith.subf(r, _const64(wide, step * PI_OVER_2[0])), r)
+    q = arith.addf(n, _const64(wide, float(shift)))
+    half = math.floor(arith.mulf(q, _const64(wide, 0.5)))
+    odd = arith.cmpf(arith.CmpFPredicate.ONE, q, arith.addf(half, half))
+    quarter = math.floor(arith.mulf(q, _const64(wide, 0.25)))
+    negative = arith.cmpf(arith.CmpFPredicate.OGE, arith.subf(q, arith.mulf(quarter, _const64(wide, 4.0))),
+                          _const64(wide, 2.0))  # fmt: skip
+    return arith.truncf(x.type, r), odd, negative
+
+
+def _sin_and_cos(r: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(sin r, cos r) for |r| <= π/4 by the Cephes polynomials."""
+    z = arith.mulf(r, r)
+    sin = math.fma(arith.mulf(r, z), _horner(z, SIN_POLYNOMIAL), r)
+    cos = math.fma(arith.mulf(z, z), _horner(z, COS_POLYNOMIAL), math.fma(z, _const(r, -0.5), _const(r, 1.0)))
+    return sin, cos
+
+
+def _sine(value: ir.Value, shift: int) -> ir.Value:
+    """sin(y + shift·π/2): sin for shift 0, cos for 1; held to [−1, 1] where |y| >= 2⁵²
+    leaves the quadrant rounded."""
+    r, odd, negative = _quadrant(value, shift)
+    sin, cos = _sin_and_cos(r)
+    y = arith.select(odd, cos, sin)
+    return _clamp(arith.select(negative, arith.negf(y), y), -1.0, 1.0)
+
+
+def _tan(value: ir.Value) -> ir.Value:
+    """tan r in even quadrants, −cot r = −cos r / sin r in odd ones."""
+    r, odd, _ = _quadrant(value, 0)
+    sin, cos = _sin_and_cos(r)
+    return arith.select(odd, arith.divf(arith.negf(cos), sin), arith.divf(sin, cos))
+
+
+ATAN_POLYNOMIAL = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
+"""Cephes atanf: atan t ≈ t + t³·P(t²) on |t| <= tan(π/8)."""
+
+TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
+
+
+def _atan(value: ir.Value) -> ir.Value:
+    """Cephes atanf: |y| above tan(3π/8) as π/2 + atan(−1/|y|), above tan(π/8) as
+    π/4 + atan((|y| − 1)/(|y| + 1)), the polynomial on what remains; the sign restored."""
+    a = math.absf(value)
+    big = arith.cmpf(arith.CmpFPredicate.OGT, a, _const(a, TAN_3PI_8))
+    mid = arith.cmpf(arith.CmpFPredicate.OGT, a, _const(a, TAN_PI_8))
+    top = arith.select(big, _const(a, -1.0), arith.select(mid, arith.subf(a, _const(a, 1.0)), a))
+    bottom = arith.select(big, a, arith.select(mid, arith.addf(a, _const(a, 1.0)), _const(a, 1.0)))
+    t = arith.divf(top, bottom)
+    z = arith.mulf(t, t)
+    y = math.fma(arith.mulf(t, z), _horner(z, ATAN_POLYNOMIAL), t)
+    y = arith.addf(y, arith.select(big, _const(a, np.pi / 2), arith.select(mid, _const(a, np.pi / 4), _const(a, 0.0))))
+    return math.copysign(y, value)
+
+
+def _asin(value: ir.Value) -> ir.Value:
+    """atan(y / √((1 − y)(1 + y))): ±π/2 at ±1 (a divide by zero), NaN beyond."""
+    one = _const(value, 1.0)
+    return _atan(arith.divf(value, math.sqrt(arith.mulf(arith.subf(one, value), arith.addf(one, value)))))
+
+
+def _acos(value: ir.Value) -> ir.Value:
+    """2·atan(√((1 − y)/(1 + y))): no cancellation near 1, π at −1, NaN beyond ±1."""
+    one = _const(value, 1.0)
+    ratio = math.sqrt(arith.divf(arith.subf(one, value), arith.addf(one, value)))
+    return arith.mulf(_const(value, 2.0), _atan(ratio))
+
+
+SINH_SERIES = (1 / 5040, 1 / 120, 1 / 6, 1.0)
+"""sinh y / y = 1 + y²/6 + y⁴/120 + y⁶/5040 + …: within 3e-9 relative on |y| < SINH_SERIES_BELOW."""
+
+SINH_SERIES_BELOW = 0.5
+"""|y| under which sinh is its series: e^y − e^−y would lose a small sinh's relative precision."""
+
+
+def _half_exp(value: ir.Value) -> ir.Value:
+    """e^|y| / 2, finite wherever cosh is: e^(|y| − ln2) near the top of exp's range
+    (elsewhere the rounded difference would cost precision)."""
+    a = math.absf(value)
+    top = arith.cmpf(arith.CmpFPredicate.OGT, a, _const(a, EXP_RANGE - 1.0))
+    return arith.select(top, _exp_op(arith.subf(a, _const(a, LN2))), arith.mulf(_exp_op(a), _const(a, 0.5)))
+
+
+def _sinh(value: ir.Value) -> ir.Value:
+    h = _half_exp(value)
+    large = math.copysign(arith.subf(h, arith.divf(_const(value, 0.25), h)), value)
+    series = arith.mulf(value, _horner(arith.mulf(value, value), SINH_SERIES))
+    small = arith.cmpf(arith.CmpFPredicate.OLT, math.absf(value), _const(value, SINH_SERIES_BELOW))
+    return arith.select(small, series, large)
+
+
+def _cosh(value: ir.Value) -> ir.Value:
+    h = _half_exp(value)
+    return arith.addf(h, arith.divf(_const(value, 0.25), h))
+
+
+def _log1p(value: ir.Value) -> ir.Value:
+    """log(1 + u) to u's relative precision: log(w)·u/(w − 1), w = 1 + u rounded, whose
+    rounding the ratio undoes (u itself where w is 1)."""
+    w = arith.addf(_const(value, 1.0), value)
+    lost = arith.subf(w, _const(value, 1.0))
+    scaled = arith.mulf(_log_op(w), arith.divf(value, lost))
+    exact = arith.cmpf(arith.CmpFPredicate.OEQ, lost, _const(value, 0.0))
+    infinite = arith.cmpf(arith.CmpFPredicate.OEQ, w, _const(value, np.inf))
+    return arith.select(exact, value, arith.select(infinite, w, scaled))
+
+
+HUGE = 2.0**64
+"""Beyond it asinh and acosh take log y + ln2 (their squares would overflow)."""
+
+
+def _asinh(value: ir.Value) -> ir.Value:
+    """sign(y)·log1p(|y| + y²/(1 + √(1 + y²)))."""
+    a = math.absf(value)
+    root = math.sqrt(math.fma(a, a, _const(a, 1.0)))
+    near = _log1p(arith.addf(a, arith.divf(arith.mulf(a, a), arith.addf(_const(a, 1.0), root))))
+    huge = arith.cmpf(arith.CmpFPredicate.OGT, a, _const(a, HUGE))
+    return math.copysign(arith.select(huge, arith.addf(_log_op(a), _const(a, LN2)), near), value)
+
+
+def _acosh(value: ir.Value) -> ir.Value:
+    """log1p(t + √(t·(t + 2))), t = y − 1 (exact near 1); NaN below 1 (where t·(t + 2)
+    is positive again past −1)."""
+    t = arith.subf(value, _const(value, 1.0))
+    near = _log1p(arith.addf(t, math.sqrt(arith.mulf(t, arith.addf(t, _const(value, 2.0))))))
+    huge = arith.cmpf(arith.CmpFPredicate.OGT, value, _const(value, HUGE))
+    below = arith.cmpf(arith.CmpFPredicate.ULT, value, _const(value, 1.0))
+    return arith.select(below, _const(value, np.nan), arith.select(huge, arith.addf(_log_op(value), _const(value, LN2)), near))
+
+
+def _atanh(value: ir.Value) -> ir.Value:
+    """(log1p(y) − log1p(−y)) / 2: each log1p exact near ±1, where 1 − y is; ±inf at ±1,
+    NaN beyond."""
+    return arith.mulf(_const(value, 0.5), arith.subf(_log1p(value), _log1p(arith.negf(value))))
+
+
+def _np_quiet(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """`function` without numpy's warnings for NaN or infinite results (the kernels give them too)."""
+    def quiet(y: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return function(y)
+    return quiet
+
+
 def _np_log(y: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(y)
@@ -572,6 +746,19 @@ KINDS: dict[str, Kind] = {
     "thresholded_relu": Kind(lambda op, y, r: arith.select(arith.cmpf(arith.CmpFPredicate.OGT, y, _const(y, op.alpha)),
                                                            y, _const(y, 0.0)),
                              lambda op, y, r: np.where(y > op.alpha, y, 0.0), 2, shown=("alpha",)),
+    # sin and cos: the reduction in f64 (widening, a multiply, a rounding, two FMAs, the
+    # quadrant's floors and compares: each twice, at half the lanes; 20), the two
+    # polynomials (10), selects and the clamp (4); tan a divide for the clamp; atan: the
+    # argument's selects and divide (14), the polynomial (6), the rest (4); asin and
+    # acos add a square root and a divide (16); sinh and cosh: exp (21), a divide, the
+    # series (5) and selects; the inverse hyperbolics: log (28), a square root and a few
+    **{kind: Kind(lambda op, y, r, f=emit: f(y), lambda op, y, r, f=function: _np_quiet(f)(y), cost)
+       for kind, emit, function, cost in (
+           ("sin", lambda y: _sine(y, 0), np.sin, 34), ("cos", lambda y: _sine(y, 1), np.cos, 34),
+           ("tan", _tan, np.tan, 40), ("atan", _atan, np.arctan, 24), ("asin", _asin, np.arcsin, 40),
+           ("acos", _acos, np.arccos, 40), ("sinh", _sinh, np.sinh, 34), ("cosh", _cosh, np.cosh, 30),
+           ("asinh", _asinh, np.arcsinh, 46), ("acosh", _acosh, np.arccosh, 46),
+           ("atanh", _atanh, np.arctanh, 40))},
     "erf": Kind(lambda op, y, r: _erf(y), lambda op, y, r: _np_erf(y), 48),
     "gelu": Kind(lambda op, y, r: _gelu(y), lambda op, y, r: _np_gelu(y), 41),
     "gelu_tanh": Kind(lambda op, y, r: _gelu_tanh(y),

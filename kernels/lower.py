@@ -116,7 +116,7 @@ def to_llvm_ir(module: ir.Module | ir.OpView, pipeline: str = PIPELINE) -> str:
             raise KernelError(f"lowering to LLVM failed: {first_diagnostic(err)}") from None
 
 
-_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|[-+]?q?nan)(?!\w)")
+_FLOAT_LITERAL = re.compile(r"(?<![\w.%@\"])(f0x[0-9A-Fa-f]{16}|f0x[0-9A-Fa-f]{8}|-?[0-9]+\.[0-9]+e[+-][0-9]+|[-+]?inf|[-+]?q?nan)(?!\w)")
 
 
 def exact_float_literals(llvm_ir: str) -> str:
@@ -126,10 +126,14 @@ def exact_float_literals(llvm_ir: str) -> str:
     (``f0xC2B0C0A5``, a syntax llvmlite's LLVM does not know), infinities as ``-inf`` and
     ``+inf`` (a max-pooling border, a clip with one bound) and NaN as ``+qnan`` (a row
     gathered by an id out of range), which it does not read either. Every decimal literal is
-    taken as an f32: generated kernels hold no f64 values."""
+    taken as an f32: the few f64 constants (sin's argument reduction) are short decimals
+    only where exact in f32, else raw f64 bits (``f0x`` and 16 digits: the same bits in
+    the old form)."""
 
     def hexadecimal(match: re.Match) -> str:
         literal = match[1]
+        if literal.startswith("f0x") and len(literal) == 19:
+            return "0x" + literal[3:].upper()
         if literal.startswith("f0x"):
             value = struct.unpack("<f", int(literal[3:], 16).to_bytes(4, "little"))[0]
         else:

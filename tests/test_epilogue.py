@@ -83,7 +83,8 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
                                 ep.EpilogueOp("is_zero"), ep.EpilogueOp("identity"),
                                 ep.EpilogueOp("choose", alpha=2.0, beta=-1.0), *[ep.EpilogueOp(kind) for kind in (
                                     "exp", "log", "negate", "abs", "reciprocal", "floor", "ceil", "round", "sign",
-                                    "softsign")],
+                                    "softsign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+                                    "asinh", "acosh", "atanh")],
                                 ep.EpilogueOp("elu", alpha=0.7, beta=1.2), ep.EpilogueOp("thresholded_relu", alpha=1.5),
                                 ep.EpilogueOp("affine", alpha=0.7, beta=-0.2),
                                 ep.EpilogueOp("scaled_tanh", alpha=1.5, beta=0.3)],
@@ -118,6 +119,25 @@ def test_erf_keeps_its_relative_precision_near_zero_and_in_the_tails(kind):
     expected = ep.reference((op,), x, [None])
     keep = np.abs(expected) > 1e-30  # gelu's far tail underflows f32
     np.testing.assert_allclose(out[keep], expected[keep], rtol=2e-6 if kind == "erf" else 2e-5)
+
+
+@pytest.mark.parametrize("kind", ["sin", "cos", "tan"])
+def test_trigonometry_keeps_its_precision_up_to_large_arguments(kind):
+    # the argument reduced by pi/2 in f64: near 1 ulp from 1e-9 to 4e15 (where n stays exact),
+    # near multiples of pi too; special values as numpy gives them
+    target = target_for("avx2")
+    require_runnable(target)
+    rng = np.random.default_rng(3)
+    size = np.exp(rng.uniform(np.log(1e-9), np.log(4e15), 4000)) * rng.choice([-1, 1], 4000)
+    special = [0.0, -0.0, np.pi, -np.pi, 2 * np.pi, 100 * np.pi, np.inf, -np.inf, np.nan]
+    x = np.concatenate([size, special]).astype(np.float32).reshape(1, -1)
+    n = x.shape[1]
+    op = ep.EpilogueOp(kind)
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    np.testing.assert_allclose(out, ep.reference((op,), x, [None]), rtol=5e-7, atol=0)
 
 
 def test_exp_is_accurate_over_the_f32_range():

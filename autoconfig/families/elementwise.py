@@ -99,6 +99,8 @@ UNARY: dict[str, Unary] = {
     "Softsign": Unary(lambda a: ep.EpilogueOp("softsign")),
     "ThresholdedRelu": Unary(lambda a: ep.EpilogueOp("thresholded_relu", alpha=a.get("alpha", 1.0))),
     "Mish": Unary(lambda a: ep.mish()),
+    **{name: Unary(lambda a, kind=name.lower(): ep.EpilogueOp(kind))
+       for name in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh")},
 }
 """Every elementwise operator of one input the compiler accepts."""
 
