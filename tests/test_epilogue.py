@@ -32,6 +32,8 @@ CHAINS = {
                                        ep.EpilogueOp("then_else", alpha=0.5), ep.EpilogueOp("keep_where", alpha=7.0),
                                        ep.EpilogueOp("replace_where", alpha=-2.0), ep.EpilogueOp("nonzero"),
                                        ep.EpilogueOp("choose", alpha=2.0, beta=-1.0)),
+    # sin's reduction in f64 vectors (twice the f32 lanes' registers) on every target
+    "bias+atan+sin+cos+sinh+asinh": (ep.bias(), *[ep.EpilogueOp(k) for k in ("atan", "sin", "cos", "sinh", "asinh")]),
 }
 
 
