@@ -561,7 +561,8 @@ def match_epilogue(b: Builder, start: str, nodes: list[Node], channel_axis: int,
             used = [users[0]]
             op, operand = _binary(b, users[0], current, out_shape, channel_axis, per_batch)
             ops.append(op)
-            operands.append(operand)
+            if op.operand:
+                operands.append(operand)
         elif len(users) == 1 and users[0].op == "Where":
             used = [users[0]]
             op, operand = _selection(b, users[0], current, out_shape, per_batch)
@@ -607,9 +608,10 @@ def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
 
 
 def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], channel_axis: int,
-            per_batch: bool) -> tuple[ep.EpilogueOp, np.ndarray | str]:  # fmt: skip
+            per_batch: bool) -> tuple[ep.EpilogueOp, np.ndarray | str | None]:  # fmt: skip
     """A binary op (`elementwise.BINARY`) of the chain's value and one other operand, as
-    an epilogue op: Add/Sub/Mul/Div by a constant per channel as its values; anything
+    an epilogue op: by one constant value as an affine op (`_scalar_affine`); Add/Sub/Mul/Div
+    by a constant per channel as its values; anything
     else as the name of a tensor of the output's shape (or, per batch, of its matrices:
     `_operand_of`)."""
     others = [i for i in node.inputs if i != current]
@@ -620,6 +622,8 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], ch
     other, first = others[0], node.inputs.index(current) == 0
     shape = b.graph.types[other].shape
     channels = out_shape[channel_axis] if out_shape else 1
+    if (affine := _scalar_affine(b, node, other, first)) is not None:
+        return affine, None
     if b.graph.is_constant(other) and (first or node.op in ("Add", "Mul")) and node.op in ("Add", "Sub", "Mul", "Div"):
         values = per_channel(np.asarray(b.graph.constants[other], np.float32), out_shape, channel_axis)
         if values is not None:
@@ -630,6 +634,22 @@ def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], ch
             and along_channels(shape, out_shape, channel_axis):  # fmt: skip
         return ep.EpilogueOp("bias" if node.op == "Add" else "scale"), other
     return ep.EpilogueOp(elementwise.BINARY[node.op][0 if first else 1]), _operand_of(b, other, out_shape, per_batch)
+
+
+def _scalar_affine(b: Builder, node: Node, other: str, first: bool) -> ep.EpilogueOp | None:
+    """Add, Sub or Mul by one constant value (Div by one, the chain's value first) as
+    alpha·y + beta: no operand to read, so a kernel whose epilogue takes none (softmax)
+    takes it too."""
+    if not b.graph.is_constant(other) or b.graph.constants[other].size != 1:
+        return None
+    c = float(np.asarray(b.graph.constants[other], np.float32).reshape(-1)[0])
+    if node.op == "Add":
+        return ep.EpilogueOp("affine", alpha=1.0, beta=c)
+    if node.op == "Sub":
+        return ep.EpilogueOp("affine", alpha=1.0, beta=-c) if first else ep.EpilogueOp("affine", alpha=-1.0, beta=c)
+    if node.op == "Mul" or (node.op == "Div" and first):
+        return ep.EpilogueOp("affine", alpha=c if node.op == "Mul" else float(np.float32(1) / np.float32(c)), beta=0.0)
+    return None
 
 
 def _selection(b: Builder, node: Node, current: str, out_shape: tuple[int, ...],

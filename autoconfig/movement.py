@@ -12,6 +12,7 @@ batch 1, a Slice of leading rows) needs no kernel: it is a view at an offset.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,8 +66,7 @@ def plan(source: np.ndarray, source_size: int, fill: float, target: Target) -> M
     flat = source.reshape(-1)
     if flat.size and flat[0] >= 0 and np.array_equal(flat, flat[0] + np.arange(flat.size)):
         return Movement(int(flat[0]))
-    shape = source.shape or (1,)
-    tables = axis_tables(source.reshape(shape))
+    shape, tables = separable(source)
     last = tables[-1]
     kept = np.flatnonzero(last != FILL)
     run = None
@@ -79,9 +79,22 @@ def plan(source: np.ndarray, source_size: int, fill: float, target: Target) -> M
     return Movement(None, config, np.concatenate(tables))
 
 
-def axis_tables(source: np.ndarray) -> list[np.ndarray]:
+def separable(source: np.ndarray) -> tuple[tuple[int, ...], list[np.ndarray]]:
+    """The map as (shape, tables) over its own axes where it factors so (a transpose, a
+    slice, a gather along axes), else over (rows, last axis) (rows picked in any order:
+    constant ids into a table), else over its elements one by one (any map)."""
+    shape = tuple(source.shape) or (1,)
+    for axes in (shape, (math.prod(shape[:-1]), shape[-1])):
+        tables = axis_tables(source.reshape(axes))
+        if tables is not None:
+            return axes, tables
+    flat = source.reshape(-1)  # over one axis the map is its own table
+    return (flat.size,), [np.where(flat >= 0, flat, FILL)]
+
+
+def axis_tables(source: np.ndarray) -> list[np.ndarray] | None:
     """Tables T_k with source[i] = Σ_k T_k[i_k] (negative: the fill), checked on every
-    element; raises AutoconfigError when the map does not factor so."""
+    element; None when the map does not factor so."""
     valid = source >= 0
     tables = [np.full(d, FILL, np.int64) for d in source.shape]
     if valid.any():
@@ -93,5 +106,5 @@ def axis_tables(source: np.ndarray) -> list[np.ndarray]:
         tables[0] = np.where(tables[0] == FILL, FILL, tables[0] + base)
     rebuilt = sum(t.reshape((-1,) + (1,) * (source.ndim - 1 - k)) for k, t in enumerate(tables))
     if not np.array_equal(np.where(rebuilt < 0, -1, rebuilt), source):
-        raise AutoconfigError("the op's element map is not a gather along axes")
+        return None
     return tables

@@ -137,7 +137,7 @@ def _whole_buffer(b: Builder, node: Node, inputs: list[str], layout: kc.Layout,
 
 
 def _movement(b: Builder, node: Node) -> KernelGroup | None:
-    """Transpose, Slice, Gather(ND), Expand, Split, Pad, Resize, Upsample: each output a view of the input
+    """Transpose, Slice, Gather(ND, Elements), Expand, Split, Pad, Resize, Upsample: each output a view of the input
     at an offset where it is one contiguous stretch of it, else a gather kernel."""
     data = node.inputs[0]
     if node.op == "Gather" and not b.graph.is_constant(node.inputs[1]):
@@ -234,5 +234,6 @@ def _concat_reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) 
 
 LOWERINGS = {"Concat": Lowering(lambda b, node, after: _concat(b, node), reading_ns=_concat_reading_ns),
              **{op: Lowering(lambda b, node, after: _movement(b, node))
-                for op in ("Transpose", "Slice", "Gather", "GatherND", "Expand", "Split", "Pad", "Resize", "Upsample")}}
+                for op in ("Transpose", "Slice", "Gather", "GatherND", "GatherElements", "Expand", "Split", "Pad", "Resize",
+                           "Upsample")}}  # fmt: skip
 """The data-movement family's operators."""

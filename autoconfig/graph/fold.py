@@ -4,11 +4,12 @@ constant, whatever its operator.
 Reads an ONNX model; writes the nodes left to run, the constants (the initializers and
 every folded value) and onnx's shape inference of what is left. A node folds when all
 its inputs are constants (or empty: a tensor of no elements has one value), or when it
-reads only its input's shape (Shape, Size) and that shape is static, or picks elements
-of a constant holding one value (Gather, GatherElements): so the shape
-arithmetic exporters write (Shape → Gather → Concat
-→ Reshape, ConstantOfShape, Range, Expand, Equal/Where/Cast on int64 ...) folds whatever
-operators it uses. Values are computed by onnx's own reference implementation
+reads one only for its shape or type (Shape, Size, CastLike's target) and that is
+static, or picks elements of a constant holding one value (Gather, GatherElements): so
+the shape arithmetic exporters write (Shape → Gather → Concat → Reshape,
+ConstantOfShape, Range, Expand, Equal/Where/Cast on int64 ...) and the constants of
+ONNX's function bodies (CastLike of a Constant to the input's type) fold whatever
+operators they use. Values are computed by onnx's own reference implementation
 (`onnx.reference`) at the model's opset, not by a copy written here. Folding and shape
 inference alternate until nothing more folds: a folded Reshape target makes the next
 shapes static.
@@ -24,10 +25,11 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from autoconfig.errors import AutoconfigError
-from autoconfig.graph.reference import onnx_node_outputs
+from autoconfig.graph.reference import gather_elements, onnx_node_outputs
 
-SHAPE_READERS = frozenset({"Shape", "Size"})
-"""Operators that read only their input's shape, not its values."""
+SHAPE_READS = {"Shape": 0, "Size": 0, "CastLike": 1}
+"""Operators with an input read only for its shape or type, not its values (CastLike's
+target): they fold once that type and shape are static."""
 
 SELECTORS = frozenset({"Gather", "GatherElements"})
 """Operators that pick elements of their first input by the indices of their second:
@@ -38,12 +40,8 @@ DRAWN = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomU
                    "Bernoulli"})  # fmt: skip
 """Operators whose output is drawn anew on every run: never constants."""
 
-def _gather_elements(node: onnx.NodeProto, data: np.ndarray, index: np.ndarray) -> list[np.ndarray]:
-    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % data.ndim
-    return [np.take_along_axis(data, np.where(index < 0, index + data.shape[axis], index), axis=axis)]
-
-
-OWN_FOLDS = {"GatherElements": _gather_elements}
+OWN_FOLDS = {"GatherElements": lambda node, data, index: [gather_elements(
+    {a.name: a.i for a in node.attribute}, data, index)]}
 """Operators folded by numpy here: onnx's reference fails on GatherElements whose index
 is smaller than its data along another axis (BERT's token type ids)."""
 
@@ -86,11 +84,11 @@ def _foldable(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: di
         return False
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return False  # If, Loop, Scan: their bodies read values of the enclosing graph
-    if node.op_type in SHAPE_READERS:
-        return node.input[0] in constants or node.input[0] in shapes
     if node.op_type in SELECTORS and _uniform(constants.get(node.input[0])):
         return node.input[1] in constants or node.input[1] in shapes
-    return all(not i or i in constants or _empty(i, shapes) for i in node.input)
+    shape_read = SHAPE_READS.get(node.op_type)
+    return all(not name or name in constants or _empty(name, shapes) or (i == shape_read and name in shapes)
+               for i, name in enumerate(node.input))  # fmt: skip
 
 
 def _uniform(array: np.ndarray | None) -> bool:
@@ -108,7 +106,7 @@ def _empty(name: str, shapes: dict[str, tuple]) -> bool:
 
 def _evaluate(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: dict[str, tuple],
               opset: int, source: str) -> dict[str, np.ndarray]:  # fmt: skip
-    """The node's outputs by onnx's reference implementation; a shape reader's input,
+    """The node's outputs by onnx's reference implementation; an input read for its shape,
     or a selector's indices into a constant of one value, is a zero-strided array of
     zeros of the right shape (no memory: only its shape matters)."""
     feeds = {}

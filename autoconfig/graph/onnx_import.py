@@ -54,7 +54,7 @@ def import_model(model: onnx.ModelProto, source: str = "model", shapes: Shapes |
         kind = _tensor_type(info)
         if isinstance(kind, str) and info.name not in {t.name for t in model.graph.initializer}:
             raise AutoconfigError(f"{source}: input {info.name!r} {kind}")
-    folded = fold(model, _named(model.graph.node), opset, source)
+    folded = fold(model, named(model.graph.node), opset, source)
     _check_supported(folded.nodes, source)
     g, constants = folded.inferred, folded.constants
     types: dict[str, TensorType] = {}
@@ -103,7 +103,7 @@ def with_shapes(model: onnx.ModelProto, shapes: Shapes, source: str) -> onnx.Mod
     return fixed
 
 
-def _named(nodes) -> list[onnx.NodeProto]:
+def named(nodes) -> list[onnx.NodeProto]:
     """The nodes, each unnamed one a copy named after its operator and place in the file
     (`Conv_12`): one name for every message, the report and the kernels."""
     named = []

@@ -201,6 +201,7 @@ OPERATORS: dict[str, OpInfo] = {
     "Slice": OpInfo(_1, _INJ, ref.slice_, kernel=_MV, parameters=(1, 2, 3, 4)),
     "Gather": OpInfo(_1, _INJ, ref.gather, kernel=_MV, parameters=(1,)),
     "GatherND": OpInfo(_1, _INJ, ref.gather_nd, kernel=_MV, parameters=(1,)),
+    "GatherElements": OpInfo(_1, _INJ, ref.gather_elements, kernel=_MV, parameters=(1,)),
     "Expand": OpInfo(_M, _BC, ref.expand, expansion_reads, _MV, (1,)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),

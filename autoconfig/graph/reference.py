@@ -108,6 +108,13 @@ def gather(a: dict, x, indices):
     return np.take(x, np.where(indices < 0, indices + x.shape[axis], indices), axis=axis)
 
 
+def gather_elements(a: dict, x, indices):
+    """x's elements at `indices` along `axis` (negative ones counting from the end), the
+    other axes as they are: indices may be shorter than x along any axis."""
+    axis = a.get("axis", 0) % x.ndim
+    return np.take_along_axis(x, np.where(indices < 0, indices + x.shape[axis], indices), axis=axis)
+
+
 def gemm(a: dict, x, w, c=None):
     x = x.T if a.get("transA", 0) else x
     w = w.T if a.get("transB", 0) else w
