@@ -19,7 +19,8 @@ from onnx import numpy_helper
 from autoconfig.backend import AutoconfigBackend, bind, parameter_inputs
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.fold import fold
-from autoconfig.graph.onnx_import import SUPPORTED, named
+from autoconfig.graph.functions import expand_functions
+from autoconfig.graph.onnx_import import SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,15 @@ class NodeTest:
     @functools.cached_property
     def generated(self) -> set[str]:
         """The operators left to generate once the import has folded what it can (the
-        parameters bound to the first data set's values): a function body's Constant
-        and CastLike nodes, a Shape of a static shape, fold."""
+        parameters bound to the first data set's values): an operator that is a function
+        of others expands, a function body's Constant and CastLike nodes, a Shape of a
+        static shape, fold."""
         inputs = dict(zip((i.name for i in self.model.graph.input), self.data_sets[0][0] if self.data_sets else []))
         model = bind(self.model, {name: inputs[name] for name in parameter_inputs(self.model) if name in inputs})
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         try:
-            return {n.op_type for n in fold(model, named(model.graph.node), opset, self.name).nodes}
+            nodes = expand_functions(model, model.graph.node, opset, SUPPORTED)
+            return {n.op_type for n in fold(model, nodes, opset, self.name).nodes}
         except AutoconfigError:  # the build gives the same one-line reason
             return self.operators
 

@@ -102,6 +102,26 @@ def test_shape_arithmetic_folds_at_import():
     np.testing.assert_allclose(run(graph, {"x": x})["out"], reference(model, x)[0], rtol=1e-6)
 
 
+def test_an_operator_defined_as_a_function_imports_as_its_body():
+    # GroupNormalization (opset 21) and Celu are functions of operators the table has: their
+    # bodies run (and match onnxruntime); AffineGrid's body loops: it is refused by its own name
+    x = np.random.default_rng(5).standard_normal((2, 6, 4, 4)).astype(np.float32)
+    weights = [numpy_helper.from_array(np.linspace(0.5, 2, 6, dtype=np.float32), "scale"),
+               numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32), "bias")]  # fmt: skip
+    nodes = [helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["g"], num_groups=3, name="norm"),
+             helper.make_node("Celu", ["g"], ["y"], alpha=0.7, name="act")]  # fmt: skip
+    model = tiny(nodes, [value("x", [2, 6, 4, 4])], [value("y", [2, 6, 4, 4])], weights, opset=21)
+    graph = import_model(model)
+    assert {"GroupNormalization", "Celu"}.isdisjoint(n.op for n in graph.nodes)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(graph, {"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+    size = numpy_helper.from_array(np.array([1, 1, 4, 4], np.int64), "size")
+    grid = tiny([helper.make_node("AffineGrid", ["theta", "size"], ["y"], name="grid")], [value("theta", [1, 2, 3])],
+                [value("y", [1, 4, 4, 2])], [size], opset=20)  # fmt: skip
+    with pytest.raises(AutoconfigError, match="node 'grid': unsupported operator AffineGrid"):
+        import_model(grid)
+
+
 def test_every_missing_operator_kind_is_named_in_one_line():
     """Three kinds missing: one line names each with its count and first node; an
     unnamed node is named after its operator and place in the file."""

@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.fold import fold
+from autoconfig.graph.functions import expand_functions
 from autoconfig.graph.ir import Graph, Node, TensorType
 from autoconfig.graph.ops import OPERATORS, Kernel
 
@@ -54,7 +55,7 @@ def import_model(model: onnx.ModelProto, source: str = "model", shapes: Shapes |
         kind = _tensor_type(info)
         if isinstance(kind, str) and info.name not in {t.name for t in model.graph.initializer}:
             raise AutoconfigError(f"{source}: input {info.name!r} {kind}")
-    folded = fold(model, named(model.graph.node), opset, source)
+    folded = fold(model, expand_functions(model, _named(model.graph.node), opset, SUPPORTED), opset, source)
     _check_supported(folded.nodes, source)
     g, constants = folded.inferred, folded.constants
     types: dict[str, TensorType] = {}
@@ -103,7 +104,7 @@ def with_shapes(model: onnx.ModelProto, shapes: Shapes, source: str) -> onnx.Mod
     return fixed
 
 
-def named(nodes) -> list[onnx.NodeProto]:
+def _named(nodes) -> list[onnx.NodeProto]:
     """The nodes, each unnamed one a copy named after its operator and place in the file
     (`Conv_12`): one name for every message, the report and the kernels."""
     named = []
