@@ -11,9 +11,6 @@ from __future__ import annotations
 import onnx
 from onnx.backend.test.case.node import function_expand_helper
 
-EXPANSION_ROUNDS = 4
-"""Function bodies expanded within bodies at most this deep (onnx's nest two at most)."""
-
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 """A body holding one of these is not expanded: the operator stays whole (Range folds
 as a whole; one computed at run time is refused by its own name)."""
@@ -23,15 +20,15 @@ def expand_functions(model: onnx.ModelProto, nodes: list[onnx.NodeProto], opset:
                      table: frozenset[str]) -> list[onnx.NodeProto]:  # fmt: skip
     """`nodes` with every node whose operator is not in `table` but is a function of
     others replaced by its body (named after the node: `node/Op_i`), bodies within
-    bodies too."""
-    for _ in range(EXPANSION_ROUNDS):
+    bodies too. Rounds until none is left: shape inference may stop at an operator it
+    cannot type (GroupNormalization), the types past it known once it is expanded."""
+    while True:
         wanted = [n for n in nodes if n.op_type not in table and n.domain in ("", "ai.onnx")]
         types = _value_types(model, nodes) if wanted else {}
         bodies = {id(n): body for n in wanted if (body := _body(n, opset, types)) is not None}
         if not bodies:
-            break
+            return nodes
         nodes = [m for n in nodes for m in bodies.get(id(n), [n])]
-    return nodes
 
 
 def _value_types(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> dict[str, onnx.TypeProto]:
