@@ -33,6 +33,7 @@ tensor (their operand), which becomes a kernel argument:
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
 - ``sqrt``      √y
 - ``identity``  y (a cast between values held alike)
+- ``isinf``     1 where y is −inf (alpha ≠ 0) or +inf (beta ≠ 0), else 0
 - ``nonzero``, ``is_zero``, ``isnan``   1 where y ≠ 0, y = 0, y is NaN, else 0 (bools
   are held as floats: 1 true, 0 false)
 - ``replace_nan``  alpha where y is NaN, else y
@@ -615,6 +616,15 @@ def _true(value: ir.Value) -> ir.Value:
     return arith.cmpf(arith.CmpFPredicate.UNE, value, _const(value, 0.0))
 
 
+def _infinite(value: ir.Value, op: EpilogueOp) -> ir.Value:
+    """Where y is −inf (if alpha, IsInf's detect_negative) or +inf (if beta, its detect_positive)."""
+    tests = [arith.cmpf(arith.CmpFPredicate.OEQ, value, _const(value, bound))
+             for bound, wanted in ((-np.inf, op.alpha), (np.inf, op.beta)) if wanted]  # fmt: skip
+    if not tests:
+        return arith.cmpf(arith.CmpFPredicate.FALSE, value, value)
+    return tests[0] if len(tests) == 1 else arith.ori(*tests)
+
+
 def _truth(condition: ir.Value, like: ir.Value) -> ir.Value:
     """1.0 where `condition` holds, else 0.0: a bool as the kernels hold it."""
     return arith.select(condition, _const(like, 1.0), _const(like, 0.0))
@@ -713,6 +723,9 @@ KINDS: dict[str, Kind] = {
                     lambda op, y, r: (y == 0).astype(np.float64), 2),
     "isnan": Kind(lambda op, y, r: _truth(arith.cmpf(arith.CmpFPredicate.UNO, y, y), y),
                   lambda op, y, r: np.isnan(y).astype(np.float64), 2),
+    "isinf": Kind(lambda op, y, r: _truth(_infinite(y, op), y),
+                  lambda op, y, r: ((op.alpha != 0) & (y == -np.inf) | (op.beta != 0) & (y == np.inf)).astype(np.float64),
+                  3, shown=("alpha", "beta")),
     "replace_nan": Kind(lambda op, y, r: arith.select(arith.cmpf(arith.CmpFPredicate.UNO, y, y), _const(y, op.alpha), y),
                         lambda op, y, r: np.where(np.isnan(y), op.alpha, y), 2, shown=("alpha",)),
     "choose": Kind(lambda op, y, r: arith.select(_true(y), _const(y, op.alpha), _const(y, op.beta)),

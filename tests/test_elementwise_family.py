@@ -22,13 +22,14 @@ from tests.test_random_graphs import assert_close, built_outputs
 
 OPSET = 20  # Gelu's first opset
 ATTRIBUTES = {"LeakyRelu": {"alpha": 0.2}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Gelu": {"approximate": "tanh"},
-              "Elu": {"alpha": 0.5}, "Selu": {"alpha": 1.5, "gamma": 1.2}, "ThresholdedRelu": {"alpha": 0.3}}
+              "Elu": {"alpha": 0.5}, "Selu": {"alpha": 1.5, "gamma": 1.2}, "ThresholdedRelu": {"alpha": 0.3},
+              "IsInf": {"detect_positive": 0}}
 
 
-BOOL_VALUED = {"Cast": "Relu", "IsNaN": "Sqrt", "Not": "Relu"}
-"""Operators of bool outputs, each after an op that makes their input interesting (NaN
-where a square root's argument is negative, zero where Relu clips) and cast back to
-float (Not: of that cast to bool)."""
+BOOL_VALUED = {"Cast": ("Relu",), "IsNaN": ("Sqrt",), "Not": ("Relu",), "IsInf": ("Relu", "Log")}
+"""Operators of bool outputs, each after ops that make their input interesting (NaN
+where a square root's argument is negative, zero where Relu clips, −inf its log) and
+cast back to float (Not: of that cast to bool)."""
 
 
 def applied(b: zoo.Builder, op: str, x: str, attrs: dict) -> str:
@@ -36,7 +37,8 @@ def applied(b: zoo.Builder, op: str, x: str, attrs: dict) -> str:
     extra = [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))] if op == "Clip" else []
     if op not in BOOL_VALUED:
         return b.op(op, [x, *extra], **attrs)
-    x = b.op(BOOL_VALUED[op], [x])
+    for before in BOOL_VALUED[op]:
+        x = b.op(before, [x])
     x = b.op("Cast", [x], to=onnx.TensorProto.BOOL) if op == "Not" else x
     y = b.op(op, [x], **({"to": onnx.TensorProto.BOOL} if op == "Cast" else attrs))
     return b.op("Cast", [y], to=onnx.TensorProto.FLOAT)

@@ -83,6 +83,7 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
                                 ep.EpilogueOp("erf"), ep.EpilogueOp("gelu"), ep.EpilogueOp("gelu_tanh"),
                                 ep.EpilogueOp("sqrt"), ep.EpilogueOp("square"), ep.EpilogueOp("nonzero"),
                                 ep.EpilogueOp("is_zero"), ep.EpilogueOp("identity"),
+                                ep.EpilogueOp("isinf", alpha=1.0, beta=0.0),
                                 ep.EpilogueOp("choose", alpha=2.0, beta=-1.0), *[ep.EpilogueOp(kind) for kind in (
                                     "exp", "log", "negate", "abs", "reciprocal", "floor", "ceil", "round", "sign",
                                     "softsign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",

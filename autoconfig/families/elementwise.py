@@ -83,6 +83,7 @@ UNARY: dict[str, Unary] = {
     "Sqrt": Unary(lambda a: ep.EpilogueOp("sqrt")),
     "Gelu": Unary(_gelu),
     "IsNaN": Unary(lambda a: ep.EpilogueOp("isnan")),
+    "IsInf": Unary(lambda a: ep.EpilogueOp("isinf", alpha=a.get("detect_negative", 1), beta=a.get("detect_positive", 1))),
     "Not": Unary(lambda a: ep.EpilogueOp("is_zero")),
     "Cast": Unary(_cast),
     "Exp": Unary(lambda a: ep.EpilogueOp("exp")),
