@@ -30,8 +30,6 @@ REFUSED: dict[str, str] = {
     r"test_training_dropout.*": r"\(Dropout\): training mode is not generated",
     r"test_maxpool_with_argmax_.*": r"the Indices output of MaxPool is not generated",
     r"test_causal_conv_with_state_(?!.*fp16).*": r"\(Conv\): only 2-D convolutions with constant weights",
-    r"test_rotary_embedding(_3d_input|_interleaved|_with_rotary_dim|_with_interleaved_rotary_dim)?":
-        r"a Gather by ids given at run time is generated along the first axis of a constant table",
 }
 """Float32 node tests refused today, by name pattern, with the reason they are refused
 for; every test with a tensor of another type is refused for one of NOT_FLOAT32's."""
@@ -40,13 +38,15 @@ TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)
                  r"test_(min|max)_int64", r"test_top_k(_smallest|_negative_axis)?",
                  r"test_tri[lu](?!_zero).*",  # tri[lu]_zero: an empty result folds to a constant output
                  r"test_optional_has_element_empty_.*",
+                 r"test_rotary_embedding(_3d_input|_interleaved|_with_rotary_dim|_with_interleaved_rotary_dim)?",
                  r"test_attention_4d_(causal_nonpad_(batch_prefill|continued_prefill|negative_offset_structural_empty)"
                  r"|diff_heads_mask4d_padded_kv|gqa_causal_nonpad_decode)(_expanded)?",
                  r"test_attention_local_window_ext_cache_rank\d(_\w+)?_mask(_expanded)?")
 """Node tests with an int64 or bool tensor that pass: int64 inputs and results the
 model computes as float32 values (exact below 2^24), int64 and bool outputs delivered
-in their own types; int64 positions and lengths of attention's function bodies; an
-output folded to a constant bool."""
+in their own types; int64 positions and lengths of attention's function bodies and
+rotary embedding's positions (rows of its run-time caches); an output folded to a
+constant bool."""
 
 NOT_FLOAT32 = (r"only float32 models|ONNX opset \d+ is not supported|a cast to \w+ is not generated|int64 values "
                r"computed at run time are not generated|\(Pow\): only a constant scalar exponent")

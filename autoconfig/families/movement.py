@@ -204,20 +204,21 @@ def _transposed(b: Builder, node: Node, config: Reblock) -> KernelGroup:
 
 
 def _rows_by_ids(b: Builder, node: Node) -> KernelGroup:
-    """Gather of a constant table's rows by ids known at run time (an embedding): each
-    output row copied from the row its id names. The runner checks the ids of an int64
-    input against the table's rows; ids computed at run time (held as float32) are
-    checked by the kernel, a row whose id is out of range filled with NaN."""
+    """Gather of a table's rows (an embedding's constant one, or one computed: a rotary
+    embedding's cos and sin caches) by ids known at run time: each output row copied
+    from the row its id names. The runner checks the ids of an int64 input against the
+    table's rows; ids computed at run time (held as float32) are checked by the kernel,
+    a row whose id is out of range filled with NaN."""
     table, ids = node.inputs
     shape = b.graph.types[table].shape
-    if not b.graph.is_constant(table) or node.attrs.get("axis", 0) % len(shape) != 0:
-        raise fail(node, "a Gather by ids given at run time is generated along the first axis of a constant table")
+    if node.attrs.get("axis", 0) % len(shape) != 0:
+        raise fail(node, "a Gather by ids given at run time is generated along the first axis of its table")
     count, width = b.graph.types[ids].elements, math.prod(shape[1:])
     computed = b.graph.types[ids].dtype == "float32"
     config = mv.GatherConfig((count, width), math.prod(shape), (0, width), math.nan if computed else None,
                              b.target.f32_lanes, movement.GATHER_VECTORS, indexed=shape[0], float_ids=computed)
     strides = np.concatenate([np.full(count, width), np.arange(width)]).astype(np.int64)
-    x, tables, at = b.constant(b.graph.constants[table]), b.constant(strides.view(np.float32)), b.read(ids)
+    x, tables, at = b.read(table), b.constant(strides.view(np.float32)), b.read(ids)
     y = b.write(node.outputs[0])
     threads = min(b.threads, count)
     call = Call(config.symbol, tuple(Part((y, x, tables, at), r) for r in split(count, threads)))
