@@ -610,10 +610,9 @@ def _batchnorm_affine(b: Builder, node: Node, out_shape: tuple[int, ...],
 def _binary(b: Builder, node: Node, current: str, out_shape: tuple[int, ...], channel_axis: int,
             per_batch: bool) -> tuple[ep.EpilogueOp, np.ndarray | str | None]:  # fmt: skip
     """A binary op (`elementwise.BINARY`) of the chain's value and one other operand, as
-    an epilogue op: by one constant value as an affine op (`_scalar_affine`); Add/Sub/Mul/Div
-    by a constant per channel as its values; anything
-    else as the name of a tensor of the output's shape (or, per batch, of its matrices:
-    `_operand_of`)."""
+    an epilogue op: by one constant value, an affine op (`_scalar_affine`); Add/Sub/Mul/Div
+    by a constant per channel, its values; anything else, the name of a tensor of the
+    output's shape (or, per batch, of its matrices: `_operand_of`)."""
     others = [i for i in node.inputs if i != current]
     if len(node.inputs) != 2:
         raise fail(node, f"{node.op} of {len(node.inputs)} inputs is not generated (two only)")

@@ -490,6 +490,7 @@ ATAN_POLYNOMIAL = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.333
 """Cephes atanf: atan t ≈ t + t³·P(t²) on |t| <= tan(π/8)."""
 
 TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
+"""tan(3π/8) and tan(π/8): where Cephes atanf's argument reductions begin."""
 
 
 def _atan(value: ir.Value) -> ir.Value:

@@ -99,6 +99,30 @@ def test_each_binary_operator_either_way_round_matches_onnxruntime(op):
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
 
 
+@pytest.mark.slow
+def test_arithmetic_by_one_constant_value_matches_onnxruntime_after_a_conv_and_a_softmax():
+    """Add, Sub and Mul by one constant either way round, and Div with the value first,
+    become affine ops without an operand (after a convolution and after a softmax, whose
+    epilogue takes none); Div with the value second stays a quotient."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("scalars", 5)
+    outputs = []
+    for start in (b.conv("input", 4, 4, 3), b.op("Softmax", ["input"], axis=-1)):
+        v = b.op("Add", [start, b.const("a", np.float32(0.75))])
+        v = b.op("Sub", [b.const("s", np.float32(-1.5)), v])
+        v = b.op("Mul", [v, b.const("m", np.float32(-2.5))])
+        v = b.op("Sub", [v, b.const("t", np.float32(0.5))])
+        outputs.append(b.op("Div", [v, b.const("d", np.float32(-3.0))]))
+    outputs.append(b.op("Div", [b.const("n", np.float32(2.0)), b.op("Tanh", [outputs[0]])]))
+    model = b.model("input", [1, 4, 9, 9], [(v, [1, 4, 9, 9]) for v in outputs])
+    model.opset_import[0].version = OPSET
+    x = 3 * np.random.default_rng(6).standard_normal((1, 4, 9, 9)).astype(np.float32)  # both signs
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+    built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 1)
+    softmax = next(k for k in built.kernels if any("(Softmax)" in o for o in k.ops))
+    assert sum(o.endswith(("(Add)", "(Sub)", "(Mul)", "(Div)")) for o in softmax.ops) == 5
+
+
 def _sums_prelus_dropouts() -> onnx.ModelProto:
     """Sum of three values, Mean of two, PRelu by one slope and by a slope per channel
     (of both signs, some above 1), and an inference Dropout, on one input."""

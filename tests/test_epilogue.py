@@ -79,6 +79,19 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
         run_and_compare(config, library.kernel(config.symbol))
 
 
+def applied_alone(op: ep.EpilogueOp, x: np.ndarray) -> np.ndarray:
+    """`op` on each value of the 1-D `x`, as the epilogue of a generated AVX2 product of
+    the row x by 1 (a broadcast 1xN matmul)."""
+    target = target_for("avx2")
+    require_runnable(target)
+    n = x.size
+    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
+    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
+    out = np.empty((1, n), np.float32)
+    kernel(out, np.ones((1, 1), np.float32), x.astype(np.float32).reshape(1, n), 0, 1, 0, config.col_tiles())
+    return out[0]
+
+
 @pytest.mark.parametrize("op", [ep.tanh(), ep.softplus(), ep.silu(), ep.mish(), ep.hard_sigmoid(), ep.hard_swish(),
                                 ep.EpilogueOp("erf"), ep.EpilogueOp("gelu"), ep.EpilogueOp("gelu_tanh"),
                                 ep.EpilogueOp("sqrt"), ep.EpilogueOp("square"), ep.EpilogueOp("nonzero"),
@@ -93,32 +106,19 @@ def test_every_op_on_every_algorithm_and_target(case_id, chain):
                                 ep.EpilogueOp("scaled_tanh", alpha=1.5, beta=0.3)],
                          ids=lambda op: op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
-    # each activation alone on inputs -60..60 (1x1 matmul by 1): tails, zero and the bends (sqrt: NaN below 0)
-    target = target_for("avx2")
-    require_runnable(target)
-    n = 2401
-    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
-    x = np.linspace(-60, 60, n, dtype=np.float32).reshape(1, n)
-    out = np.empty((1, n), np.float32)
-    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    # each activation alone on inputs -60..60: tails, zero and the bends (sqrt: NaN below 0)
+    x = np.linspace(-60, 60, 2401, dtype=np.float32)
     expected = ep.reference((op,), x, [None])
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg=op.kind)
+    np.testing.assert_allclose(applied_alone(op, x), expected, rtol=1e-5, atol=1e-6, err_msg=op.kind)
 
 
 @pytest.mark.parametrize("kind", ["erf", "gelu"])
 def test_erf_keeps_its_relative_precision_near_zero_and_in_the_tails(kind):
     # small arguments (a series, not 1 - erfc) and gelu's negative tail (erfc, not 1 + erf)
-    target = target_for("avx2")
-    require_runnable(target)
     size = np.geomspace(1e-6, 12, 1200)
-    x = np.concatenate([-size[::-1], size]).astype(np.float32).reshape(1, -1)
-    n = x.shape[1]
+    x = np.concatenate([-size[::-1], size]).astype(np.float32)
     op = ep.EpilogueOp(kind)
-    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
-    out = np.empty((1, n), np.float32)
-    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
+    out = applied_alone(op, x)
     expected = ep.reference((op,), x, [None])
     keep = np.abs(expected) > 1e-30  # gelu's far tail underflows f32
     np.testing.assert_allclose(out[keep], expected[keep], rtol=2e-6 if kind == "erf" else 2e-5)
@@ -128,50 +128,30 @@ def test_erf_keeps_its_relative_precision_near_zero_and_in_the_tails(kind):
 def test_trigonometry_keeps_its_precision_up_to_large_arguments(kind):
     # the argument reduced by pi/2 in f64: near 1 ulp from 1e-9 to 4e15 (where n stays exact),
     # near multiples of pi too; special values as numpy gives them
-    target = target_for("avx2")
-    require_runnable(target)
     rng = np.random.default_rng(3)
     size = np.exp(rng.uniform(np.log(1e-9), np.log(4e15), 4000)) * rng.choice([-1, 1], 4000)
     special = [0.0, -0.0, np.pi, -np.pi, 2 * np.pi, 100 * np.pi, np.inf, -np.inf, np.nan]
-    x = np.concatenate([size, special]).astype(np.float32).reshape(1, -1)
-    n = x.shape[1]
+    x = np.concatenate([size, special]).astype(np.float32)
     op = ep.EpilogueOp(kind)
-    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
-    out = np.empty((1, n), np.float32)
-    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
-    np.testing.assert_allclose(out, ep.reference((op,), x, [None]), rtol=5e-7, atol=0)
+    np.testing.assert_allclose(applied_alone(op, x), ep.reference((op,), x, [None]), rtol=5e-7, atol=0)
 
 
 def test_exp_is_accurate_over_the_f32_range():
-    # sigmoid's exp is a polynomial: checked through sigmoid on inputs -100..100 (1x1 matmul by 1)
-    target = target_for("avx2")
-    require_runnable(target)
-    n = 4001
-    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(ep.sigmoid(),))
-    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
-    x = np.linspace(-100, 100, n, dtype=np.float32).reshape(1, n)
-    out = np.empty((1, n), np.float32)
-    kernel(out, np.ones((1, 1), np.float32), x, 0, 1, 0, config.col_tiles())
-    np.testing.assert_allclose(out, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=2e-6, atol=1e-30)
+    # sigmoid's exp is a polynomial: checked through sigmoid on inputs -100..100
+    x = np.linspace(-100, 100, 4001, dtype=np.float32)
+    np.testing.assert_allclose(applied_alone(ep.sigmoid(), x), 1 / (1 + np.exp(-x.astype(np.float64))), rtol=2e-6,
+                               atol=1e-30)  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", ["exp", "log"])
 def test_exp_and_log_take_all_of_f32(kind):
     # ONNX Exp and Log on zeros, subnormals, the edges of exp's range, infinities and NaN
-    target = target_for("avx2")
-    require_runnable(target)
     x = np.array([-np.inf, -1e30, -104, -88.5, -87.5, -10, -1e-30, -0.0, 0.0, 1e-45, 1e-40, 1.1754942e-38, 1e-20,
                   0.5, 1, 88.3, 88.5, 88.72, 88.73, 89, 1e30, np.inf, np.nan], np.float32)  # fmt: skip
-    n = x.size
-    op = ep.EpilogueOp(kind)
-    config = mm.MatmulConfig(mm.MatmulShape(1, n, 1), "broadcast", 8, epilogue=(op,))
-    kernel = build_library(mm.generate(config, target), this_host()).kernel(config.symbol)
-    out = np.empty((1, n), np.float32)
-    kernel(out, np.ones((1, 1), np.float32), x.reshape(1, n), 0, 1, 0, config.col_tiles())
+    out = applied_alone(ep.EpilogueOp(kind), x)
     with np.errstate(all="ignore"):
         expected = (np.exp if kind == "exp" else np.log)(x.astype(np.float64)).astype(np.float32)
-    np.testing.assert_allclose(out[0], expected, rtol=2e-6, atol=1e-37, err_msg=kind)
+    np.testing.assert_allclose(out, expected, rtol=2e-6, atol=1e-37, err_msg=kind)
 
 
 def test_api_bias_relu_and_its_cost():

@@ -34,8 +34,8 @@ REFUSED: dict[str, str] = {
 """Float32 node tests refused today, by name pattern, with the reason they are refused
 for; every test with a tensor of another type is refused for one of NOT_FLOAT32's."""
 
-TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)?(_expanded)?", r"test_isnan", r"test_isinf(_negative|_positive)?",
-                 r"test_(min|max)_int64", r"test_top_k(_smallest|_negative_axis)?",
+TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)?(_expanded)?", r"test_isnan",
+                 r"test_isinf(_negative|_positive)?", r"test_(min|max)_int64", r"test_top_k(_smallest|_negative_axis)?",
                  r"test_tri[lu](?!_zero).*",  # tri[lu]_zero: an empty result folds to a constant output
                  r"test_optional_has_element_empty_.*",
                  r"test_rotary_embedding(_3d_input|_interleaved|_with_rotary_dim|_with_interleaved_rotary_dim)?",
