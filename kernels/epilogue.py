@@ -418,6 +418,20 @@ def _elu(op: EpilogueOp, value: ir.Value) -> ir.Value:
     return arith.mulf(arith.select(positive, value, below), _const(value, op.beta))
 
 
+def _power(op: EpilogueOp, value: ir.Value) -> ir.Value:
+    """|y|^alpha as e^(alpha·ln|y|) (the ONNX Exp and Log above: zeros, infinities and
+    subnormals as pow gives them), then the sign: an odd integer power keeps y's, an
+    even one none, any other power of a finite negative y is NaN; y^0 is 1, NaN too."""
+    if op.alpha == 0:
+        return _const(value, 1.0)
+    magnitude = _exp_op(arith.mulf(_const(value, float(op.alpha)), _log_op(math.absf(value))))
+    if op.alpha == int(op.alpha):
+        return math.copysign(magnitude, value) if int(op.alpha) % 2 else magnitude
+    negative = arith.andi(arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0)),
+                          arith.cmpf(arith.CmpFPredicate.ONE, value, _const(value, -np.inf)))  # fmt: skip
+    return arith.select(negative, _const(value, np.nan), magnitude)
+
+
 def _sign(value: ir.Value) -> ir.Value:
     """1 above 0, −1 below, the value itself otherwise (±0, NaN)."""
     above = arith.cmpf(arith.CmpFPredicate.OGT, value, _const(value, 0.0))
@@ -745,6 +759,8 @@ KINDS: dict[str, Kind] = {
     # what a square root does
     "exp": Kind(lambda op, y, r: _exp_op(y), lambda op, y, r: _np_exp(y), 21),
     "log": Kind(lambda op, y, r: _log_op(y), lambda op, y, r: _np_log(y), 28),
+    "power": Kind(lambda op, y, r: _power(op, y), lambda op, y, r: _np_quiet(lambda v: np.power(v, op.alpha))(y),
+                  55),
     "negate": Kind(lambda op, y, r: arith.negf(y), lambda op, y, r: -y, 1),
     "abs": Kind(lambda op, y, r: math.absf(y), lambda op, y, r: np.abs(y), 1),
     "reciprocal": Kind(lambda op, y, r: arith.divf(_const(y, 1.0), y), lambda op, y, r: _np_divide(1.0, y), 8),

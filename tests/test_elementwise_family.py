@@ -34,7 +34,8 @@ cast back to float (Not: of that cast to bool)."""
 
 def applied(b: zoo.Builder, op: str, x: str, attrs: dict) -> str:
     """`op` on `x`, with its constant inputs, or wrapped as BOOL_VALUED says."""
-    extra = [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))] if op == "Clip" else []
+    extra = {"Clip": lambda: [b.const("low", np.float32(-0.5)), b.const("high", np.float32(1.5))],
+             "Pow": lambda: [b.const("exponent", np.float32(5))]}.get(op, list)()  # 5: e^(5·ln|x|), x's sign
     if op not in BOOL_VALUED:
         return b.op(op, [x, *extra], **attrs)
     for before in BOOL_VALUED[op]:

@@ -103,8 +103,9 @@ def applied_alone(op: ep.EpilogueOp, x: np.ndarray) -> np.ndarray:
                                     "asinh", "acosh", "atanh")],
                                 ep.EpilogueOp("elu", alpha=0.7, beta=1.2), ep.EpilogueOp("thresholded_relu", alpha=1.5),
                                 ep.EpilogueOp("affine", alpha=0.7, beta=-0.2),
-                                ep.EpilogueOp("scaled_tanh", alpha=1.5, beta=0.3)],
-                         ids=lambda op: op.kind)  # fmt: skip
+                                ep.EpilogueOp("scaled_tanh", alpha=1.5, beta=0.3),
+                                *[ep.EpilogueOp("power", alpha=p) for p in (2.5, -0.75, 5, -2)]],
+                         ids=lambda op: f"{op.kind}{op.alpha:g}" if op.kind == "power" else op.kind)  # fmt: skip
 def test_each_activation_over_a_wide_range(op):
     # each activation alone on inputs -60..60: tails, zero and the bends (sqrt: NaN below 0)
     x = np.linspace(-60, 60, 2401, dtype=np.float32)
@@ -152,6 +153,21 @@ def test_exp_and_log_take_all_of_f32(kind):
     with np.errstate(all="ignore"):
         expected = (np.exp if kind == "exp" else np.log)(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_allclose(out, expected, rtol=2e-6, atol=1e-37, err_msg=kind)
+
+
+@pytest.mark.parametrize("power", [3, -3, 2, -2, 1.5, -1.5, 0.3, 0])
+def test_power_takes_pows_special_values(power):
+    # zero, subnormals, infinities and NaN as pow gives them; NaN for a finite negative base
+    # unless the power is an integer (no -0.0: the product this runs after adds it to +0)
+    x = np.array([-np.inf, -1e30, -2, -1, -1e-40, 0.0, 1e-45, 1e-40, 1e-20, 0.5, 1, 2, 1e30, np.inf, np.nan],
+                 np.float32)  # fmt: skip
+    op = ep.EpilogueOp("power", alpha=power)
+    with np.errstate(all="ignore"):
+        expected = np.power(x.astype(np.float64), power).astype(np.float32)
+    out = applied_alone(op, x)
+    np.testing.assert_allclose(out, expected, rtol=4e-6, atol=1e-37, err_msg=str(power))
+    number = ~np.isnan(expected)
+    assert np.array_equal(np.signbit(out[number]), np.signbit(expected[number])), power
 
 
 def test_api_bias_relu_and_its_cost():

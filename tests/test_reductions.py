@@ -1,4 +1,5 @@
-"""The Reduce operators, GlobalMaxPool and LogSoftmax, built and run against
+"""The Reduce operators, GlobalMaxPool, LogSoftmax, Hardmax, LpNormalization and the Lp
+pools, built and run against
 onnxruntime: over one axis and over the spatial axes, reduced axes kept or dropped, on
 inputs of both signs (large ones where e^x overflows float32 unless shifted)."""
 
@@ -56,3 +57,44 @@ def test_log_softmax_matches_onnxruntime(opset, axis):
     model = b.model("input", SHAPE, [(y, SHAPE)], opset=opset)
     x = (100 * np.random.default_rng(6).standard_normal(SHAPE)).astype(np.float32)
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+
+
+@pytest.mark.parametrize("opset, axis", [(11, 1), (17, 1), (17, -1)])
+def test_hardmax_marks_the_first_maximum_as_onnxruntime_does(opset, axis):
+    """Hardmax on values rounded to tenths (ties: the first maximum wins), along one axis,
+    and before opset 13 along the axes from it flattened."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("hardmax", 5)
+    y = b.op("Hardmax", ["input"], axis=axis)
+    model = b.model("input", SHAPE, [(y, SHAPE)], opset=opset)
+    x = np.round(np.random.default_rng(7).standard_normal(SHAPE), 1).astype(np.float32)
+    out, expected = built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x})
+    np.testing.assert_array_equal(out[0], expected[0])
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_matches_onnxruntime_with_an_all_zero_slice(p):
+    """LpNormalization along the channels and the last axis; one pixel's channels (and so
+    one row's last axis there) all zero: its norm is 0, its output 0."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("lp_normalization", 5)
+    outputs = [(b.op("LpNormalization", ["input"], axis=axis, p=p), SHAPE) for axis in (1, -1)]
+    model = b.model("input", SHAPE, outputs, opset=17)
+    x = (3 * np.random.default_rng(8).standard_normal(SHAPE)).astype(np.float32)
+    x[1, :, 2, :] = 0
+    assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pools_match_onnxruntime(p):
+    """LpPool with pads, strides and ceil mode, one with SAME_UPPER, and GlobalLpPool, on
+    inputs of both signs (|x|^p: odd powers of negatives must not cancel)."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("lp_pool", 5)
+    outputs = [(b.op("LpPool", ["input"], kernel_shape=[3, 2], pads=[1, 0, 1, 0], strides=[2, 2], ceil_mode=1, p=p),
+                [2, 6, 3, 4]),
+               (b.op("LpPool", ["input"], kernel_shape=[2, 2], auto_pad="SAME_UPPER", p=p), SHAPE),
+               (b.op("GlobalLpPool", ["input"], p=p), [2, 6, 1, 1])]  # fmt: skip
+    model = b.model("input", SHAPE, outputs, opset=18)
+    x = (2 * np.random.default_rng(9).standard_normal(SHAPE)).astype(np.float32)
+    assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))

@@ -53,6 +53,14 @@ def _gelu(attrs: dict) -> ep.EpilogueOp:
     return ep.EpilogueOp("gelu_tanh" if approximate == "tanh" else "gelu")
 
 
+def _pow(attrs: dict, exponent: np.ndarray | None = None) -> ep.EpilogueOp:
+    """Pow by one constant exponent (its input 1); the import computes ½, -1 and the
+    small positive integers as a square root, a reciprocal or products instead."""
+    if exponent is not None and np.size(exponent) != 1:
+        raise ValueError("only a constant scalar exponent is generated")
+    return ep.EpilogueOp("power", alpha=1.0 if exponent is None else float(np.asarray(exponent).reshape(-1)[0]))
+
+
 INTEGERS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 """Integer types computed at run time, held as float32 (`graph.simplify._int64_inputs`)."""
 
@@ -79,6 +87,7 @@ UNARY: dict[str, Unary] = {
     "HardSigmoid": Unary(lambda a: ep.hard_sigmoid(a.get("alpha", 0.2), a.get("beta", 0.5))),
     "HardSwish": Unary(lambda a: ep.hard_swish()),
     "Clip": Unary(_clip, parameters=(1, 2)),
+    "Pow": Unary(_pow, parameters=(1,)),
     "Erf": Unary(lambda a: ep.EpilogueOp("erf")),
     "Sqrt": Unary(lambda a: ep.EpilogueOp("sqrt")),
     "Gelu": Unary(_gelu),

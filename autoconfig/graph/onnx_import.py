@@ -136,7 +136,7 @@ def _node(n: onnx.NodeProto, opset: int, types: dict[str, TensorType], dynamic: 
           source: str) -> Node:  # fmt: skip
     """The IR node of an ONNX node left after folding, its attributes checked."""
     attrs = {a.name: _attribute(a) for a in n.attribute}
-    if n.op_type in ("Softmax", "LogSoftmax") and opset < 13:  # before 13: flatten at axis (default 1)
+    if n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13:  # before 13: flatten at axis (default 1)
         attrs = {"legacy_axis": attrs.get("axis", 1)}
     if n.op_type == "Split" and "split" not in attrs and (len(n.input) < 2 or not n.input[1]):
         attrs.setdefault("num_outputs", len(n.output))  # an equal split into the outputs

@@ -147,6 +147,11 @@ def _depth_space_mode(attrs: dict) -> None:
         raise ValueError(f"mode {attrs['mode']!r} is not DCR or CRD")
 
 
+def _lp_order(attrs: dict) -> None:
+    if attrs.get("p", 2) not in (1, 2):
+        raise ValueError(f"p={attrs['p']} is not 1 or 2")
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """One ONNX operator as every part of the project sees it."""
@@ -179,6 +184,11 @@ OPERATORS: dict[str, OpInfo] = {
     "Einsum": OpInfo(_MM, _OUT, lambda a, *xs: np.einsum(a["equation"].replace(" ", ""), *xs), kernel=_A,
                      check=lambda a: einsum_terms(a["equation"])),  # as products (graph.simplify)
     "LogSoftmax": OpInfo(_MM, _OUT, ref.log_softmax, kernel=_A),  # as its ops (graph.simplify)
+    "Hardmax": OpInfo(_MM, _OUT, ref.hardmax, kernel=_A),  # as maxima (graph.simplify)
+    "LpNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LpNormalization"), kernel=_A,
+                              check=_lp_order),  # as a reduction and a quotient (graph.simplify)
+    "LpPool": OpInfo(_MM, _OUT, ref.onnx_op("LpPool"), window_reads, _A),  # as powers, a depthwise sum, a root
+    "GlobalLpPool": OpInfo(_MM, _OUT, ref.global_lp_pool, kernel=_A),  # as powers, a sum, a root
     **{op: OpInfo(_MM, _RED, ref.onnx_op(op), kernel=_A) for op in ("ArgMax", "ArgMin")},  # as maxima (graph.simplify)
     "TopK": OpInfo(_MM, _RED, ref.top_k, kernel=_A, parameters=(1,)),  # as K rounds of maxima (graph.simplify)
     **{op: OpInfo(_MM, _RED, ref.reduction(op), kernel=_A, parameters=(1,)) for op in ref.REDUCTIONS},  # as means
@@ -189,7 +199,6 @@ OPERATORS: dict[str, OpInfo] = {
     "And": OpInfo(_1, _EW, ref.binary(np.logical_and)),  # bools held as 0/1 floats: a product
     "Where": OpInfo(_1, _EW, ref.where),  # a selection with one constant branch
     **{name: OpInfo(_1, _EW, ref.binary(function)) for name, function in BINARY_REFERENCE.items()},
-    "Pow": OpInfo(_1, _EW, ref.binary(np.power), parameters=(1,)),  # as products or a square root
     "Sum": OpInfo(_1, _EW, ref.onnx_op("Sum")),  # as pairs of Adds (graph.simplify)
     "Mean": OpInfo(_1, _EW, ref.onnx_op("Mean")),  # as pairs of Adds, scaled
     "PRelu": OpInfo(_1, _EW, ref.onnx_op("PRelu"), parameters=(1,)),  # as LeakyRelu, or Relus and a scale

@@ -311,7 +311,14 @@ def _log_softmax(x, axis: int):
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-softmax, log_softmax = _along_axis(_softmax), _along_axis(_log_softmax)
+def _hardmax(x, axis: int):
+    """1 at the first maximum along `axis` (a NaN counts as the largest, as in argmax), 0 elsewhere."""
+    y = np.zeros_like(x)
+    np.put_along_axis(y, np.expand_dims(np.argmax(x, axis=axis), axis), 1, axis=axis)
+    return y
+
+
+softmax, log_softmax, hardmax = _along_axis(_softmax), _along_axis(_log_softmax), _along_axis(_hardmax)
 
 
 REDUCTIONS = {
@@ -391,6 +398,12 @@ def max_pool(a: dict, x):
 
 def average_pool(a: dict, x):
     return _f(onnx_reference("AveragePool", a, x)[0])
+
+
+def global_lp_pool(a: dict, x):
+    """(Σ |x|^p)^(1/p) over every axis after the channels (onnx's reference has no GlobalLpPool)."""
+    p = a.get("p", 2)
+    return _f(np.sum(np.abs(x.astype(np.float64)) ** p, axis=tuple(range(2, x.ndim)), keepdims=True) ** (1 / p))
 
 
 def global_pool(numpy_op: Callable) -> Callable:

@@ -72,11 +72,11 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
-                    _trilu_as_selection):
+                    _trilu_as_selection, _lp_normalization, _lp_pool):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
-                    _top_k):
+                    _hardmax, _top_k):
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
     _gathers_before_transposes(graph)
@@ -311,6 +311,27 @@ def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
     return m.nodes
 
 
+def _hardmax(graph: Graph, node: Node) -> list[Node] | None:
+    """Hardmax as maxima: 1 where the index along the axis is ArgMax's (`_hit_index`),
+    else 0; before opset 13 (`legacy_axis`) over the axes from it on, flattened."""
+    if node.op != "Hardmax":
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape = graph.types[x].shape
+    if "legacy_axis" in node.attrs:
+        start = node.attrs["legacy_axis"] % max(1, len(shape))
+        x = m.reshape(x, (math.prod(shape[:start]), math.prod(shape[start:])))
+    work, axis = graph.types[x].shape, 1 if "legacy_axis" in node.attrs else node.attrs.get("axis", -1) % len(shape)
+    peak = m.op("ReduceMax", [x, m.constant("axes", np.array([axis], np.int64))], _kept(work, (axis,)), keepdims=1)
+    hits = m.op("Or", [m.op("Equal", [x, peak], work), m.op("IsNaN", [x], work)], work)
+    index = _hit_index(m, hits, axis)
+    flat = "legacy_axis" in node.attrs
+    hot = m.op("Equal", [m.constant("positions", _positions(work, axis)), index], work, out="" if flat else out)
+    if flat:
+        m.reshape(hot, shape, out=out)
+    return m.nodes
+
+
 def _hit_index(m: _Made, hits: str, axis: int, last: bool = False, out: str = "") -> str:
     """The first index along `axis` where `hits` (1.0 or 0.0) holds a 1, as
     n − max(hit · (n − i)), or the last as max(hit · (i + 1)) − 1: exact, every value an
@@ -505,6 +526,51 @@ def _log_sum_exps(graph: Graph, node: Node) -> list[Node] | None:
         m.op("Add", [logged, peak], kept, out=out)
     else:  # the reduced axes dropped
         m.reshape(m.op("Add", [logged, peak], kept), graph.types[out].shape, out=out)
+    return m.nodes
+
+
+def _lp_normalization(graph: Graph, node: Node) -> list[Node] | None:
+    """LpNormalization as x / ‖x‖ along its axis (ReduceL1 or ReduceL2), a zero norm
+    read as 1 so that its all-zero slice stays 0 (as onnxruntime gives it)."""
+    if node.op != "LpNormalization":
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape = graph.types[x].shape
+    axis = node.attrs.get("axis", -1) % len(shape)
+    reduction = "ReduceL2" if node.attrs.get("p", 2) == 2 else "ReduceL1"
+    kept = _kept(shape, (axis,))
+    norm = m.op(reduction, [x, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
+    zero = m.op("Equal", [norm, m.constant("zero", np.zeros((), np.float32))], kept)
+    safe = m.op("Where", [zero, m.constant("one", np.ones((), np.float32)), norm], kept)
+    m.op("Div", [x, safe], shape, out=out)
+    return m.nodes
+
+
+def _lp_pool(graph: Graph, node: Node) -> list[Node] | None:
+    """LpPool and GlobalLpPool as (Σ |x|^p)^(1/p): the powers and the root are Pow nodes
+    (products and a square root where p is 1 or 2), the sum a depthwise convolution by
+    ones over each window (its pads zeros; ceil mode's last windows as more end pads),
+    or a ReduceSum over the planes."""
+    if node.op not in ("LpPool", "GlobalLpPool"):
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape, out_shape, p = graph.types[x].shape, graph.types[out].shape, node.attrs.get("p", 2)
+    powered = m.op("Pow", [m.op("Abs", [x], shape), m.constant("p", np.array(p, np.float32))], shape)
+    if node.op == "GlobalLpPool":
+        planes = m.constant("axes", np.arange(2, len(shape), dtype=np.int64))
+        total = m.op("ReduceSum", [powered, planes], out_shape, keepdims=1)
+    else:
+        kernel = node.attrs["kernel_shape"]
+        strides = node.attrs.get("strides", [1] * len(kernel))
+        dilations = node.attrs.get("dilations", [1] * len(kernel))
+        pads = list(window_pads(node, graph, kernel, strides, dilations))
+        for a, (k, s, d) in enumerate(zip(kernel, strides, dilations)):  # ceil mode: the last windows' end pads
+            reach = (out_shape[2 + a] - 1) * s + (k - 1) * d + 1
+            pads[len(kernel) + a] += max(0, reach - (shape[2 + a] + pads[a] + pads[len(kernel) + a]))
+        ones = m.constant("ones", np.ones((shape[1], 1, *kernel), np.float32))
+        total = m.op("Conv", [powered, ones], out_shape, group=shape[1], kernel_shape=list(kernel),
+                     strides=list(strides), dilations=list(dilations), pads=pads)  # fmt: skip
+    m.op("Pow", [total, m.constant("root", np.array(1 / p, np.float32))], out_shape, out=out)
     return m.nodes
 
 
@@ -948,16 +1014,16 @@ def _operand_on(graph: Graph, m: _Made, value: str, view: tuple[str, str], produ
 
 
 def _power(graph: Graph, node: Node) -> list[Node]:
-    """x to a constant power: 1 to POWERS_AS_PRODUCTS as products, ½ as Sqrt."""
+    """x to a constant power: 1 to POWERS_AS_PRODUCTS as products, ½ as Sqrt, −1 as
+    Reciprocal (each exact to an ulp or two); any other stays Pow (e^(p·ln|x|))."""
     x, power = node.inputs
     exponent = float(np.asarray(graph.constants[power]).reshape(-1)[0]) if graph.is_constant(power) else None
     if exponent is None or graph.constants[power].size != 1:
         raise AutoconfigError(f"node {node.name!r} (Pow): only a constant scalar exponent is generated")
-    if exponent == 0.5:
-        return [Node(node.name, "Sqrt", [x], node.outputs, {})]
+    if exponent in (0.5, -1):
+        return [Node(node.name, "Sqrt" if exponent == 0.5 else "Reciprocal", [x], node.outputs, {})]
     if exponent != int(exponent) or not 1 <= exponent <= POWERS_AS_PRODUCTS:
-        raise AutoconfigError(f"node {node.name!r} (Pow): the exponent {exponent:g} is not generated (1 to "
-                              f"{POWERS_AS_PRODUCTS}, or 0.5)")  # fmt: skip
+        return [node]
     if exponent == 1:
         return [Node(node.name, "Identity", [x], node.outputs, {})]
     made, shape, current = _Made(graph, node.name), graph.types[node.outputs[0]].shape, x
