@@ -214,7 +214,7 @@ class LoadedModel:
             return "matrix products: none"
         flops, ns = sum(f for f, _ in timed), sum(t for _, t in timed)
         peak = self.manifest["peak_gflops"]
-        return (f"matrix products: {len(timed)} kernels, {ns / sum(kernel_ns):.0%} of the kernels' time, "
+        return (f"matrix products: {len(timed)} kernels, {ns / sum(kernel_ns):.1%} of the kernels' time, "
                 f"{flops / ns:.1f} GFLOP/s = {flops / ns / peak:.2f}x the profile's {self.manifest['threads']}-thread "
                 f"peak ({peak:.1f} GFLOP/s)")  # fmt: skip
 

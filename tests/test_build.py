@@ -743,7 +743,7 @@ def test_run_checks_inputs_and_files(tmp_path, capsys):
                  "--per-kernel"]) == 0  # fmt: skip
     assert np.load(tmp_path / "y.npz")[model.outputs[0][0]].shape == (5, 10)
     assert sum(k.get("flops", 0) for k in model.manifest["kernels"]) == 2 * 5 * (37 * 64 + 64 * 48 + 48 * 10)
-    assert re.search(r"matrix products: 3 kernels, \d+% of the kernels' time, [\d.]+ GFLOP/s = [\d.]+x the "
+    assert re.search(r"matrix products: 3 kernels, \d+\.\d% of the kernels' time, [\d.]+ GFLOP/s = [\d.]+x the "
                      r"profile's \d+-thread peak \([\d.]+ GFLOP/s\)", capsys.readouterr().out)
     weights = out / "weights.bin"
     data = weights.read_bytes()

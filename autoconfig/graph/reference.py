@@ -327,6 +327,7 @@ REDUCTIONS = {
     "ReduceL2": lambda x, axes: np.sqrt((x * x).sum(axis=axes)), "ReduceLogSum": lambda x, axes: np.log(x.sum(axis=axes)),
     "ReduceMax": lambda x, axes: x.max(axis=axes), "ReduceMin": lambda x, axes: x.min(axis=axes),
     "ReduceLogSumExp": lambda x, axes: np.log(np.exp(x).sum(axis=axes)),
+    "ReduceProd": lambda x, axes: x.prod(axis=axes),
 }  # fmt: skip
 """The Reduce operators the build computes, each over a tuple of axes (in float64)."""
 

@@ -72,7 +72,7 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
-                    _trilu_as_selection, _lp_normalization, _lp_pool):
+                    _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -287,6 +287,26 @@ def _reductions_as_others(graph: Graph, node: Node) -> list[Node] | None:
                      out="" if after else out)  # fmt: skip
     if after:
         m.op(after, [total], shape, out=out)
+    return m.nodes
+
+
+def _reduce_prod(graph: Graph, node: Node) -> list[Node] | None:
+    """ReduceProd as e^(Σ ln|x|) (a zero gives 0, an infinity inf, both NaN, as products
+    do), negated where the count of negatives n is odd: times 1 − 2·(n − 2⌊n/2⌋); the two
+    sums are ReduceSums with the node's axes and attributes."""
+    if node.op != "ReduceProd":
+        return None
+    m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
+    shape, reduced = graph.types[x].shape, graph.types[out].shape
+    logs = m.op("Log", [m.op("Abs", [x], shape)], shape)
+    magnitude = m.op("Exp", [m.op("ReduceSum", [logs, *node.inputs[1:]], reduced, **node.attrs)], reduced)
+    below = m.op("Less", [x, m.constant("zero", np.zeros((), np.float32))], shape)
+    count = m.op("ReduceSum", [below, *node.inputs[1:]], reduced, **node.attrs)
+    half = m.op("Floor", [m.op("Mul", [count, m.constant("half", np.array(0.5, np.float32))], reduced)], reduced)
+    odd = m.op("Sub", [count, m.op("Mul", [half, m.constant("two", np.array(2, np.float32))], reduced)], reduced)
+    sign = m.op("Sub", [m.constant("one", np.ones((), np.float32)),
+                        m.op("Mul", [odd, m.constant("two", np.array(2, np.float32))], reduced)], reduced)  # fmt: skip
+    m.op("Mul", [magnitude, sign], reduced, out=out)
     return m.nodes
 
 
