@@ -34,6 +34,8 @@ CHAINS = {
                                        ep.EpilogueOp("choose", alpha=2.0, beta=-1.0)),
     # sin's reduction in f64 vectors (twice the f32 lanes' registers) on every target
     "bias+atan+sin+cos+sinh+asinh": (ep.bias(), *[ep.EpilogueOp(k) for k in ("atan", "sin", "cos", "sinh", "asinh")]),
+    # pow by an odd integer (the sign kept) then a non-integer (NaN below 0): e^(p·ln|y|)
+    "power3+power0.7": (ep.EpilogueOp("power", alpha=3.0), ep.EpilogueOp("power", alpha=0.7)),
 }
 
 
