@@ -32,6 +32,7 @@ tensor (their operand), which becomes a kernel argument:
 - ``gelu``      y · (1 + erf(y/√2)) / 2
 - ``gelu_tanh`` y · (1 + tanh(√(2/π)·(y + 0.044715·y³))) / 2
 - ``sqrt``      √y
+- ``power``     y^alpha as e^(alpha·ln|y|) with pow's signs (NaN for y < 0 unless alpha is an integer)
 - ``identity``  y (a cast between values held alike)
 - ``isinf``     1 where y is −inf (alpha ≠ 0) or +inf (beta ≠ 0), else 0
 - ``nonzero``, ``is_zero``, ``isnan``   1 where y ≠ 0, y = 0, y is NaN, else 0 (bools
@@ -760,7 +761,7 @@ KINDS: dict[str, Kind] = {
     "exp": Kind(lambda op, y, r: _exp_op(y), lambda op, y, r: _np_exp(y), 21),
     "log": Kind(lambda op, y, r: _log_op(y), lambda op, y, r: _np_log(y), 28),
     "power": Kind(lambda op, y, r: _power(op, y), lambda op, y, r: _np_quiet(lambda v: np.power(v, op.alpha))(y),
-                  55),
+                  55, shown=("alpha",)),  # log's 28, exp's 21, the product and the sign
     "negate": Kind(lambda op, y, r: arith.negf(y), lambda op, y, r: -y, 1),
     "abs": Kind(lambda op, y, r: math.absf(y), lambda op, y, r: np.abs(y), 1),
     "reciprocal": Kind(lambda op, y, r: arith.divf(_const(y, 1.0), y), lambda op, y, r: _np_divide(1.0, y), 8),

@@ -302,10 +302,10 @@ def _reduce_prod(graph: Graph, node: Node) -> list[Node] | None:
     magnitude = m.op("Exp", [m.op("ReduceSum", [logs, *node.inputs[1:]], reduced, **node.attrs)], reduced)
     below = m.op("Less", [x, m.constant("zero", np.zeros((), np.float32))], shape)
     count = m.op("ReduceSum", [below, *node.inputs[1:]], reduced, **node.attrs)
+    two = m.constant("two", np.array(2, np.float32))
     half = m.op("Floor", [m.op("Mul", [count, m.constant("half", np.array(0.5, np.float32))], reduced)], reduced)
-    odd = m.op("Sub", [count, m.op("Mul", [half, m.constant("two", np.array(2, np.float32))], reduced)], reduced)
-    sign = m.op("Sub", [m.constant("one", np.ones((), np.float32)),
-                        m.op("Mul", [odd, m.constant("two", np.array(2, np.float32))], reduced)], reduced)  # fmt: skip
+    odd = m.op("Sub", [count, m.op("Mul", [half, two], reduced)], reduced)
+    sign = m.op("Sub", [m.constant("one", np.ones((), np.float32)), m.op("Mul", [odd, two], reduced)], reduced)
     m.op("Mul", [magnitude, sign], reduced, out=out)
     return m.nodes
 
