@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autoconfig.errors import AutoconfigError
 from autoconfig.graph import reference
 from autoconfig.graph import zoo
+from autoconfig.graph.onnx_import import import_model
 from kernels.target import get_target
 from tests.conftest import require_runnable
 from tests.test_build import onnxruntime_outputs
@@ -98,3 +100,13 @@ def test_lp_pools_match_onnxruntime(p):
     model = b.model("input", SHAPE, outputs, opset=18)
     x = (2 * np.random.default_rng(9).standard_normal(SHAPE)).astype(np.float32)
     assert_close(built_outputs(model, {"input": x}, "dp", 2), onnxruntime_outputs(model, {"input": x}))
+
+
+def test_an_lp_pool_window_onnxruntime_drops_is_refused():
+    """A ceil-mode window that would start in the end padding: onnx's shape inference
+    keeps it, onnxruntime drops it; the build refuses, naming the node."""
+    b = zoo.Builder("lp_pool_overhang", 5)
+    y = b.op("LpPool", ["input"], kernel_shape=[2], strides=[2], pads=[0, 1], ceil_mode=1)
+    model = b.model("input", [1, 2, 4], [(y, [1, 2, 3])], opset=18)
+    with pytest.raises(AutoconfigError, match=r"\(LpPool\): .*drop a ceil_mode window that starts in the padding"):
+        import_model(model)

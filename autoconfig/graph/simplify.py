@@ -585,6 +585,9 @@ def _lp_pool(graph: Graph, node: Node) -> list[Node] | None:
         dilations = node.attrs.get("dilations", [1] * len(kernel))
         pads = list(window_pads(node, graph, kernel, strides, dilations))
         for a, (k, s, d) in enumerate(zip(kernel, strides, dilations)):  # ceil mode: the last windows' end pads
+            if (out_shape[2 + a] - 1) * s >= shape[2 + a] + pads[a]:  # as the pool family refuses it
+                raise AutoconfigError(f"node {node.name!r} (LpPool): onnx's shape inference gives {out_shape}, but "
+                                      "onnxruntime and PyTorch drop a ceil_mode window that starts in the padding")
             reach = (out_shape[2 + a] - 1) * s + (k - 1) * d + 1
             pads[len(kernel) + a] += max(0, reach - (shape[2 + a] + pads[a] + pads[len(kernel) + a]))
         ones = m.constant("ones", np.ones((shape[1], 1, *kernel), np.float32))
