@@ -24,8 +24,10 @@ the library, the weights, the arena), our build times, kernels per inference, pr
 measured (pred/dp) and Spearman's rank correlation of each kernel's predicted and
 measured time (rho: medians of 10 runs, dp); the ratios onnxruntime/ours and
 none/greedy/dp, marked where the build is dp's program byte for byte (the same fusion
-plan: then the ratio measures only the run-to-run noise). JSON and a plot of the
-latencies.
+plan: then the ratio measures only the run-to-run noise). Below the table, greedy/dp
+and none/dp round by round (a round's processes run one after another, so the ratio
+of two of them escapes the host's slower drifts): the median over rounds,
+in how many dp was faster, the range. JSON and a plot of the latencies.
 
 Usage: python scripts/bench_models.py [--profile P] [--threads 1 2] [--rounds 3] [--reps 5]
        [--models mobilenet_v1 model.onnx ...] [--fusions dp greedy none]
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -239,6 +242,7 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
         ran = [p for p in PEERS if "timing" in timed[p][i]]
         ms = {p: timed[p][i]["timing"]["median"] * 1e3 if p in ran else None for p in PEERS}
         dp = task["builds"][f"dp/{threads}"]
+        rounds = {p: timed[p][i]["rounds"] for p in ran}
         rows.append({
             "model": task["model"], "ms": ms, "failed": {p: timed[p][i]["failed"] for p in PEERS if p not in ran},
             "spread": {p: timed[p][i]["timing"]["q3"] / timed[p][i]["timing"]["median"] - 1 for p in ran},
@@ -247,6 +251,8 @@ def results(tasks: list[dict], timed: dict[str, list[dict]], threads: int) -> li
             "kernels": {f: task["builds"][f"{f}/{threads}"]["kernels"] for f in FUSIONS},
             "build_s": {f: task["builds"][f"{f}/{threads}"]["seconds"] for f in FUSIONS},
             "same_as_dp": {f: task["builds"][f"{f}/{threads}"]["program"] == dp["program"] for f in FUSIONS[1:]},
+            "by_round": {f: [x / d for x, d in zip(rounds[f"autoconfig-{f}"], rounds["autoconfig-dp"])]
+                         for f in FUSIONS[1:] if {f"autoconfig-{f}", "autoconfig-dp"} <= set(ran)},
             "predicted_ms": dp["predicted_ms"],
             "spearman": timed["autoconfig-dp"][i].get("info", {}).get("spearman", float("nan")),
         })  # fmt: skip
@@ -293,6 +299,9 @@ def table(rows: list[dict]) -> list[str]:
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
         )  # fmt: skip
     lines += [f"  {r['model']} {p}: {why}" for r in rows for p, why in r["failed"].items()]
+    lines += [f"  {r['model']} {f}/dp round by round: median {statistics.median(x):.3f}, dp faster in "
+              f"{sum(v > 1 for v in x)} of {len(x)} rounds, {min(x):.3f} to {max(x):.3f}"
+              for r in rows for f, x in r["by_round"].items() if x]  # fmt: skip
     lines += [f"  {r['model']} IREE: preset {i['preset']} (ms per preset {i['trial_ms']}, compile s {i['compile_s']})"
               + (f"; not compiled: {i['failed_presets']}" if i.get("failed_presets") else "")
               for r in rows if (i := r["peer_info"].get("iree"))]  # fmt: skip

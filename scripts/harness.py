@@ -241,11 +241,13 @@ class PeerFailed(Exception):
 def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: int, *,
             rounds: int, reps: int, pin: bool, progress: bool = True,
             tolerate: bool = False) -> dict[str, list[dict]]:  # fmt: skip
-    """Per peer, per task: {'timing', 'info', 'versions'}; each peer timed in `rounds`
-    fresh processes of its own (peers alternating), the samples of all rounds pooled.
+    """Per peer, per task: {'timing', 'rounds', 'info', 'versions'}; each peer timed in
+    `rounds` fresh processes of its own (peers alternating), the samples of all rounds
+    pooled ('rounds': each round's median, for ratios between peers round by round).
     A peer whose worker fails ends the run, or with `tolerate` is {'failed': reason}
     for every task (and not run again)."""
     samples: dict[str, list[list[float]]] = {p: [[] for _ in tasks] for p in peers}
+    medians: dict[str, list[list[float]]] = {p: [[] for _ in tasks] for p in peers}
     infos: dict[str, list[dict]] = {p: [{} for _ in tasks] for p in peers}
     versions: dict[str, dict] = {}
     failed: dict[str, str] = {}
@@ -265,10 +267,12 @@ def measure(module: str, peers: Sequence[str], tasks: Sequence[dict], threads: i
             versions[peer] = out["versions"]
             for i, row in enumerate(out["rows"]):
                 samples[peer][i] += row["samples"]
+                medians[peer][i].append(statistics.median(row["samples"]))
                 infos[peer][i] = infos[peer][i] or row["info"]
     return {
         peer: [{"failed": failed[peer]} if peer in failed else
-               {"timing": asdict(summarize(samples[peer][i])), "info": infos[peer][i], "versions": versions[peer]}
+               {"timing": asdict(summarize(samples[peer][i])), "rounds": medians[peer][i], "info": infos[peer][i],
+                "versions": versions[peer]}
                for i in range(len(tasks))]
         for peer in peers
     }  # fmt: skip

@@ -41,6 +41,7 @@ def test_each_peer_runs_in_its_own_fresh_process_per_round(fixture_module: str) 
     assert first[0]["pid"] == first[1]["pid"]  # one process times all of a round's tasks
     assert first[0]["pid"] != second[0]["pid"] != os.getpid()
     assert timed["first"][0]["timing"]["samples"] == 4  # two rounds of two samples, pooled
+    assert len(timed["first"][0]["rounds"]) == 2  # and each round's median kept apart
     assert timed["second"][0]["versions"] == {"peer": "second"}
 
 
