@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -299,9 +298,8 @@ def table(rows: list[dict]) -> list[str]:
             f"{'/'.join(format(r['build_s'][f], '.1f') for f in FUSIONS):>16}"
         )  # fmt: skip
     lines += [f"  {r['model']} {p}: {why}" for r in rows for p, why in r["failed"].items()]
-    lines += [f"  {r['model']} {f}/dp round by round: median {statistics.median(x):.3f}, dp faster in "
-              f"{sum(v > 1 for v in x)} of {len(x)} rounds, {min(x):.3f} to {max(x):.3f}"
-              for r in rows for f, x in r["by_round"].items() if x]  # fmt: skip
+    lines += [f"  {r['model']} {f}/dp round by round: {harness.round_by_round(x)}"
+              for r in rows for f, x in r["by_round"].items() if x]
     lines += [f"  {r['model']} IREE: preset {i['preset']} (ms per preset {i['trial_ms']}, compile s {i['compile_s']})"
               + (f"; not compiled: {i['failed_presets']}" if i.get("failed_presets") else "")
               for r in rows if (i := r["peer_info"].get("iree"))]  # fmt: skip

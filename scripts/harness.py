@@ -334,6 +334,13 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def round_by_round(ratios: Sequence[float]) -> str:
+    """Ratios of two peers' latencies (other over dp), one per round: their median, in
+    how many rounds dp was faster, their range."""
+    return (f"median {statistics.median(ratios):.3f}, dp faster in {sum(r > 1 for r in ratios)} of {len(ratios)} "
+            f"rounds, {min(ratios):.3f} to {max(ratios):.3f}")
+
+
 @dataclass
 class Report:
     """A benchmark's results with where they were taken; printed and saved as JSON."""

@@ -11,8 +11,8 @@ commit, e.g. `.warm-caches`, is a special run the page does not take as the late
 zoo's, which alone makes the README's table).
 Model benchmarks get a table and a plot per thread count (each peer's latency, ours
 with dp fusion first), with the predicted total and the rank correlation of predicted
-and measured kernel times (the models' fidelity); the other benchmarks their summary
-lines. Needs matplotlib (`pip install -e '.[bench]'`).
+and measured kernel times (the models' fidelity), and greedy/dp round by round where
+the run has it; the other benchmarks their summary lines. Needs matplotlib (`pip install -e '.[bench]'`).
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def model_table(table: dict) -> list[str]:
             lowest = min(ratios, key=ratios.get)
             lines.append(f"{peer} over ours (dp): geomean {harness.geomean(list(ratios.values())):.2f} over {len(ratios)} models, lowest "
                          f"{ratios[lowest]:.2f} ({lowest}).  ")  # fmt: skip
+    lines += [f"{fusion}/dp round by round, {row['model']}: {harness.round_by_round(ratios)}.  "
+              for row in table["rows"] for fusion, ratios in row.get("by_round", {}).items() if ratios]
     return lines
 
 
