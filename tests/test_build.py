@@ -377,6 +377,56 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
     assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
 
 
+def scattered(op: str, indices: np.ndarray, reduction: str = "none", axis: int = 0) -> onnx.ModelProto:
+    """Tanh of the input (2x5x6) scattered into by constant `indices` (ScatterND's rows of
+    leading indices, or ScatterElements' along `axis`), the updates the input's first
+    elements times -3: data and updates computed, of both signs."""
+    b = zoo.Builder("scattered", 8)
+    shape = (2, 5, 6)
+    sizes = indices.shape[:-1] + shape[indices.shape[-1]:] if op == "ScatterND" else indices.shape
+    flat = b.op("Reshape", ["input", b.const("flat", np.array([-1], np.int64))])
+    first = b.op("Slice", [flat, b.const("start", np.array([0], np.int64)),
+                           b.const("end", np.array([int(np.prod(sizes))], np.int64))])  # fmt: skip
+    updates = b.op("Mul", [b.op("Reshape", [first, b.const("sizes", np.array(sizes, np.int64))]),
+                           b.const("k", np.float32(-3))])  # fmt: skip
+    attrs = {"reduction": reduction} | ({} if op == "ScatterND" else {"axis": axis})
+    y = b.op(op, [b.op("Tanh", ["input"]), b.const("indices", indices), updates], **attrs)
+    return b.model("input", list(shape), [(y, list(shape))], opset=18)
+
+
+ALONG_ROWS = np.stack([np.random.default_rng(i).permutation(5)[:2] for i in range(12)]).reshape(2, 6, 2).transpose(
+    0, 2, 1) - 2
+"""ScatterElements' indices along axis 1 with no element hit twice, some negative."""
+
+
+@pytest.mark.parametrize(("op", "indices", "reduction", "axis", "gathers"), [
+    ("ScatterND", np.array([[0, 1], [1, 3], [0, 1]]), "none", 0, 1),  # one row twice: the last update wins
+    ("ScatterND", np.array([[1], [0]]), "none", 0, 1),
+    ("ScatterND", np.array([[0, 4, 5], [1, -1, 0]]), "none", 0, 1),
+    ("ScatterND", np.array([[0, 1], [1, 3]]), "add", 0, 1),
+    ("ScatterND", np.array([[0, 1], [1, -2], [0, 1], [0, 1]]), "add", 0, 3),  # a row's three updates, in order
+    ("ScatterND", np.array([[0, 1], [1, -2]]), "max", 0, 1),
+    ("ScatterElements", np.random.default_rng(5).integers(-5, 5, (2, 2, 6)), "none", 1, 1),
+    ("ScatterElements", ALONG_ROWS, "mul", 1, 1),
+    ("ScatterElements", ALONG_ROWS, "min", -2, 1),
+    ("ScatterElements", np.zeros((2, 3, 6), np.int64), "mul", 1, 3),
+])  # fmt: skip
+def test_a_scatter_by_constant_indices_is_a_gather(tmp_path, op, indices, reduction, axis, gathers):
+    """Each matches onnxruntime; without a reduction one gather kernel moves the data,
+    with one a gather per update an element gets."""
+    manifest = build_and_compare(scattered(op, indices, reduction, axis), "avx2", tmp_path / "scatter")
+    kinds = [k["kind"] for k in manifest["kernels"]]
+    assert kinds.count("gather") == gathers, kinds
+
+
+@pytest.mark.parametrize(("indices", "axis", "low", "high", "size"), [(np.array([[0, 1], [2, 0]]), 0, 0, 2, 2),
+                                                                   (np.array([[0, 1], [1, -6]]), 1, -6, 1, 5)])
+def test_a_scatter_index_outside_the_data_is_refused_naming_the_node(indices, axis, low, high, size):
+    with pytest.raises(AutoconfigError, match=rf"^node 'scatternd_\d+' \(ScatterND\): the indices along axis {axis} "
+                                              rf"\({low} \.\. {high}\) reach outside its {size} elements$"):  # fmt: skip
+        import_model(scattered("ScatterND", indices))
+
+
 def upsampling_head(mode: str, transform: str) -> onnx.ModelProto:
     """A segmentation head: a 1x1 convolution to 5 classes on 12x12 features, resized 8x
     to 96x96 (`mode`, `transform`), a Relu after (a consumer reading the whole output)."""

@@ -736,6 +736,41 @@ def test_int64_ids_moved_before_their_gather(tmp_path):
     np.testing.assert_array_equal(ours, onnxruntime_outputs(moved_ids(), feeds)[0])
 
 
+def shifted_ids(seed: int = 41, vocab: int = 30) -> onnx.ModelProto:
+    """BART's decoder ids: the ids [2, 5] shifted right one step into a constant of zeros
+    (a ScatterND of computed int64 updates), a start id 2 written at each row's first
+    step (of constant updates), then their embeddings."""
+    b = zoo.Builder("shifted_ids", seed)
+    bounds = [b.const(k, np.array([v], np.int64)) for k, v in (("start", 0), ("end", 4), ("axis", 1))]
+    steps = np.stack(np.meshgrid([0, 1], [1, 2, 3, 4], indexing="ij"), -1)  # [2, 4, 2]: each row's steps 1..4
+    ids = b.op("ScatterND", [b.const("zeros", np.zeros((2, 5), np.int64)), b.const("steps", steps),
+                             b.op("Slice", ["input_ids", *bounds])])  # fmt: skip
+    ids = b.op("ScatterND", [ids, b.const("firsts", np.array([[0, 0], [1, 0]], np.int64)),
+                             b.const("start_id", np.array([2, 2], np.int64))])  # fmt: skip
+    y = b.op("Gather", [b.const("words", b.rng.standard_normal((vocab, 8))), ids])
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(b.nodes, "shifted_ids", [value("input_ids", onnx.TensorProto.INT64, [2, 5])],
+                                   [value(y, onnx.TensorProto.FLOAT, None), value(ids, onnx.TensorProto.INT64, None)],
+                                   b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
+def test_int64_ids_scattered_by_constant_indices(tmp_path):
+    """Both scatters are gathers of the ids' float32 conversions; the shifted ids come
+    out as int64, and their embeddings match onnxruntime's."""
+    require_runnable(get_target("avx2"))
+    onnx.save(shifted_ids(), tmp_path / "shifted.onnx")
+    autoconfig.compile_model(tmp_path / "shifted.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                             target=get_target("avx2"))  # fmt: skip
+    feeds = {"input_ids": np.random.default_rng(5).integers(0, 30, (2, 5))}
+    ours = list(autoconfig.load(tmp_path / "built")(feeds).values())
+    for got, want in zip(ours, onnxruntime_outputs(shifted_ids(), feeds), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
     """CumSum along a middle and a last axis, each direction, inclusive or not."""

@@ -152,6 +152,11 @@ def _lp_order(attrs: dict) -> None:
         raise ValueError(f"p={attrs['p']} is not 1 or 2")
 
 
+def _scatter_reduction(attrs: dict) -> None:
+    if attrs.get("reduction", "none") not in ("none", "add", "mul", "max", "min"):
+        raise ValueError(f"reduction {attrs['reduction']!r} is not one of none, add, mul, max, min")
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """One ONNX operator as every part of the project sees it."""
@@ -211,6 +216,8 @@ OPERATORS: dict[str, OpInfo] = {
     "Gather": OpInfo(_1, _INJ, ref.gather, kernel=_MV, parameters=(1,)),
     "GatherND": OpInfo(_1, _INJ, ref.gather_nd, kernel=_MV, parameters=(1,)),
     "GatherElements": OpInfo(_1, _INJ, ref.gather_elements, kernel=_MV, parameters=(1,)),
+    **{op: OpInfo(_1, _INJ, ref.onnx_op(op), kernel=_MV, parameters=(1,), check=_scatter_reduction)
+       for op in ("ScatterND", "ScatterElements")},  # as a Gather by constant indices (graph.simplify)
     "Expand": OpInfo(_M, _BC, ref.expand, expansion_reads, _MV, (1,)),
     "Identity": OpInfo(_1, _INJ, ref.identity, kernel=_V),
     "Reshape": OpInfo(_R, _INJ, ref.reshape, kernel=_V, parameters=(1,)),

@@ -42,6 +42,9 @@
   a product flattened to 2-D and viewed back takes its residual add as its epilogue;
 - CastLike becomes a Cast to its second input's type (`_cast_like`); Trilu a Where
   keeping x on one side of a constant triangle, 0 elsewhere (`_trilu_as_selection`);
+- ScatterND and ScatterElements by constant indices become one Gather of the data and
+  the updates by a constant index per element, with a reduction the data combined with
+  such Gathers of the updates (`_scatter_as_gather`);
 - InstanceNormalization, RMSNormalization (no mean subtracted), and LayerNormalization
   whose mean or inverse deviation is read (else it is one kernel of its own), become
   their definition
@@ -72,7 +75,7 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
-                    _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod):
+                    _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -1548,6 +1551,114 @@ def _trilu_as_selection(graph: Graph, node: Node) -> list[Node] | None:
     made.nodes.append(Node(node.name, "Where", [made.constant("kept", kept), x,
                                                 made.constant("zero", np.zeros((), np.float32))], node.outputs, {}))
     return made.nodes
+
+
+SCATTER_FILL = {"add": ("Add", 0.0), "mul": ("Mul", 1.0), "max": ("Max", -math.inf), "min": ("Min", math.inf)}
+"""A Scatter's reduction: the op combining the data with the updates, and its identity
+(what an element no update lands on is combined with)."""
+
+SCATTER_ROUNDS = 16
+"""Most updates a reduction may land on one element: each is one more full-size Gather
+and combining op."""
+
+
+def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
+    """ScatterND and ScatterElements by constant indices as one Gather, by a constant
+    index per output element, of the data and the updates flattened and concatenated:
+    an element takes the last update landing on it (as onnxruntime applies them in
+    order), or stays. With a reduction, the data combined with such a Gather of the
+    updates and the reduction's identity, once per update an element gets (in their
+    order, as onnxruntime combines them)."""
+    if node.op not in ("ScatterND", "ScatterElements"):
+        return None
+    data, indices, updates = node.inputs
+    if not graph.is_constant(indices):
+        raise AutoconfigError(f"node {node.name!r} ({node.op}): indices computed at run time are not generated")
+    shape, dtype = graph.types[data].shape, graph.types[data].dtype
+    try:
+        targets = _scatter_targets(node, shape, np.asarray(graph.constants[indices], np.int64))
+    except IndexError as err:
+        raise AutoconfigError(f"node {node.name!r} ({node.op}): {err}") from None
+    size, count, out = math.prod(shape), targets.size, node.outputs[0]
+    if not count:  # no updates: the data as it is
+        return [Node(node.name, "Identity", [data], [out], {})]
+    m = _Made(graph, node.name)
+
+    def gathered(joined: str, source: np.ndarray, out: str = "") -> str:
+        picked = m.op("Gather", [joined, m.constant("source", source)], (size,), axis=0)
+        return m.reshape(_typed(graph, picked, dtype), shape, out=out)
+
+    def flat(value: str) -> str:  # a constant flattened now (a view of a constant is no buffer's)
+        if graph.is_constant(value):
+            return m.constant("flat", np.asarray(graph.constants[value]).reshape(-1))
+        return m.reshape(value, (graph.types[value].elements,))
+
+    flat_updates = flat(updates)
+    reduction = node.attrs.get("reduction", "none")
+    if reduction == "none":
+        last = count - 1 - np.unique(targets[::-1], return_index=True)[1]  # each target's last update
+        source = np.arange(size, dtype=np.int64)
+        source[targets[last]] = size + last
+        gathered(_typed(graph, m.op("Concat", [flat(data), flat_updates], (size + count,), axis=0),
+                        dtype), source, out=out)  # fmt: skip
+        return m.nodes
+    combine, identity = SCATTER_FILL[reduction]
+    rounds = _occurrence(targets)
+    if rounds.max(initial=0) >= SCATTER_ROUNDS:
+        raise AutoconfigError(f"node {node.name!r} ({node.op}): {rounds.max() + 1} updates landing on one element "
+                              f"(more than {SCATTER_ROUNDS}) are not generated")  # fmt: skip
+    if np.dtype(dtype).kind in "iu":  # the integers' own extremes for max and min
+        identity = np.clip(identity, np.iinfo(dtype).min, np.iinfo(dtype).max)
+    joined = _typed(graph, m.op("Concat", [flat_updates, m.constant("identity", np.array([identity], dtype))],
+                                (count + 1,), axis=0), dtype)  # fmt: skip
+    result = data
+    for number in range(rounds.max(initial=0) + 1):
+        source = np.full(size, count, np.int64)
+        source[targets[rounds == number]] = np.flatnonzero(rounds == number)
+        final = number == rounds.max(initial=0)
+        result = _typed(graph, m.op(combine, [result, gathered(joined, source)], shape, out=out if final else ""), dtype)
+    return m.nodes
+
+
+def _typed(graph: Graph, value: str, dtype: str) -> str:
+    """`value` given the element type `dtype`."""
+    graph.types[value] = TensorType(graph.types[value].shape, dtype)
+    return value
+
+
+def _occurrence(targets: np.ndarray) -> np.ndarray:
+    """For each target, how many earlier ones are equal to it."""
+    order = np.argsort(targets, kind="stable")
+    ordered = targets[order]
+    firsts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    counts = np.diff(np.r_[firsts, ordered.size])
+    rounds = np.empty_like(targets)
+    rounds[order] = np.arange(ordered.size) - np.repeat(firsts, counts)
+    return rounds
+
+
+def _scatter_targets(node: Node, shape: tuple[int, ...], indices: np.ndarray) -> np.ndarray:
+    """The flat position in the data of each update element, in the updates' order
+    (negative indices counted from the end; IndexError for one out of range)."""
+    if node.op == "ScatterND":
+        depth = indices.shape[-1]
+        rows = indices.reshape(-1, depth)
+        starts = np.ravel_multi_index(tuple(_in_range(rows[:, i], shape, i) for i in range(depth)), shape[:depth])
+        inner = math.prod(shape[depth:])
+        return (starts[:, None] * inner + np.arange(inner)[None, :]).reshape(-1)
+    axis = node.attrs.get("axis", 0) % len(shape)
+    where = list(np.indices(indices.shape))
+    where[axis] = _in_range(indices, shape, axis)
+    return np.ravel_multi_index(tuple(where), shape).reshape(-1)
+
+
+def _in_range(indices: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """`indices` into `axis` of `shape`, the negative ones counted from its end."""
+    size = shape[axis]
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise IndexError(f"the indices along axis {axis} ({indices.min()} .. {indices.max()}) reach outside its "
+                         f"{size} elements")  # fmt: skip
+    return np.where(indices < 0, indices + size, indices)
 
 
 def _cast_like(graph: Graph, node: Node) -> list[Node] | None:
