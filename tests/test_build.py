@@ -427,6 +427,32 @@ def test_a_scatter_index_outside_the_data_is_refused_naming_the_node(indices, ax
         import_model(scattered("ScatterND", indices))
 
 
+def old_opset_net() -> onnx.ModelProto:
+    """Opset 7, as the ONNX model zoo's oldest CNNs: a convolution, BatchNormalization
+    (with its spatial attribute of then), Relu, Upsample by scales given as an attribute,
+    Flatten."""
+    b = zoo.Builder("old_opset", 9)
+    stats = [b.const(k, v) for k, v in (("gamma", b.rng.uniform(0.5, 1.5, 4)), ("beta", b.rng.standard_normal(4)),
+                                         ("mean", b.rng.standard_normal(4)), ("var", b.rng.uniform(0.5, 1.5, 4)))]
+    y = b.op("BatchNormalization", [b.conv("input", 3, 4, 3), *stats], epsilon=1e-5, spatial=1)
+    y = b.op("Upsample", [b.op("Relu", [y])], scales=[1.0, 1.0, 2.0, 2.0], mode="nearest")
+    return b.model("input", [1, 3, 6, 6], [(b.op("Flatten", [y]), None)], opset=7)
+
+
+def test_a_model_of_an_older_opset_is_converted_first(tmp_path):
+    """onnx's version converter raises it to the first opset the importer reads; it
+    matches onnxruntime running it as written."""
+    manifest = build_and_compare(old_opset_net(), "avx2", tmp_path / "old")
+    assert {k["kind"] for k in manifest["kernels"]} <= {"conv", "gather", "view"}, manifest["kernels"]
+
+
+def test_an_operator_onnx_does_not_define_in_an_old_opset_is_named():
+    model = old_opset_net()
+    model.graph.node[-1].op_type = "Crop"  # opset 1's experimental op, gone since: no converter knows it
+    with pytest.raises(AutoconfigError, match=r"^model: node 'flatten_\d+': unsupported operator Crop$"):
+        import_model(model)
+
+
 def upsampling_head(mode: str, transform: str) -> onnx.ModelProto:
     """A segmentation head: a 1x1 convolution to 5 classes on 12x12 features, resized 8x
     to 96x96 (`mode`, `transform`), a Relu after (a consumer reading the whole output)."""

@@ -24,7 +24,6 @@ REFUSED: dict[str, str] = {
     # test-name pattern: the reason's words (a regular expression)
     r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",
     r"test_identity_(sequence|opt)": r"is a (sequence|optional) value, not a tensor",
-    r"test_upsample_nearest": r"ONNX opset 9 is not supported",
     r"test_pow(_bcast_array|_example|_types_float32_u?int(32|64))?": r"\(Pow\): only a constant scalar exponent",
     r"test_dropout_default_mask(_ratio)?": r"\(Dropout\): its mask output is not generated",
     r"test_training_dropout.*": r"\(Dropout\): training mode is not generated",

@@ -4,7 +4,8 @@ First every node computable before the model runs folds into a constant
 (`autoconfig.graph.fold`: constants and shape arithmetic, whatever its operators); what
 is left must be in the operator table. Rejected with one line: the unsupported operator
 kinds left (all of them, each with its first node), a dynamic or unknown dimension, an
-opset outside 11-28, a malformed file. Then `simplify` (Identity, BatchNormalization
+opset after 28, a malformed file; a model of an opset before 11 is first converted to
+11 by onnx's version converter. Then `simplify` (Identity, BatchNormalization
 into a Conv, interpolating Resize as products).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper, numpy_helper, version_converter
 
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.fold import fold
@@ -47,6 +48,8 @@ def load_onnx(path: Path | str, shapes: Shapes | None = None) -> Graph:
 def import_model(model: onnx.ModelProto, source: str = "model", shapes: Shapes | None = None) -> Graph:
     """The graph IR of an in-memory ONNX model, `shapes` fixing its dynamic dimensions."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and opset < OPSETS[0]:
+        model, opset = _raised(model, opset, source), OPSETS[0]
     if opset is None or not OPSETS[0] <= opset <= OPSETS[1]:
         raise AutoconfigError(f"{source}: ONNX opset {opset} is not supported ({OPSETS[0]}-{OPSETS[1]})")
     if shapes:
@@ -75,6 +78,19 @@ def import_model(model: onnx.ModelProto, source: str = "model", shapes: Shapes |
     from autoconfig.graph.simplify import simplify
 
     return simplify(graph)
+
+
+def _raised(model: onnx.ModelProto, opset: int, source: str) -> onnx.ModelProto:
+    """A model of an opset before the first supported one, converted to it by onnx's
+    version converter (each operator's changes between opsets are its adapters); an
+    operator ONNX does not define (which it cannot convert) is named as unsupported."""
+    _check_supported([n for n in _named(model.graph.node) if not onnx.defs.has(n.op_type, n.domain)], source)
+    try:
+        return version_converter.convert_version(model, OPSETS[0])
+    except Exception as err:  # the converter raises RuntimeError and others for operators it cannot move
+        why = " ".join(str(err).split())
+        raise AutoconfigError(f"{source}: ONNX opset {opset} is below {OPSETS[0]}, and onnx's version converter "
+                              f"could not raise it: {why}") from None
 
 
 def with_shapes(model: onnx.ModelProto, shapes: Shapes, source: str) -> onnx.ModelProto:
