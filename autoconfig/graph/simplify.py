@@ -1579,9 +1579,9 @@ def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
         targets = _scatter_targets(node, shape, np.asarray(graph.constants[indices], np.int64))
     except IndexError as err:
         raise AutoconfigError(f"node {node.name!r} ({node.op}): {err}") from None
-    size, count, out = math.prod(shape), targets.size, node.outputs[0]
+    size, count, output = math.prod(shape), targets.size, node.outputs[0]
     if not count:  # no updates: the data as it is
-        return [Node(node.name, "Identity", [data], [out], {})]
+        return [Node(node.name, "Identity", [data], [output], {})]
     m = _Made(graph, node.name)
 
     def gathered(joined: str, source: np.ndarray, out: str = "") -> str:
@@ -1600,7 +1600,7 @@ def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
         source = np.arange(size, dtype=np.int64)
         source[targets[last]] = size + last
         gathered(_typed(graph, m.op("Concat", [flat(data), flat_updates], (size + count,), axis=0),
-                        dtype), source, out=out)  # fmt: skip
+                        dtype), source, out=output)  # fmt: skip
         return m.nodes
     combine, identity = SCATTER_FILL[reduction]
     rounds = _occurrence(targets)
@@ -1616,7 +1616,7 @@ def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
         source = np.full(size, count, np.int64)
         source[targets[rounds == number]] = np.flatnonzero(rounds == number)
         final = number == rounds.max(initial=0)
-        result = _typed(graph, m.op(combine, [result, gathered(joined, source)], shape, out=out if final else ""), dtype)
+        result = _typed(graph, m.op(combine, [result, gathered(joined, source)], shape, out=output if final else ""), dtype)
     return m.nodes
 
 
