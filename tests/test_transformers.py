@@ -771,6 +771,40 @@ def test_int64_ids_scattered_by_constant_indices(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+def pooled_at_largest_id(seed: int = 43, vocab: int = 30) -> onnx.ModelProto:
+    """CLIP's pooled text: the embedding of each row's largest id (ArgMax of the int64 ids)
+    picked by GatherND with batch_dims 1, with batch_dims 0 beside a constant batch
+    index, with the index counted from the end (negative), and from the constant table."""
+    b = zoo.Builder("pooled", seed)
+    table = b.const("words", b.rng.standard_normal((vocab, 4)))
+    hidden = b.op("Gather", [table, "input_ids"])  # [2, 6, 4], computed from the ids
+    last = b.op("ArgMax", ["input_ids"], axis=1, keepdims=1)  # [2, 1]
+    pairs = b.op("Concat", [b.const("batch", np.array([[0], [1]], np.int64)), last], axis=1)
+    ids = b.op("GatherND", ["input_ids", pairs])  # the largest ids themselves, [2]
+    outputs = [b.op("GatherND", [hidden, last], batch_dims=1), b.op("GatherND", [hidden, pairs]),
+               b.op("GatherND", [hidden, b.op("Sub", [last, b.const("six", np.array(6, np.int64))])], batch_dims=1),
+               b.op("GatherND", [table, b.op("Unsqueeze", [ids, b.const("axis", np.array([1], np.int64))])])]
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(b.nodes, "pooled", [value("input_ids", onnx.TensorProto.INT64, [2, 6])],
+                                   [value(y, onnx.TensorProto.FLOAT, None) for y in outputs], b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
+def test_gather_nd_by_indices_computed_from_the_ids(tmp_path):
+    """Each GatherND is a Gather of rows by the ids' float32 conversions: the same
+    vectors as onnxruntime's."""
+    require_runnable(get_target("avx2"))
+    onnx.save(pooled_at_largest_id(), tmp_path / "pooled.onnx")
+    autoconfig.compile_model(tmp_path / "pooled.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                             target=get_target("avx2"))  # fmt: skip
+    feeds = {"input_ids": np.random.default_rng(7).permutation(30)[:12].reshape(2, 6)}  # one largest id a row
+    ours = list(autoconfig.load(tmp_path / "built")(feeds).values())
+    for got, want in zip(ours, onnxruntime_outputs(pooled_at_largest_id(), feeds), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
     """CumSum along a middle and a last axis, each direction, inclusive or not."""

@@ -42,6 +42,8 @@
   a product flattened to 2-D and viewed back takes its residual add as its epilogue;
 - CastLike becomes a Cast to its second input's type (`_cast_like`); Trilu a Where
   keeping x on one side of a constant triangle, 0 elsewhere (`_trilu_as_selection`);
+- GatherND by indices computed at run time becomes a Gather of the data's rows by
+  each index tuple's row (`_gather_nd_by_rows`);
 - ScatterND and ScatterElements by constant indices become one Gather of the data and
   the updates by a constant index per element, with a reduction the data combined with
   such Gathers of the updates (`_scatter_as_gather`);
@@ -75,7 +77,8 @@ def simplify(graph: Graph) -> Graph:
     """Fold BatchNormalization; drop Identity and repeated computations; keep
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
-                    _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather):
+                    _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather,
+                    _gather_nd_by_rows):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -320,13 +323,15 @@ def _arg_extremes(graph: Graph, node: Node) -> list[Node] | None:
     if node.op not in ("ArgMax", "ArgMin"):
         return None
     m, x, out = _Made(graph, node.name), node.inputs[0], node.outputs[0]
-    shape = graph.types[x].shape
+    shape, floats = graph.types[x].shape, graph.types[x].dtype.startswith("float")
     axis = node.attrs.get("axis", 0) % len(shape)
     kept = _kept(shape, (axis,))
     if node.op == "ArgMin":
         x = m.op("Neg", [x], shape)
     peak = m.op("ReduceMax", [x, m.constant("axes", np.array([axis], np.int64))], kept, keepdims=1)
-    hits = m.op("Or", [m.op("Equal", [x, peak], shape), m.op("IsNaN", [x], shape)], shape)
+    hits = m.op("Equal", [x, peak], shape)
+    if floats:  # integers (ids: CLIP's end token is the largest) have no NaN
+        hits = m.op("Or", [hits, m.op("IsNaN", [x], shape)], shape)
     flat = node.attrs.get("keepdims", 1) == 0
     index = _hit_index(m, hits, axis, bool(node.attrs.get("select_last_index", 0)), "" if flat else out)
     if flat:
@@ -629,11 +634,15 @@ VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 """Operators that give their input another shape, nothing more."""
 
 
-INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "CumSum", "Equal", "Not",
-                                "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And", "Or"})  # fmt: skip
+INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "CumSum", "ReduceMax", "Equal",
+                                "Not", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And", "Or"})  # fmt: skip
 """Operators that compute integers from int64 inputs (a position counter from an
-attention mask, a padding mask from the ids) on their float32 conversions: exact while
-every value stays within 2^24 (ids of vocabularies up to 16M, positions, counts)."""
+attention mask, a padding mask from the ids, the place of the largest id: CLIP's end
+token) on their float32 conversions: exact while every value stays within 2^24 (ids of
+vocabularies up to 16M, positions, counts)."""
+
+ONE_OPERAND = frozenset({"CumSum", "ReduceMax"})
+"""Of those, the ones whose other inputs are their axes, kept as they are."""
 
 INTEGER_CASTS = (onnx.TensorProto.FLOAT, *INTEGERS)
 """Casts of such an integer that keep its float32 conversion as it is."""
@@ -702,19 +711,21 @@ def _integer_operands(graph: Graph, node: Node, held: set[str]) -> tuple[int, ..
     """The inputs `node` reads as float32 conversions where it computes integers on
     them (arithmetic, a view, an integer cast, a Gather by held ids, a move), not its
     shapes, axes or indices; None where it does not."""
-    if node.op in INTEGER_ARITHMETIC - {"CumSum"} or node.op == "Concat":
+    if node.op in INTEGER_ARITHMETIC - ONE_OPERAND or node.op == "Concat":
         return tuple(range(len(node.inputs)))
     if node.op in INTEGER_MOVES and all(graph.is_constant(i) for i in node.inputs[1:] if i):
         return (0, 2) if node.op == "Pad" else (0,)  # a Pad's value too
-    if node.op in VIEWS or node.op == "CumSum" or node.op == "Cast" and node.attrs.get("to") in INTEGER_CASTS:
+    if node.op in VIEWS or node.op in ONE_OPERAND or node.op == "Cast" and node.attrs.get("to") in INTEGER_CASTS:
         return (0,)
-    return (1,) if node.op == "Gather" and node.inputs[1] in held else None
+    if node.op == "Gather" and node.inputs[1] in held:  # an integer table's values too (ids picked from ids)
+        return (0, 1) if graph.types[node.inputs[0]].dtype in ("int64", "int32") else (1,)
+    return None
 
 
 def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) -> Node:
-    """`node` on its inputs' float32 conversions (a Gather by computed ids: its table as
-    given); its integer outputs then held as float32 too (a cast to an integer, an Identity)."""
-    if node.op == "Gather" and node.inputs[1] in held:
+    """`node` on its inputs' float32 conversions (a Gather by computed ids: a float table
+    as given); its integer outputs then held as float32 too (a cast to an integer, an Identity)."""
+    if node.op == "Gather" and node.inputs[1] in held and graph.types[node.inputs[0]].dtype.startswith("float"):
         return Node(node.name, "Gather", [node.inputs[0], inputs[1]], node.outputs, node.attrs)
     _hold(graph, node, held)
     op = "Identity" if node.op == "Cast" else node.op
@@ -1588,10 +1599,8 @@ def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
         picked = m.op("Gather", [joined, m.constant("source", source)], (size,), axis=0)
         return m.reshape(_typed(graph, picked, dtype), shape, out=out)
 
-    def flat(value: str) -> str:  # a constant flattened now (a view of a constant is no buffer's)
-        if graph.is_constant(value):
-            return m.constant("flat", np.asarray(graph.constants[value]).reshape(-1))
-        return m.reshape(value, (graph.types[value].elements,))
+    def flat(value: str) -> str:
+        return m.reshaped(value, (graph.types[value].elements,))
 
     flat_updates = flat(updates)
     reduction = node.attrs.get("reduction", "none")
@@ -1659,6 +1668,41 @@ def _in_range(indices: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndar
         raise IndexError(f"the indices along axis {axis} ({indices.min()} .. {indices.max()}) reach outside its "
                          f"{size} elements")  # fmt: skip
     return np.where(indices < 0, indices + size, indices)
+
+
+def _gather_nd_by_rows(graph: Graph, node: Node) -> list[Node] | None:
+    """GatherND by indices computed at run time (CLIP's pooled token: the hidden state at
+    each text's largest id) as a Gather of the data's rows, viewed as [rows, rest], by
+    each index tuple's row: Σ index_k · stride_k (a negative index counted from its
+    axis' end) plus its batch's first row; integers the model computes, so an index
+    outside the data gives a row of NaN."""
+    if node.op != "GatherND" or graph.is_constant(node.inputs[1]):
+        return None
+    data, indices = node.inputs
+    shape, at = graph.types[data].shape, graph.types[indices].shape
+    batch, depth = node.attrs.get("batch_dims", 0), at[-1]
+    m, positions = _Made(graph, node.name), at[:-1]
+    axes = shape[batch:batch + depth]
+
+    def integer(op: str, inputs: list[str], **attrs: int) -> str:
+        return _typed(graph, m.op(op, inputs, positions, **attrs), "int64")
+
+    row = ""
+    for k, size in enumerate(axes):
+        index = integer("Gather", [indices, m.constant("k", np.array(k, np.int64))], axis=len(positions))
+        negative = integer("Less", [index, m.constant("zero", np.array(0, np.int64))])
+        index = integer("Where", [negative, integer("Add", [index, m.constant("size", np.array(size, np.int64))]),
+                                  index])  # fmt: skip
+        stride = math.prod(axes[k + 1:])
+        term = integer("Mul", [index, m.constant("stride", np.array(stride, np.int64))]) if stride > 1 else index
+        row = integer("Add", [row, term]) if row else term
+    if batch:  # each index tuple's batch: its first row
+        first = np.arange(math.prod(shape[:batch]), dtype=np.int64).reshape(shape[:batch]) * math.prod(axes)
+        row = integer("Add", [row, m.constant("first", first.reshape(*shape[:batch], *[1] * (len(positions) - batch)))])
+    rows = m.reshaped(data, (math.prod(shape[:batch + depth]), *shape[batch + depth:]))
+    gathered = m.op("Gather", [rows, row], graph.types[node.outputs[0]].shape, out=node.outputs[0], axis=0)
+    _typed(graph, gathered, graph.types[data].dtype)
+    return m.nodes
 
 
 def _cast_like(graph: Graph, node: Node) -> list[Node] | None:
@@ -1768,6 +1812,13 @@ class _Made:
     def reshape(self, x: str, shape: tuple[int, ...], out: str = "") -> str:
         """A Reshape of `x` to `shape` made (its shape a constant)."""
         return self.op("Reshape", [x, self.constant("shape", np.array(shape, np.int64))], tuple(shape), out=out)
+
+    def reshaped(self, x: str, shape: tuple[int, ...]) -> str:
+        """`x` in `shape`, in its own element type: a constant reshaped now (a view of a
+        constant is no buffer's), else a Reshape made."""
+        if self.graph.is_constant(x):
+            return self.constant("reshaped", np.asarray(self.graph.constants[x]).reshape(shape))
+        return _typed(self.graph, self.reshape(x, shape), self.graph.types[x].dtype)
 
     def slice(self, x: str, starts: list[int], ends: list[int], axes: list[int], shape: tuple[int, ...],
               steps: list[int] | None = None) -> str:  # fmt: skip
