@@ -718,14 +718,14 @@ def _integer_operands(graph: Graph, node: Node, held: set[str]) -> tuple[int, ..
     if node.op in VIEWS or node.op in ONE_OPERAND or node.op == "Cast" and node.attrs.get("to") in INTEGER_CASTS:
         return (0,)
     if node.op == "Gather" and node.inputs[1] in held:  # an integer table's values too (ids picked from ids)
-        return (0, 1) if graph.types[node.inputs[0]].dtype in ("int64", "int32") else (1,)
+        return (0, 1) if _integer_typed(graph, node.inputs[0]) else (1,)
     return None
 
 
 def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) -> Node:
     """`node` on its inputs' float32 conversions (a Gather by computed ids: a float table
     as given); its integer outputs then held as float32 too (a cast to an integer, an Identity)."""
-    if node.op == "Gather" and node.inputs[1] in held and graph.types[node.inputs[0]].dtype.startswith("float"):
+    if node.op == "Gather" and node.inputs[1] in held and not _integer_typed(graph, node.inputs[0]):
         return Node(node.name, "Gather", [node.inputs[0], inputs[1]], node.outputs, node.attrs)
     _hold(graph, node, held)
     op = "Identity" if node.op == "Cast" else node.op
@@ -736,9 +736,14 @@ def _held_as_float(graph: Graph, node: Node, inputs: list[str], held: set[str]) 
 def _hold(graph: Graph, node: Node, held: set[str]) -> None:
     """`node`'s integer outputs held as float32 values."""
     for out in node.outputs:
-        if out and graph.types[out].dtype in ("int64", "int32"):
+        if out and _integer_typed(graph, out):
             _hold_value(graph, out)
             held.add(out)
+
+
+def _integer_typed(graph: Graph, value: str) -> bool:
+    """Whether `value` is typed as an integer the model computes with (int64 or int32)."""
+    return graph.types[value].dtype in ("int64", "int32")
 
 
 def _hold_value(graph: Graph, value: str) -> None:
