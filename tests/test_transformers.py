@@ -168,6 +168,20 @@ def test_a_softmax_runs_the_ops_after_it_that_take_no_operand(tmp_path):
     assert groups == [["(Softmax)"], ["(Softmax)", "(Sqrt)"]], groups
 
 
+def ids_model(b: zoo.Builder, inputs: dict[str, list[int]], outputs: list[str], integers: tuple[str, ...] = (),
+              opset: int = 17) -> onnx.ModelProto:  # fmt: skip
+    """The builder's nodes as a model of int64 `inputs` (name: shape) and float32
+    `outputs`, but for the int64 `integers`."""
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        b.nodes, b.name, [value(n, onnx.TensorProto.INT64, shape) for n, shape in inputs.items()],
+        [value(y, onnx.TensorProto.INT64 if y in integers else onnx.TensorProto.FLOAT, None) for y in outputs],
+        b.weights)  # fmt: skip
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    model.ir_version = zoo.IR_VERSION
+    return model
+
+
 def tiny_bert(seed: int = 14, tokens: int = 8, width: int = 16, heads: int = 2, vocab: int = 50) -> onnx.ModelProto:
     """A one-layer BERT as its exports run it: int64 ids through a word-embedding Gather,
     an int64 attention mask cast to bool and combined into an additive -inf mask (a
@@ -196,13 +210,7 @@ def tiny_bert(seed: int = 14, tokens: int = 8, width: int = 16, heads: int = 2, 
     x = layer_norm(b, b.op("Add", [x, linear(b, mixed, width, width)]), width)
     y = layer_norm(b, b.op("Add", [x, linear(b, b.op("Gelu", [linear(b, x, width, 2 * width)]), 2 * width, width)]),
                    width)  # fmt: skip
-    value = onnx.helper.make_tensor_value_info
-    graph = onnx.helper.make_graph(
-        b.nodes, "tiny_bert", [value(n, onnx.TensorProto.INT64, [1, tokens]) for n in ("input_ids", "attention_mask")],
-        [value(y, onnx.TensorProto.FLOAT, None)], b.weights)  # fmt: skip
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
-    model.ir_version = zoo.IR_VERSION
-    return model
+    return ids_model(b, {n: [1, tokens] for n in ("input_ids", "attention_mask")}, [y], opset=20)
 
 
 def test_a_language_model_takes_ids_and_a_padded_mask(tmp_path):
@@ -672,14 +680,7 @@ def position_counters(seed: int = 23, tokens: int = 9, width: int = 8, vocab: in
     counts = b.op("Cast", [b.op("Unsqueeze", [counted, b.const("at", np.array([2], np.int64))])], to=onnx.TensorProto.FLOAT)
     scaled = b.op("Add", [b.op("Mul", [counts, b.const("c", np.float32(0.7))]), b.const("d", np.float32(-2.5))])
     truncated = b.op("Cast", [b.op("Cast", [scaled], to=onnx.TensorProto.INT64)], to=onnx.TensorProto.FLOAT)
-    value = onnx.helper.make_tensor_value_info
-    graph = onnx.helper.make_graph(
-        b.nodes, "position_counters", [value(n, onnx.TensorProto.INT64, [1, tokens]) for n in ("input_ids", mask)],
-        [value(y, onnx.TensorProto.FLOAT, None), value(b.op("Add", [y, truncated]), onnx.TensorProto.FLOAT, None)],
-        b.weights)  # fmt: skip
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    model.ir_version = zoo.IR_VERSION
-    return model
+    return ids_model(b, {n: [1, tokens] for n in ("input_ids", mask)}, [y, b.op("Add", [y, truncated])])
 
 
 def test_integers_computed_from_int64_inputs_are_held_as_floats(tmp_path):
@@ -704,6 +705,18 @@ def test_integers_computed_from_int64_inputs_are_held_as_floats(tmp_path):
     assert outside[4] and not outside[:4].any() and (np.isnan(rows[0]).all(axis=1) == outside).all()
 
 
+def assert_exact(tmp_path, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """`model` built for AVX2 gives onnxruntime's outputs exactly, in their types."""
+    require_runnable(get_target("avx2"))
+    onnx.save(model, tmp_path / "model.onnx")
+    autoconfig.compile_model(tmp_path / "model.onnx", tmp_path / "built", profile=PROFILES["avx2"],
+                             target=get_target("avx2"))  # fmt: skip
+    ours = list(autoconfig.load(tmp_path / "built")(feeds).values())
+    for got, want in zip(ours, onnxruntime_outputs(model, feeds), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
 def moved_ids(seed: int = 37, vocab: int = 30) -> onnx.ModelProto:
     """Token ids [2, 5] moved before their embedding: transposed time-major (XLNet's),
     the first four steps sliced, a step of constant ids concatenated, a step of 7s padded
@@ -716,24 +729,13 @@ def moved_ids(seed: int = 37, vocab: int = 30) -> onnx.ModelProto:
     column = b.op("Gather", [ids, b.const("col", np.array([1], np.int64))], axis=1)
     ids = b.op("Add", [ids, b.op("Tile", [column, b.const("reps", np.array([1, 2], np.int64))])])
     y = b.op("Gather", [b.const("words", b.rng.standard_normal((2 * vocab, 8))), ids])
-    value = onnx.helper.make_tensor_value_info
-    graph = onnx.helper.make_graph(b.nodes, "moved_ids", [value("input_ids", onnx.TensorProto.INT64, [2, 5])],
-                                   [value(y, onnx.TensorProto.FLOAT, None)], b.weights)  # fmt: skip
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    model.ir_version = zoo.IR_VERSION
-    return model
+    return ids_model(b, {"input_ids": [2, 5]}, [y])
 
 
 def test_int64_ids_moved_before_their_gather(tmp_path):
     """Transpose, Slice, Concat, Pad, Gather by constant indices and Tile of int64 ids
     run on their float32 conversions; the sums index the table as ids checked in the kernel."""
-    require_runnable(get_target("avx2"))
-    onnx.save(moved_ids(), tmp_path / "moved.onnx")
-    autoconfig.compile_model(tmp_path / "moved.onnx", tmp_path / "built", profile=PROFILES["avx2"],
-                             target=get_target("avx2"))  # fmt: skip
-    feeds = {"input_ids": np.random.default_rng(3).integers(0, 30, (2, 5))}
-    (ours,) = autoconfig.load(tmp_path / "built")(feeds).values()
-    np.testing.assert_array_equal(ours, onnxruntime_outputs(moved_ids(), feeds)[0])
+    assert_exact(tmp_path, moved_ids(), {"input_ids": np.random.default_rng(3).integers(0, 30, (2, 5))})
 
 
 def shifted_ids(seed: int = 41, vocab: int = 30) -> onnx.ModelProto:
@@ -748,27 +750,13 @@ def shifted_ids(seed: int = 41, vocab: int = 30) -> onnx.ModelProto:
     ids = b.op("ScatterND", [ids, b.const("firsts", np.array([[0, 0], [1, 0]], np.int64)),
                              b.const("start_id", np.array([2, 2], np.int64))])  # fmt: skip
     y = b.op("Gather", [b.const("words", b.rng.standard_normal((vocab, 8))), ids])
-    value = onnx.helper.make_tensor_value_info
-    graph = onnx.helper.make_graph(b.nodes, "shifted_ids", [value("input_ids", onnx.TensorProto.INT64, [2, 5])],
-                                   [value(y, onnx.TensorProto.FLOAT, None), value(ids, onnx.TensorProto.INT64, None)],
-                                   b.weights)  # fmt: skip
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    model.ir_version = zoo.IR_VERSION
-    return model
+    return ids_model(b, {"input_ids": [2, 5]}, [y, ids], integers=(ids,))
 
 
 def test_int64_ids_scattered_by_constant_indices(tmp_path):
     """Both scatters are gathers of the ids' float32 conversions; the shifted ids come
     out as int64, and their embeddings match onnxruntime's."""
-    require_runnable(get_target("avx2"))
-    onnx.save(shifted_ids(), tmp_path / "shifted.onnx")
-    autoconfig.compile_model(tmp_path / "shifted.onnx", tmp_path / "built", profile=PROFILES["avx2"],
-                             target=get_target("avx2"))  # fmt: skip
-    feeds = {"input_ids": np.random.default_rng(5).integers(0, 30, (2, 5))}
-    ours = list(autoconfig.load(tmp_path / "built")(feeds).values())
-    for got, want in zip(ours, onnxruntime_outputs(shifted_ids(), feeds), strict=True):
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+    assert_exact(tmp_path, shifted_ids(), {"input_ids": np.random.default_rng(5).integers(0, 30, (2, 5))})
 
 
 def pooled_at_largest_id(seed: int = 43, vocab: int = 30) -> onnx.ModelProto:
@@ -784,25 +772,37 @@ def pooled_at_largest_id(seed: int = 43, vocab: int = 30) -> onnx.ModelProto:
     outputs = [b.op("GatherND", [hidden, last], batch_dims=1), b.op("GatherND", [hidden, pairs]),
                b.op("GatherND", [hidden, b.op("Sub", [last, b.const("six", np.array(6, np.int64))])], batch_dims=1),
                b.op("GatherND", [table, b.op("Unsqueeze", [ids, b.const("axis", np.array([1], np.int64))])])]
-    value = onnx.helper.make_tensor_value_info
-    graph = onnx.helper.make_graph(b.nodes, "pooled", [value("input_ids", onnx.TensorProto.INT64, [2, 6])],
-                                   [value(y, onnx.TensorProto.FLOAT, None) for y in outputs], b.weights)  # fmt: skip
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    model.ir_version = zoo.IR_VERSION
-    return model
+    return ids_model(b, {"input_ids": [2, 6]}, outputs)
 
 
 def test_gather_nd_by_indices_computed_from_the_ids(tmp_path):
     """Each GatherND is a Gather of rows by the ids' float32 conversions: the same
     vectors as onnxruntime's."""
-    require_runnable(get_target("avx2"))
-    onnx.save(pooled_at_largest_id(), tmp_path / "pooled.onnx")
-    autoconfig.compile_model(tmp_path / "pooled.onnx", tmp_path / "built", profile=PROFILES["avx2"],
-                             target=get_target("avx2"))  # fmt: skip
-    feeds = {"input_ids": np.random.default_rng(7).permutation(30)[:12].reshape(2, 6)}  # one largest id a row
-    ours = list(autoconfig.load(tmp_path / "built")(feeds).values())
-    for got, want in zip(ours, onnxruntime_outputs(pooled_at_largest_id(), feeds), strict=True):
-        np.testing.assert_array_equal(got, want)
+    ids = np.random.default_rng(7).permutation(30)[:12].reshape(2, 6)  # one largest id a row
+    assert_exact(tmp_path, pooled_at_largest_id(), {"input_ids": ids})
+
+
+def clipped_windows(seed: int = 47, vocab: int = 20) -> onnx.ModelProto:
+    """Longformer's chunking: positions computed from the int64 ids clipped into a
+    window (both bounds, and the upper alone), their embeddings, then a constant band
+    mask choosing, per token, a constant row or the embedding (a Where whose condition
+    and one branch are constants, the other branch computed)."""
+    b = zoo.Builder("clipped", seed)
+    shifted = b.op("Sub", ["input_ids", b.const("three", np.array(3, np.int64))])
+    both = b.op("Clip", [shifted, b.const("low", np.array(0, np.int64)), b.const("high", np.array(9, np.int64))])
+    upper = b.op("Clip", [b.op("Abs", [shifted]), "", b.const("top", np.array(vocab - 1, np.int64))])
+    table = b.const("words", b.rng.standard_normal((vocab, 4)))
+    rows = b.op("Add", [b.op("Gather", [table, both]), b.op("Gather", [table, upper])])  # [2, 6, 4]
+    band = b.const("band", np.triu(np.ones((6, 4), bool), 1)[None])
+    y = b.op("Where", [band, b.const("fill", b.rng.standard_normal((1, 6, 4))), rows])
+    return ids_model(b, {"input_ids": [2, 6]}, [y, both], integers=(both,))
+
+
+def test_int64_positions_clipped_into_a_window(tmp_path):
+    """Clip of integers computed from the ids runs on their float32 conversions (the
+    clipped positions come out as int64); the selection's all-constant half is computed
+    at build: the same values as onnxruntime's."""
+    assert_exact(tmp_path, clipped_windows(), {"input_ids": np.random.default_rng(9).integers(0, 20, (2, 6))})
 
 
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])

@@ -634,12 +634,14 @@ VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 """Operators that give their input another shape, nothing more."""
 
 
-INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "CumSum", "ReduceMax", "Equal",
-                                "Not", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And", "Or"})  # fmt: skip
+INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Clip", "CumSum", "ReduceMax",
+                                "Equal", "Not", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And",
+                                "Or"})  # fmt: skip
 """Operators that compute integers from int64 inputs (a position counter from an
 attention mask, a padding mask from the ids, the place of the largest id: CLIP's end
-token) on their float32 conversions: exact while every value stays within 2^24 (ids of
-vocabularies up to 16M, positions, counts)."""
+token, positions clipped into a window: Longformer's chunks) on their float32
+conversions: exact while every value stays within 2^24 (ids of vocabularies up to 16M,
+positions, counts)."""
 
 ONE_OPERAND = frozenset({"CumSum", "ReduceMax"})
 """Of those, the ones whose other inputs are their axes, kept as they are."""
@@ -1809,7 +1811,11 @@ class _Made:
         return name
 
     def op(self, op: str, inputs: list[str], shape: tuple[int, ...], out: str = "", **attrs) -> str:
-        """A node of `op` made, its output `out` (an existing value's name) or a new value."""
+        """A node of `op` made, its output `out` (an existing value's name) or a new value;
+        a new value of constants only is computed now (import folded before the rewrites)."""
+        if not out and inputs and all(self.graph.is_constant(i) for i in inputs if i):
+            arrays = [np.asarray(self.graph.constants[i]) if i else None for i in inputs]
+            return self.constant(op.lower(), np.asarray(info(Node(op, op, inputs, [], attrs)).reference(attrs, *arrays)))
         out = out or self.value(op.lower(), shape)
         self.nodes.append(Node(out, op, inputs, [out], attrs))
         return out
