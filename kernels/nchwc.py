@@ -209,11 +209,17 @@ class BlockedDepthwiseConfig:
 
     def units(self) -> int:
         """(image, band, channel block, output row of the band) quadruples, or with
-        `mean` (image, channel block) pairs: what threads divide. A band per thread
-        gives each thread whole rows of every channel block (the rows a neighbour split
-        by pixels wrote, or will read), each block's rows in turn (its input rows
-        reused from L1)."""
-        return self.rows() // (self.shape.out_height if self.mean else 1)
+        `mean` (image, band, channel block) triples: what threads divide. A band per
+        thread gives each thread whole rows of every channel block (the rows a
+        neighbour split by pixels wrote, or will read), each block's rows in turn (its
+        input rows reused from L1)."""
+        return self.rows() // (self.shape.out_height // self.bands if self.mean else 1)
+
+    def means(self) -> Blocks:
+        """With `mean`, where each band's channel means go: an [N, C, 1, bands] tensor in
+        the kernel's layout, whose mean over the bands is each channel's (with one band,
+        the [N, C] means themselves)."""
+        return Blocks.of(self.layout, (self.shape.batch, self.shape.channels, 1, self.bands), self.lanes)
 
     def rows(self) -> int:
         """(image, channel block, output row) triples: the rows of tiles the kernel runs."""
@@ -246,9 +252,8 @@ class BlockedDepthwiseConfig:
             raise KernelError(f"depthwise needs one input and one output channel per group, got {s.describe()}")
         check_blocked(target, self.lanes, {"the channels": s.channels})
         _check_registers(self, target)
-        if self.bands < 1 or s.out_height % self.bands or (self.mean and self.bands > 1):
-            raise KernelError(f"{self.bands} bands do not divide the {s.out_height} output rows"
-                              f"{' (a kernel writing means takes whole planes)' if self.mean else ''}")
+        if self.bands < 1 or s.out_height % self.bands:
+            raise KernelError(f"{self.bands} bands do not divide the {s.out_height} output rows")
 
     def pack_weights(self, weight: np.ndarray) -> np.ndarray:
         """W[C, 1, KH, KW] as the kernel reads it: [C/L, KH, KW, L]."""
@@ -259,10 +264,10 @@ class BlockedDepthwiseConfig:
         """``SYMBOL(y, x, w[, epilogue operands], unit_begin, unit_end)``."""
         held = layout_name(self.layout, self.lanes)
         s = self.shape
-        means = (Param("m", Role.OUT, extent=(s.batch * s.channels,)),) if self.mean else ()
+        means = (Param("m", Role.OUT, extent=(self.bands * s.batch * s.channels,)),) if self.mean else ()
         return _signature(self, f"depthwise convolution {s.describe()} on {held}"
-                                f"{', and each channel mean into m' if self.mean else ''}",
-                          s.channels * s.taps, means, "(image, channel tile)" if self.mean else
+                                f"{', and each channel mean of each band into m' if self.mean else ''}",
+                          s.channels * s.taps, means, "(image, band of output rows, channel tile)" if self.mean else
                           "(image, band of output rows, channel tile, row of the band)")  # fmt: skip
 
 
@@ -383,17 +388,19 @@ def _depthwise(cfg: BlockedDepthwiseConfig, target: Target, args: dict) -> None:
         oh = arith.addi(arith.muli(band, index(band_rows)), arith.remsi(u, index(band_rows)))
         row(arith.divsi(image_band, index(cfg.bands)), channel, oh, sums)
 
-    def plane(u: ir.Value) -> None:  # with the mean: m[n, channel ..] = Σ rows / pixels
-        n, channel = result.vector_of(u, lanes)
-        m = f32_memref(args["m"], [s.batch * s.channels])
-        at = arith.addi(arith.muli(n, index(s.channels)), channel)
+    def band(u: ir.Value) -> None:  # with the mean: m[n, channel .., band] = Σ the band's rows / its pixels
+        band_rows = s.out_height // cfg.bands
+        image_band, channel = result.vector_of(u, lanes)
+        m = f32_memref(args["m"], [cfg.bands * s.batch * s.channels])
+        at = cfg.means().at(arith.divsi(image_band, index(cfg.bands)), channel, index(0),
+                            arith.remsi(image_band, index(cfg.bands)))  # fmt: skip
         store(f32_splat(target, lanes, 0.0), m, [at])
-        first = arith.muli(u, index(s.out_height))  # its rows, each placed as a unit is (not hoisted as one plane's)
-        for_range(first, arith.addi(first, index(s.out_height)), 1, lambda r: unit(r, (m, at)))
-        store(arith.mulf(load(vec, m, [at]), f32_splat(target, lanes, 1.0 / (s.out_height * s.out_width))), m, [at])
+        first = arith.muli(u, index(band_rows))  # its rows, each placed as a unit is (not hoisted as one band's)
+        for_range(first, arith.addi(first, index(band_rows)), 1, lambda r: unit(r, (m, at)))
+        store(arith.mulf(load(vec, m, [at]), f32_splat(target, lanes, 1.0 / (band_rows * s.out_width))), m, [at])
 
     for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1,
-              plane if cfg.mean else unit)  # fmt: skip
+              band if cfg.mean else unit)  # fmt: skip
 
 
 # ---------------------------------------------------------------- direct

@@ -109,12 +109,13 @@ def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
     return b.model("input", [1, 3, 50, 50], [(y, [1, 10])])
 
 
-def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9, shown: bool = False) -> onnx.ModelProto:
+def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9, shown: bool = False,
+                 size: tuple[int, int] = (19, 17)) -> onnx.ModelProto:  # fmt: skip
     """An expansion, a strided 5x5 depthwise layer with SiLU, its squeeze (`squeeze`:
     GlobalAveragePool, ReduceMean over (2, 3) keeping the axes, or dropping them and
     reshaped back), excitation and scale, a projection; the squeeze's means are an
     output of the model too, and the depthwise layer's output where `shown` (NCHW,
-    as any reader taking no channel blocks reads it)."""
+    as any reader taking no channel blocks reads it). The input: 3 x `size`."""
     b = zoo.Builder(f"squeezed_{squeeze}_{channels}", seed)
     d = b.act(b.bn(b.conv(b.cba("input", 3, channels, 1, act="relu"), channels, channels, 5, 2, channels), channels),
               "silu")  # fmt: skip
@@ -126,8 +127,9 @@ def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9, shown: 
     scale = b.op("Sigmoid", [b.conv(b.op("Relu", [b.conv(shaped, channels, 4, 1, bias=True)]), 4, channels, 1)])
     y = b.conv(b.op("Mul", [d, scale]), channels, 8, 1)
     kept = [batch, channels, 1, 1] if squeeze != "dropped" else [batch, channels]
-    shown_output = [(d, [batch, channels, 10, 9])] if shown else []
-    return b.model("input", [batch, 3, 19, 17], [(y, [batch, 8, 10, 9]), (means, kept), *shown_output])
+    out = [(side - 1) // 2 + 1 for side in size]
+    shown_output = [(d, [batch, channels, *out])] if shown else []
+    return b.model("input", [batch, 3, *size], [(y, [batch, 8, *out]), (means, kept), *shown_output])
 
 
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
@@ -157,6 +159,21 @@ def test_a_layer_writing_channel_means_may_have_nchw_readers(tmp_path, target):
     channels = 2 * get_target(target).f32_lanes
     manifest = build_and_compare(squeezed_net(channels, "pool", 1, shown=True), target, tmp_path / "dp", "dp")
     assert any("channel means" in k["choice"] for k in manifest["kernels"]), [k["choice"] for k in manifest["kernels"]]
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_a_depthwise_layer_in_bands_averages_the_bands_means(tmp_path, target):
+    """Where the depthwise layer's input outgrows a core's L2, each of two threads takes
+    a band of its output rows (the rows the expansion before it wrote on that thread),
+    sums each band's means as it stores them, and one more small kernel averages them
+    over the bands: onnxruntime's means and outputs."""
+    require_runnable(get_target(target))
+    two_cores = {"avx2": PROFILES["avx2"], "avx512": HWPROFILES / "amd-epyc-zen4-avx512.yaml"}[target]
+    manifest = build_and_compare(squeezed_net(32, "pool", 1, size=(128, 128)), target, tmp_path / "dp", "dp",
+                                 profile=two_cores)  # fmt: skip
+    summed = [k for k in manifest["kernels"] if "channel means" in k["choice"]]
+    assert len(summed) == 1 and "2 thread(s)" in summed[0]["choice"], [k["choice"] for k in manifest["kernels"]]
+    assert "the mean of the 2 bands' means" in (tmp_path / "dp" / "report.md").read_text()
 
 
 def mlp(seed: int = 1) -> onnx.ModelProto:

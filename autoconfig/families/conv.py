@@ -12,14 +12,16 @@ from dataclasses import replace
 import numpy as np
 
 from autoconfig.builder import Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of
-from autoconfig.conv import node_shape
+from autoconfig.conv import node_shape, pool_config
 from autoconfig.fusion.classify import mean_tail, streamed_input
 from autoconfig.graph.ir import Node
 from autoconfig.layouts import blocked_layouts, output_layouts, transform_back_ns
-from autoconfig.lowering import conv_calls
+from autoconfig.lowering import conv_calls, pool_calls
 from autoconfig.models import conv as conv_model
+from autoconfig.runtime import Ref
 from kernels import conv as kc
 from kernels import epilogue as ep
+from kernels import pool as pl
 from kernels.emit import generate
 
 
@@ -85,15 +87,32 @@ def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
     y = b.write(chain.end, layout)
     tail = _tail(b, others)
-    if tail is not None:  # the kernel's second output: [N, C] means
-        operands.append(b.write(tail.outputs[0]))
-    calls = conv_calls(plan, x, y, weight, operands, b, prologue.refs(b) if prologue else None)
+    target = b.write(tail.outputs[0]) if tail is not None else None  # the kernel's second output: [N, C] means
+    means, combine = _band_means(b, plan, target) if target else (None, None)
+    calls = conv_calls(plan, x, y, weight, operands + ([means] if means else []), b,
+                       prologue.refs(b) if prologue else None)  # fmt: skip
+    modules = b.modules(generate, plan.config)
+    if combine is not None:  # each channel's mean over the bands' means
+        calls += pool_calls(combine, 1, means, target, b)
+        modules += b.modules(pl.generate, combine)
     layouts = conv_model.layouts_of(plan.config)
     return KernelGroup(node.name, ops_of([*before, node, *(n for n in others if n not in before)]), "conv", calls,
-                       b.modules(generate, plan.config), best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
+                       modules, best.total_ns, f"{replace(choice, best=best).explain()}\n{why}",
                        f"{plan.config.algorithm} {plan.config.tile}{' ' + layouts if layouts != 'nchw' else ''}"
                        f"{', prologue ' + ep.describe(prologue.ops) if prologue else ''}"
                        f"{', channel means' if tail is not None else ''}, {plan.threads} thread(s)")  # fmt: skip
+
+
+def _band_means(b: Builder, plan: conv_model.ConvPlan, means: Ref) -> tuple[Ref, pl.PoolConfig | None]:
+    """Where a kernel writing channel means puts them: `means` itself, or with bands of
+    rows (each thread its own band) a scratch of each band's means, and the global
+    average over the bands that then writes `means` (on one thread: a few vectors)."""
+    c = plan.config
+    if c.bands == 1:
+        return means, None
+    band_means = pl.PoolShape(c.shape.batch, c.shape.channels, 1, c.bands, "global_average")
+    return b.scratch(c.bands * c.shape.batch * c.shape.channels), replace(pool_config(band_means, b.target, c.lanes),
+                                                                          layout=c.layout)  # fmt: skip
 
 
 def _reads_blocked(b: Builder, reader: Node, value: str) -> bool:

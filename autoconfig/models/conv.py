@@ -460,6 +460,9 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
         *_blocked_once(c, m, share, s.channels * s.taps),
         *([Term("mean", mean_ns(math.prod(s.output_shape), m) * share,
                 "each output vector also added to its channels' sum, a load and a store in L1")] if c.mean else []),
+        *([Term("band means", PROGRAM_STEP_NS + c.bands * s.batch * s.channels * F32 / m.bandwidth["L2"],
+                f"one more kernel: the mean of the {c.bands} bands' means, on one thread")]
+          if c.mean and c.bands > 1 else []),  # fmt: skip
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
     held = layout_name(c.layout, c.lanes)
@@ -541,7 +544,7 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
     configs: list[BlockedConfig] = []
     split: ConvSplit = "units"
     if shape.depthwise:
-        bands = depthwise_bands(shape, machine, threads, mean)
+        bands = depthwise_bands(shape, machine, threads)
         split = "bands" if bands > 1 else split
         configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean, bands=bands)
                    for nv in range(1, MAX_PIXELS + 1)]  # fmt: skip
@@ -552,17 +555,18 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
     return [p for p in plans if threads == 1 or p.split_units() > 1]
 
 
-def depthwise_bands(shape: ConvShape, machine: Machine, threads: int, mean: bool) -> int:
+def depthwise_bands(shape: ConvShape, machine: Machine, threads: int) -> int:
     """A band of output rows per thread where the threads would divide an image's
     channel blocks (images not a multiple of the threads), its input outgrows a core's
-    L2, and its rows divide evenly among the threads (and no plane's mean is summed).
+    L2, and its rows divide evenly among the threads (channel means then summed per
+    band, and averaged over the bands by one more small kernel).
     The layers around a depthwise one (pointwise products) split pixels: with bands
     each thread reads the rows it wrote, from its own L3, instead of half its channels'
     rows from the other core's; a smaller input stays in the L2s, where one long run of
     whole channel blocks per thread streams faster than each block's band apart."""
     fits = machine.holding_level(math.prod(shape.input_shape) * F32) in ("L1", "L2")
     divided = threads > 1 and shape.batch % threads != 0
-    return threads if divided and not mean and not fits and shape.out_height % threads == 0 else 1
+    return threads if divided and not fits and shape.out_height % threads == 0 else 1
 
 
 def _threads_reason(p: ConvPlan) -> str:
