@@ -152,3 +152,31 @@ def test_load_rejects_a_file_of_another_format(tmp_path: Path) -> None:
     path.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(SystemExit, match="expected .autoconfig-matmul-validation/1"):
         validate.load(str(path))
+
+
+def test_two_builds_are_compared_block_by_block(tmp_path: Path) -> None:
+    """compare_builds.py alternates blocks of calls of a dp and a greedy build of one
+    model and reports the ratio of every block pair; builds of different inputs are
+    refused."""
+    import autoconfig
+    from autoconfig.graph import zoo
+
+    b = zoo.Builder("tiny", 3)
+    model = b.model("input", [1, 8, 6, 6], [(b.cba(b.cba("input", 8, 8, 3), 8, 8, 1), [1, 8, 6, 6])])
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(model.SerializeToString())
+    for fusion in ("dp", "greedy"):
+        autoconfig.compile_model(path, tmp_path / fusion, profile=PROFILES / "amd-epyc.yaml", target="avx2",
+                                 fusion=fusion)  # fmt: skip
+    script = [sys.executable, str(SCRIPTS / "compare_builds.py")]
+    done = subprocess.run([*script, str(tmp_path / "dp"), str(tmp_path / "greedy"), "--blocks", "3", "--block-ms",
+                           "1"], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "3 blocks of" in done.stdout and "A faster in" in done.stdout and "of 3," in done.stdout
+    small = zoo.Builder("small", 3)
+    other = small.model("input", [1, 8, 5, 5], [(small.op("Relu", ["input"]), [1, 8, 5, 5])])
+    (tmp_path / "other.onnx").write_bytes(other.SerializeToString())
+    autoconfig.compile_model(tmp_path / "other.onnx", tmp_path / "other", profile=PROFILES / "amd-epyc.yaml",
+                             target="avx2")  # fmt: skip
+    refused = subprocess.run([*script, str(tmp_path / "dp"), str(tmp_path / "other")], capture_output=True, text=True)
+    assert refused.returncode == 1 and "different inputs" in refused.stderr
