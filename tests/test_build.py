@@ -398,6 +398,84 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
     assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
 
 
+def sampled(attrs: dict, opset: int = 16) -> onnx.ModelProto:
+    """The input image (2x4x7x9) sampled by GridSample at a grid computed from it (a 1x1
+    convolution's two channels, 1.3·tanh: points inside and outside the image)."""
+    b = zoo.Builder("sampled", 10)
+    flow = b.op("Transpose", [b.op("Tanh", [b.conv("input", 4, 2, 1)])], perm=[0, 2, 3, 1])
+    grid = b.op("Mul", [flow, b.const("reach", np.float32(1.3))])
+    return b.model("input", [2, 4, 7, 9], [(b.op("GridSample", ["input", grid], **attrs), [2, 4, 7, 9])], opset=opset)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"align_corners": 1}, {"padding_mode": "border"},
+                                   {"mode": "nearest"}, {"mode": "nearest", "padding_mode": "border", "align_corners": 1},
+                                   {"mode": "linear", "align_corners": 1}])  # fmt: skip
+def test_grid_sample_gathers_the_pixels_around_each_point(tmp_path, attrs):
+    """Bilinear (opset 16's name, and 20's) and nearest sampling, zeros and border
+    padding, corners aligned or not: onnxruntime's values."""
+    build_and_compare(sampled(attrs, 20 if attrs.get("mode") == "linear" else 16), "avx2", tmp_path / "sampled")
+
+
+def test_grid_sample_refuses_a_mode_it_does_not_generate(tmp_path):
+    onnx.save(sampled({"mode": "bicubic"}), tmp_path / "cubic.onnx")
+    with pytest.raises(AutoconfigError, match="GridSample.*bicubic.*not generated"):
+        autoconfig.compile_model(tmp_path / "cubic.onnx", tmp_path / "built", profile=PROFILES["avx2"], target="avx2")
+
+
+def transformed(align: int, batch: int) -> onnx.ModelProto:
+    """A spatial transformer: the input image (batch x3x8x10) sampled at an affine grid
+    of parameters computed from the image's channel means."""
+    b = zoo.Builder("transformed", 11)
+    means = b.op("Flatten", [b.op("GlobalAveragePool", ["input"])], axis=1)
+    identity = b.const("identity", np.array([1, 0, 0, 0, 1, 0], np.float32))
+    theta = b.op("Reshape", [b.op("Add", [b.gemm(means, 3, 6), identity]), b.const("s", np.array([batch, 2, 3]))])
+    grid = b.op("AffineGrid", [theta, b.const("size", np.array([batch, 3, 6, 7], np.int64))], align_corners=align)
+    y = b.op("GridSample", ["input", grid], align_corners=align)
+    return b.model("input", [batch, 3, 8, 10], [(y, [batch, 3, 6, 7])], opset=20)
+
+
+@pytest.mark.parametrize(("align", "batch"), [(0, 1), (1, 2)])
+def test_a_spatial_transformer_samples_at_its_affine_grid(tmp_path, align, batch):
+    """AffineGrid is the grid's points times each θᵀ (a batch of one too, which ONNX's
+    function body for it squeezes away), and GridSample samples there: onnxruntime's
+    values."""
+    build_and_compare(transformed(align, batch), "avx2", tmp_path / "transformed")
+
+
+def branched(condition: str) -> onnx.ModelProto:
+    """Two Ifs on `condition` ("constant": Shape arithmetic that folds; "computed": the
+    sign of the input's sum), with the same branches (their values and initializer
+    named alike, as two expansions of one function body are): a scale by the
+    initializer, or a Tanh; their results added."""
+    b = zoo.Builder("branched", 12)
+    shape = [2, 5]
+    if condition == "constant":
+        flag = b.op("Equal", [b.op("Size", [b.op("Shape", ["input"])]), b.const("two", np.array(2, np.int64))])
+    else:
+        flag = b.op("Greater", [b.op("ReduceSum", ["input"], keepdims=0), b.const("zero", np.float32(0))])
+    value = onnx.helper.make_tensor_value_info
+    then = onnx.helper.make_graph([onnx.helper.make_node("Mul", ["input", "scale"], ["y"])], "then", [],
+                                  [value("y", onnx.TensorProto.FLOAT, shape)],
+                                  [onnx.numpy_helper.from_array(np.full(shape, 3, np.float32), "scale")])  # fmt: skip
+    other = onnx.helper.make_graph([onnx.helper.make_node("Tanh", ["input"], ["y"])], "else", [],
+                                   [value("y", onnx.TensorProto.FLOAT, shape)])  # fmt: skip
+    for name in ("first", "second"):
+        b.nodes.append(onnx.helper.make_node("If", [flag], [name], name=name, then_branch=then, else_branch=other))
+    return b.model("input", shape, [(b.op("Add", ["first", b.op("Sin", ["second"])]), shape)])
+
+
+def test_an_if_on_a_condition_that_folds_is_its_branch(tmp_path, capsys):
+    """The branch an If takes on a constant condition is inlined at import, its values
+    named under the If's (two Ifs' branches use the same names); on a computed
+    condition, one line names the If."""
+    manifest = build_and_compare(branched("constant"), "avx2", tmp_path / "constant")
+    assert not any("If" in " ".join(k["ops"]) for k in manifest["kernels"])
+    onnx.save(branched("computed"), tmp_path / "computed.onnx")
+    assert main(["build", str(tmp_path / "computed.onnx"), "--out", str(tmp_path / "b"), "--target", "avx2",
+                 "--profile", str(PROFILES["avx2"])]) == 2  # fmt: skip
+    assert "node 'first': unsupported operator If (2 nodes)" in capsys.readouterr().err
+
+
 def scattered(op: str, indices: np.ndarray, reduction: str = "none", axis: int = 0) -> onnx.ModelProto:
     """Tanh of the input (2x5x6) scattered into by constant `indices` (ScatterND's rows of
     leading indices, or ScatterElements' along `axis`), the updates the input's first

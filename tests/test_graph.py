@@ -104,7 +104,7 @@ def test_shape_arithmetic_folds_at_import():
 
 def test_an_operator_defined_as_a_function_imports_as_its_body():
     # GroupNormalization (opset 21) and Celu are functions of operators the table has: their
-    # bodies run (and match onnxruntime); AffineGrid's body loops: it is refused by its own name
+    # bodies run (and match onnxruntime)
     x = np.random.default_rng(5).standard_normal((2, 6, 4, 4)).astype(np.float32)
     weights = [numpy_helper.from_array(np.linspace(0.5, 2, 6, dtype=np.float32), "scale"),
                numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32), "bias")]  # fmt: skip
@@ -115,11 +115,6 @@ def test_an_operator_defined_as_a_function_imports_as_its_body():
     assert {"GroupNormalization", "Celu"}.isdisjoint(n.op for n in graph.nodes)
     expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(run(graph, {"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
-    size = numpy_helper.from_array(np.array([1, 1, 4, 4], np.int64), "size")
-    grid = tiny([helper.make_node("AffineGrid", ["theta", "size"], ["y"], name="grid")], [value("theta", [1, 2, 3])],
-                [value("y", [1, 4, 4, 2])], [size], opset=20)  # fmt: skip
-    with pytest.raises(AutoconfigError, match="node 'grid': unsupported operator AffineGrid"):
-        import_model(grid)
 
 
 def test_every_missing_operator_kind_is_named_in_one_line():

@@ -65,18 +65,62 @@ def fold(model: onnx.ModelProto, nodes: list[onnx.NodeProto], opset: int, source
     """Fold every node of `nodes` (the model's, named) computable from constants and
     static shapes (see the module)."""
     constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    while True:
-        inferred = _inferred(model, nodes, constants, source)
-        shapes = _static_shapes(inferred)
-        left = []
-        for node in nodes:
-            if _foldable(node, constants, shapes):
-                constants.update(_evaluate(node, constants, shapes, opset, source))
-            else:
-                left.append(node)
-        if len(left) == len(nodes):
+    shapes: dict[str, tuple] = {}
+    inferred = None
+    while True:  # fold what the constants alone give before inferring (an If's untaken branch may not infer)
+        nodes, changed = _folded_once(nodes, constants, shapes, opset, source)
+        if changed:
+            inferred = None
+        elif inferred is not None:
             return Folded(nodes, constants, inferred)
-        nodes = left
+        else:
+            inferred = _inferred(model, nodes, constants, source)
+            shapes = _static_shapes(inferred)
+
+
+def _folded_once(nodes: list[onnx.NodeProto], constants: dict[str, np.ndarray], shapes: dict[str, tuple],
+                 opset: int, source: str) -> tuple[list[onnx.NodeProto], bool]:  # fmt: skip
+    """One pass over `nodes` folding those computable now (into `constants`) and
+    inlining each If on a constant condition; the nodes left, and whether any was."""
+    left, changed = [], False
+    for node in nodes:
+        if node.op_type == "If" and node.input[0] in constants:
+            left += _taken_branch(node, bool(constants[node.input[0]].reshape(-1)[0]), constants)
+            changed = True
+        elif _foldable(node, constants, shapes):
+            constants.update(_evaluate(node, constants, shapes, opset, source))
+            changed = True
+        else:
+            left.append(node)
+    return left, changed
+
+
+def _taken_branch(node: onnx.NodeProto, condition: bool, constants: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    """An If whose condition is a constant as the nodes of the branch it takes, their
+    values renamed under the If's name (the branch's own names may repeat the
+    enclosing graph's), its initializers constants, and Identity nodes from the
+    branch's outputs to the If's."""
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if condition else "else_branch"))
+    renamed = {v: f"{node.name}/{v}" for n in branch.node for v in n.output if v}
+    renamed |= {t.name: f"{node.name}/{t.name}" for t in branch.initializer}
+    constants.update({renamed[t.name]: numpy_helper.to_array(t) for t in branch.initializer})
+    nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in branch.node]
+    for n in nodes:
+        _rename(n, renamed)
+        n.name = f"{node.name}/{n.name or n.op_type}"
+    return nodes + [helper.make_node("Identity", [renamed.get(o.name, o.name)], [out], name=f"{node.name}/{out}")
+                    for o, out in zip(branch.output, node.output)]  # fmt: skip
+
+
+def _rename(node: onnx.NodeProto, renamed: dict[str, str]) -> None:
+    """`node`'s inputs and outputs renamed, and the inputs of the nodes of its own
+    subgraphs (which may read the branch's values)."""
+    node.input[:] = [renamed.get(v, v) for v in node.input]
+    node.output[:] = [renamed.get(v, v) for v in node.output]
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+            for inner in graph.node:
+                inner.input[:] = [renamed.get(v, v) for v in inner.input]
 
 
 def _foldable(node: onnx.NodeProto, constants: dict[str, np.ndarray], shapes: dict[str, tuple]) -> bool:

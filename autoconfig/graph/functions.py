@@ -11,9 +11,10 @@ from __future__ import annotations
 import onnx
 from onnx.backend.test.case.node import function_expand_helper
 
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+CONTROL_FLOW = frozenset({"Loop", "Scan"})
 """A body holding one of these is not expanded: the operator stays whole (Range folds
-as a whole; one computed at run time is refused by its own name)."""
+as a whole; one computed at run time is refused by its own name). An If in a body
+stays an If, replaced by the branch it takes where its condition folds (`fold`)."""
 
 
 def expand_functions(model: onnx.ModelProto, nodes: list[onnx.NodeProto], opset: int,

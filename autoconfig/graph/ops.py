@@ -152,6 +152,13 @@ def _lp_order(attrs: dict) -> None:
         raise ValueError(f"p={attrs['p']} is not 1 or 2")
 
 
+def _grid_sampling(attrs: dict) -> None:
+    if attrs.get("mode", "bilinear") not in ("bilinear", "linear", "nearest"):
+        raise ValueError(f"GridSample mode {attrs['mode']!r} is not generated (bilinear and nearest are)")
+    if attrs.get("padding_mode", "zeros") not in ("zeros", "border"):
+        raise ValueError(f"GridSample padding_mode {attrs['padding_mode']!r} is not generated (zeros and border are)")
+
+
 def _scatter_reduction(attrs: dict) -> None:
     if attrs.get("reduction", "none") not in ("none", "add", "mul", "max", "min"):
         raise ValueError(f"reduction {attrs['reduction']!r} is not one of none, add, mul, max, min")
@@ -242,6 +249,10 @@ OPERATORS: dict[str, OpInfo] = {
     "CumSum": OpInfo(_MM, _OUT, ref.onnx_op("CumSum"), kernel=_A, parameters=(1,)),  # a triangle's product (simplify)
     "RMSNormalization": OpInfo(_MM, _OUT, ref.onnx_op("RMSNormalization"), kernel=_A,
                                parameters=(1,)),  # as its ops (graph.simplify)
+    "AffineGrid": OpInfo(_MM, _OUT, ref.onnx_op("AffineGrid"), kernel=_A,
+                         parameters=(1,)),  # as a product of the grid's points by θᵀ (graph.simplify)
+    "GridSample": OpInfo(_MM, _OUT, ref.onnx_op("GridSample"), kernel=_A,
+                         check=_grid_sampling),  # as gathers of pixels' rows, weighted (graph.simplify)
     "Trilu": OpInfo(_1, _EW, ref.onnx_op("Trilu"), parameters=(1,)),  # a Where by a constant triangle (simplify)
     "CastLike": OpInfo(_1, _EW, ref.onnx_op("CastLike")),  # as a Cast to its second input's type (graph.simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,

@@ -57,6 +57,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable
 
@@ -78,7 +80,7 @@ def simplify(graph: Graph) -> Graph:
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
                     _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather,
-                    _gather_nd_by_rows):
+                    _gather_nd_by_rows, _affine_grid, _grid_sample):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -969,6 +971,8 @@ def _views_after_elementwise(graph: Graph) -> None:
             graph.types[inner] = TensorType(graph.types[x].shape, graph.types[out].dtype)
             m.nodes.append(Node(reader.name, reader.op, inputs, [inner], reader.attrs))
             m.reshape(inner, graph.types[out].shape, out=out)
+            if m.nodes[-1].name == reader.name:  # a made node is named after its output: one name per node
+                m.nodes[-1].name = m.fresh("view")
             at = graph.nodes.index(reader)
             graph.nodes[at:at + 1] = m.nodes
         graph.nodes.remove(view)
@@ -1578,6 +1582,93 @@ SCATTER_FILL = {"add": ("Add", 0.0), "mul": ("Mul", 1.0), "max": ("Max", -math.i
 SCATTER_ROUNDS = 16
 """Most updates a reduction may land on one element: each is one more full-size Gather
 and combining op."""
+
+
+def _affine_grid(graph: Graph, node: Node) -> list[Node] | None:
+    """AffineGrid of θ [N, 2, 3] over a constant 2-D size as the product of the grid's
+    points [x, y, 1] (a constant [H·W, 3], each side's coordinates from -1 to 1: the
+    outer pixels' centres with align_corners, else their edges) by each θᵀ. (ONNX's
+    function body for it squeezes away a batch of one.)"""
+    if node.op != "AffineGrid":
+        return None
+    theta, size = node.inputs
+    if not graph.is_constant(size) or np.asarray(graph.constants[size]).size != 4:
+        raise AutoconfigError(f"node {node.name!r} (AffineGrid): only a constant 2-D size is generated")
+    n, _, h, w = (int(v) for v in np.asarray(graph.constants[size]))
+
+    def along(count: int) -> np.ndarray:
+        if node.attrs.get("align_corners", 0):
+            return np.linspace(-1, 1, count)
+        return (np.arange(count) * 2 + 1) / count - 1
+
+    ys, xs = np.meshgrid(along(h), along(w), indexing="ij")
+    m = _Made(graph, node.name)
+    points = m.constant("points", np.stack([xs.ravel(), ys.ravel(), np.ones(h * w)], 1).astype(np.float32))
+    mapped = m.op("MatMul", [points, m.op("Transpose", [theta], (n, 3, 2), perm=[0, 2, 1])], (n, h * w, 2))
+    m.reshape(mapped, (n, h, w, 2), out=node.outputs[0])
+    return m.nodes
+
+
+def _grid_sample(graph: Graph, node: Node) -> list[Node] | None:
+    """GridSample of an image [N, C, H, W] at the grid's points [N, Ho, Wo, 2] as rows
+    gathered from the image held as [N·H·W, C] (pixels' channels), by each tap's pixel
+    index computed from the grid (held as float32), each row times its tap's weight,
+    summed: the bilinear taps' weights (zero outside the image), or the nearest
+    pixel's; border padding clips the point into the image first."""
+    if node.op != "GridSample":
+        return None
+    x, grid = node.inputs
+    if len(graph.types[x].shape) != 4:
+        raise AutoconfigError(f"node {node.name!r} (GridSample): only 2-D sampling (a 4-D image) is generated")
+    (n, c, h, w), (_, ho, wo, _) = graph.types[x].shape, graph.types[grid].shape
+    m, points, attrs = _Made(graph, node.name), (n, ho, wo), node.attrs
+    table = m.reshape(m.op("Transpose", [x], (n, h, w, c), perm=[0, 2, 3, 1]), (n * h * w, c))
+    coordinates = [_grid_coordinate(m, grid, axis, size, attrs, points) for axis, size in ((0, w), (1, h))]
+    taps = [_grid_taps(m, at, attrs.get("mode", "bilinear"), points) for at in coordinates]
+    first = m.constant("first", (np.arange(n) * h * w).reshape(n, 1, 1).astype(np.float32))
+    terms = []
+    for (column, across), (row, down) in itertools.product(*taps):
+        inside = m.op("Mul", [_inside(m, column, w, points), _inside(m, row, h, points)], points)
+        weight = m.op("Mul", [m.op("Mul", [across, down], points), inside], points) if across else inside
+        pixel = m.op("Add", [m.op("Mul", [_clipped(m, row, h, points), m.constant("w", np.float32(w))], points),
+                             _clipped(m, column, w, points)], points)  # fmt: skip
+        rows = m.op("Gather", [table, m.op("Add", [pixel, first], points)], (*points, c), axis=0)
+        terms.append(m.op("Mul", [rows, m.reshape(weight, (*points, 1))], (*points, c)))
+    total = functools.reduce(lambda a, b: m.op("Add", [a, b], (*points, c)), terms)
+    m.op("Transpose", [total], (n, c, ho, wo), out=node.outputs[0], perm=[0, 3, 1, 2])
+    return m.nodes
+
+
+def _grid_coordinate(m: _Made, grid: str, axis: int, size: int, attrs: dict, points: tuple[int, ...]) -> str:
+    """The grid's `axis` (x: 0, y: 1) as a pixel coordinate along a side of `size`:
+    -1 and 1 the outer pixels' centres (align_corners) or edges; clipped into the
+    image with border padding."""
+    normalized = m.op("Gather", [grid, m.constant("axis", np.array(axis, np.int64))], points, axis=3)
+    half = (size - 1) / 2 if attrs.get("align_corners", 0) else size / 2
+    at = m.op("Add", [m.op("Mul", [normalized, m.constant("half", np.float32(half))], points),
+                      m.constant("centre", np.float32((size - 1) / 2))], points)  # fmt: skip
+    return _clipped(m, at, size, points) if attrs.get("padding_mode", "zeros") == "border" else at
+
+
+def _grid_taps(m: _Made, at: str, mode: str, points: tuple[int, ...]) -> list[tuple[str, str]]:
+    """(pixel, weight) of each tap along one side: the nearest pixel (weight 1: ""), or
+    the two around the point, each weighted by the nearness of the other."""
+    if mode == "nearest":
+        return [(m.op("Round", [at], points), "")]
+    below = m.op("Floor", [at], points)
+    beyond = m.op("Sub", [at, below], points)
+    return [(below, m.op("Sub", [m.constant("one", np.float32(1)), beyond], points)),
+            (m.op("Add", [below, m.constant("one", np.float32(1))], points), beyond)]
+
+
+def _clipped(m: _Made, at: str, size: int, points: tuple[int, ...]) -> str:
+    """`at` clipped into [0, size - 1]."""
+    return m.op("Clip", [at, m.constant("low", np.float32(0)), m.constant("high", np.float32(size - 1))], points)
+
+
+def _inside(m: _Made, at: str, size: int, points: tuple[int, ...]) -> str:
+    """1 where the pixel `at` lies in [0, size - 1], else 0."""
+    return m.op("Equal", [_clipped(m, at, size, points), at], points)
 
 
 def _scatter_as_gather(graph: Graph, node: Node) -> list[Node] | None:
