@@ -12,7 +12,9 @@ from autoconfig.fusion import plan
 from autoconfig.fusion.classify import LEGALITY, Legality, Mapping, mapping
 from autoconfig.fusion.greedy import plan_greedy
 from autoconfig.fusion.planning import FusionCost, is_legal, plan_cost, plan_dp
+from autoconfig.graph import zoo
 from autoconfig.graph.ir import Graph, Node, TensorType
+from autoconfig.graph.onnx_import import import_model
 from autoconfig.profile import load_profile
 
 PROFILE = load_profile(Path(__file__).parent.parent / "hwprofiles" / "amd-epyc.yaml")
@@ -130,8 +132,6 @@ def test_cost_model_needs_bandwidth_figures():
 def dense_block(layers: int) -> Graph:
     """DenseNet's block: each layer BatchNorm → ReLU → 1x1 → BatchNorm → ReLU → 3x3 over
     the concatenation of every earlier layer's output."""
-    from autoconfig.graph import zoo
-    from autoconfig.graph.onnx_import import import_model
 
     b = zoo.Builder("dense_block", 3)
     features, width = [b.conv("input", 3, 8, 3)], 8
@@ -170,7 +170,6 @@ def test_the_search_asks_the_convolution_model_each_question_once(monkeypatch):
 
 
 def prologue_net(shared: bool = False, kernel: int = 1, batch: int = 1) -> Graph:
-    from autoconfig.graph.onnx_import import import_model
     from tests.random_models import prologue_model
 
     return import_model(prologue_model(shared, kernel, batch=batch))
@@ -196,6 +195,15 @@ def test_dp_runs_per_channel_ops_as_the_prologue_of_a_1x1_convolution():
     assert is_legal(graph, [sorted(v for g in dp.groups for v in g)]) is not None
 
 
+def test_a_prologue_pays_for_the_layout_it_forces():
+    """MobileNet-V1's ReLUs after its depthwise layers stay their epilogues: the 1x1
+    layers' plans computing a ReLU as they read read NCHW only, slower than their best
+    plans, on channel blocks (priced within NCHW alone, the prologue looked free, and
+    the DP took two, with a layout transform around each)."""
+    graph = import_model(zoo.MODELS["mobilenet_v1"]())
+    assert prologues(graph, plan_dp(graph, COST).groups) == []
+
+
 @pytest.mark.parametrize("case", ["shared", "3x3", "batch 2"])
 def test_no_prologue_where_the_kernel_cannot_compute_it(case):
     # a value also read elsewhere must be written; a 3x3 window reads padding the ops
@@ -209,8 +217,6 @@ def test_no_prologue_where_the_kernel_cannot_compute_it(case):
 def squeeze_net(channels: int, activated: bool = True) -> Graph:
     """A depthwise layer (with SiLU, or without: then a Relu after the squeeze's input),
     its squeeze-excitation and the projection reading the scaled tensor: 8 or 9 ops."""
-    from autoconfig.graph import zoo
-    from autoconfig.graph.onnx_import import import_model
 
     b = zoo.Builder("squeeze", 3)
     d = b.conv("input", channels, channels, 3, group=channels)
@@ -249,8 +255,6 @@ def test_dp_sums_a_squeeze_in_the_depthwise_kernel_that_stores_its_input():
 def two_heads() -> Graph:
     """Q and K projected, split into two heads by Reshape and Transpose (K straight to
     Kᵀ), Q·Kᵀ per head, the scores transposed to [tokens, heads, tokens]: 8 ops."""
-    from autoconfig.graph import zoo
-    from autoconfig.graph.onnx_import import import_model
 
     b = zoo.Builder("two_heads", 4)
 
@@ -301,8 +305,6 @@ def test_products_of_one_dimensional_operands_keep_their_axes():
 def test_an_attention_cores_scale_is_no_prologue_of_its_softmax():
     """Q·Kᵀ, a scale, Softmax, ·V is one attention core: its scale may join the softmax
     only inside the whole core (the softmax kernel computes nothing before it)."""
-    from autoconfig.graph import zoo
-    from autoconfig.graph.onnx_import import import_model
 
     b = zoo.Builder("core", 5)
     q, k, v = (b.op("MatMul", ["input", b.const("w", b.rng.standard_normal((8, 8)))]) for _ in range(3))

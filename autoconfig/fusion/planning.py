@@ -82,7 +82,6 @@ from autoconfig.models.matmul import choose
 from autoconfig.profile import HardwareProfile
 from autoconfig.resolve import target_for_profile
 from kernels import epilogue as ep
-from kernels.conv import input_layout_of
 from kernels.conv_shape import ConvShape
 from kernels.matmul import MatmulShape
 
@@ -131,14 +130,12 @@ class FusionCost:
 
     def prologue_ns(self, shape: ConvShape, prologue: ep.Epilogue) -> float:
         """What computing `prologue` inside a 1x1 layer of `shape` adds to the layer on one
-        core, by the convolution model: the least, over its plans computing it, of such a
-        plan's time over the best plan without it reading the same layout (where the
-        layer's input is held is the layout plan's choice, made after fusion)."""
+        core, by the convolution model: its best plan computing it over its best plan
+        without it. Where only plans reading NCHW compute it, the layout plan (made after
+        fusion) must then hold the layer's input in NCHW: the prologue pays for that too."""
         alone = self._ask(conv_model.choose, shape)
         inside = self._ask(conv_model.choose, shape, prologue=prologue)
-        extra = [p.total_ns - same.total_ns for p in inside.per_algorithm
-                 if (same := alone.best_in((input_layout_of(p.config),), ("nchw", "nchwc", "nhwc"))) is not None]  # fmt: skip
-        return max(0.0, min(extra, default=inside.best.total_ns - alone.best.total_ns))
+        return max(0.0, inside.best.total_ns - alone.best.total_ns)
 
 
 
