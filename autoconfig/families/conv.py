@@ -87,13 +87,13 @@ def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b, layout)
     y = b.write(chain.end, layout)
     tail = _tail(b, others)
-    target = b.write(tail.outputs[0]) if tail is not None else None  # the kernel's second output: [N, C] means
-    means, combine = _band_means(b, plan, target) if target else (None, None)
+    written = b.write(tail.outputs[0]) if tail is not None else None  # the kernel's second output: [N, C] means
+    means, combine = _band_means(b, plan, written) if written else (None, None)
     calls = conv_calls(plan, x, y, weight, operands + ([means] if means else []), b,
                        prologue.refs(b) if prologue else None)  # fmt: skip
     modules = b.modules(generate, plan.config)
     if combine is not None:  # each channel's mean over the bands' means
-        calls += pool_calls(combine, 1, means, target, b)
+        calls += pool_calls(combine, 1, means, written, b)
         modules += b.modules(pl.generate, combine)
     layouts = conv_model.layouts_of(plan.config)
     return KernelGroup(node.name, ops_of([*before, node, *(n for n in others if n not in before)]), "conv", calls,

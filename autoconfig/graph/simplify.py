@@ -70,7 +70,7 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.families.elementwise import INTEGERS
 from autoconfig.graph import recurrent
 from autoconfig.graph.ir import Graph, Node, TensorType
-from autoconfig.graph.ops import Kernel, Pattern, einsum_terms, info, reduced_axes, transpose_perm
+from autoconfig.graph.ops import OPERATORS, Kernel, Pattern, einsum_terms, info, reduced_axes, transpose_perm
 from autoconfig.graph.reference import resize_axis, resize_shape
 from autoconfig.graph.windows import window_pads
 
@@ -1906,7 +1906,7 @@ class _Made:
         a new value of constants only is computed now (import folded before the rewrites)."""
         if not out and inputs and all(self.graph.is_constant(i) for i in inputs if i):
             arrays = [np.asarray(self.graph.constants[i]) if i else None for i in inputs]
-            return self.constant(op.lower(), np.asarray(info(Node(op, op, inputs, [], attrs)).reference(attrs, *arrays)))
+            return self.constant(op.lower(), np.asarray(OPERATORS[op].reference(attrs, *arrays)))
         out = out or self.value(op.lower(), shape)
         self.nodes.append(Node(out, op, inputs, [out], attrs))
         return out

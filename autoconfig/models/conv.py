@@ -460,7 +460,7 @@ def _blocked_depthwise_terms(p: ConvPlan, m: Machine, share: float) -> tuple[lis
         *_blocked_once(c, m, share, s.channels * s.taps),
         *([Term("mean", mean_ns(math.prod(s.output_shape), m) * share,
                 "each output vector also added to its channels' sum, a load and a store in L1")] if c.mean else []),
-        *([Term("band means", PROGRAM_STEP_NS + c.bands * s.batch * s.channels * F32 / m.bandwidth["L2"],
+        *([Term("band means", PROGRAM_STEP_NS + m.traffic_ns(c.bands * s.batch * s.channels * F32),
                 f"one more kernel: the mean of the {c.bands} bands' means, on one thread")]
           if c.mean and c.bands > 1 else []),  # fmt: skip
         _call_term(1, p.parts(), m),
