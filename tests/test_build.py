@@ -398,28 +398,45 @@ def test_data_movement_matches_onnxruntime(tmp_path, target):
     assert len(gathers) == 8  # 2 Pads, 3 Resizes, Transpose, Slice, the Split along height; channels: a view
 
 
-def sampled(attrs: dict, opset: int = 16) -> onnx.ModelProto:
+def sampled(attrs: dict, opset: int = 16, reach: float = 1.3) -> onnx.ModelProto:
     """The input image (2x4x7x9) sampled by GridSample at a grid computed from it (a 1x1
-    convolution's two channels, 1.3·tanh: points inside and outside the image)."""
+    convolution's two channels, reach·tanh: points inside and outside the image)."""
     b = zoo.Builder("sampled", 10)
     flow = b.op("Transpose", [b.op("Tanh", [b.conv("input", 4, 2, 1)])], perm=[0, 2, 3, 1])
-    grid = b.op("Mul", [flow, b.const("reach", np.float32(1.3))])
+    grid = b.op("Mul", [flow, b.const("reach", np.float32(reach))])
     return b.model("input", [2, 4, 7, 9], [(b.op("GridSample", ["input", grid], **attrs), [2, 4, 7, 9])], opset=opset)
 
 
 @pytest.mark.parametrize("attrs", [{}, {"align_corners": 1}, {"padding_mode": "border"},
                                    {"mode": "nearest"}, {"mode": "nearest", "padding_mode": "border", "align_corners": 1},
-                                   {"mode": "linear", "align_corners": 1}])  # fmt: skip
+                                   {"mode": "linear", "align_corners": 1}, {"mode": "bicubic"},
+                                   {"mode": "cubic", "padding_mode": "border", "align_corners": 1}])  # fmt: skip
 def test_grid_sample_gathers_the_pixels_around_each_point(tmp_path, attrs):
-    """Bilinear (opset 16's name, and 20's) and nearest sampling, zeros and border
-    padding, corners aligned or not: onnxruntime's values."""
-    build_and_compare(sampled(attrs, 20 if attrs.get("mode") == "linear" else 16), "avx2", tmp_path / "sampled")
+    """Bilinear (opset 16's name, and 20's), bicubic (both names) and nearest sampling,
+    zeros and border padding, corners aligned or not: onnxruntime's values."""
+    opset = 20 if attrs.get("mode") in ("linear", "cubic") else 16
+    build_and_compare(sampled(attrs, opset), "avx2", tmp_path / "sampled")
 
 
-def test_grid_sample_refuses_a_mode_it_does_not_generate(tmp_path):
-    onnx.save(sampled({"mode": "bicubic"}), tmp_path / "cubic.onnx")
-    with pytest.raises(AutoconfigError, match="GridSample.*bicubic.*not generated"):
-        autoconfig.compile_model(tmp_path / "cubic.onnx", tmp_path / "built", profile=PROFILES["avx2"], target="avx2")
+@pytest.mark.parametrize("attrs", [{"padding_mode": "reflection"},
+                                   {"padding_mode": "reflection", "align_corners": 1, "mode": "nearest"},
+                                   {"padding_mode": "reflection", "mode": "bicubic"},
+                                   {"padding_mode": "reflection", "mode": "bicubic", "align_corners": 1}])  # fmt: skip
+def test_grid_sample_reflects_points_far_outside_into_the_image(tmp_path, attrs):
+    """Reflection padding at points up to 3.2 half-widths from the centre (reflected
+    more than once), each bicubic tap reflected too: onnxruntime's values."""
+    build_and_compare(sampled(attrs, reach=3.2), "avx2", tmp_path / "sampled")
+
+
+def test_grid_sample_refuses_volumetric_sampling(tmp_path):
+    b = zoo.Builder("volume", 10)
+    grid = b.op("Transpose", [b.op("Tanh", [b.op("Slice", ["input", b.const("s", np.array([0])),
+                                                          b.const("e", np.array([3])), b.const("a", np.array([1]))])])],
+                perm=[0, 2, 3, 4, 1])  # fmt: skip
+    model = b.model("input", [1, 4, 3, 5, 6], [(b.op("GridSample", ["input", grid]), [1, 4, 3, 5, 6])], opset=20)
+    onnx.save(model, tmp_path / "volume.onnx")
+    with pytest.raises(AutoconfigError, match=r"\(GridSample\): only 2-D sampling"):
+        autoconfig.compile_model(tmp_path / "volume.onnx", tmp_path / "built", profile=PROFILES["avx2"], target="avx2")
 
 
 def transformed(align: int, batch: int) -> onnx.ModelProto:

@@ -29,8 +29,6 @@ REFUSED: dict[str, str] = {
     r"test_training_dropout.*": r"\(Dropout\): training mode is not generated",
     r"test_maxpool_with_argmax_.*": r"the Indices output of MaxPool is not generated",
     r"test_causal_conv_with_state_(?!.*fp16).*": r"\(Conv\): only 2-D convolutions with constant weights",
-    r"test_gridsample_bicubic.*": r"GridSample mode '(bi)?cubic' is not generated",
-    r"test_gridsample_reflection_padding": r"GridSample padding_mode 'reflection' is not generated",
     r"test_gridsample_volumetric_.*": r"\(GridSample\): only 2-D sampling",
     r"test_affine_grid_3d(_align_corners)?": r"\(AffineGrid\): only a constant 2-D size",
 }

@@ -153,10 +153,10 @@ def _lp_order(attrs: dict) -> None:
 
 
 def _grid_sampling(attrs: dict) -> None:
-    if attrs.get("mode", "bilinear") not in ("bilinear", "linear", "nearest"):
-        raise ValueError(f"GridSample mode {attrs['mode']!r} is not generated (bilinear and nearest are)")
-    if attrs.get("padding_mode", "zeros") not in ("zeros", "border"):
-        raise ValueError(f"GridSample padding_mode {attrs['padding_mode']!r} is not generated (zeros and border are)")
+    if attrs.get("mode", "bilinear") not in ("bilinear", "linear", "nearest", "bicubic", "cubic"):
+        raise ValueError(f"GridSample mode {attrs['mode']!r} is not one of ONNX's")
+    if attrs.get("padding_mode", "zeros") not in ("zeros", "border", "reflection"):
+        raise ValueError(f"GridSample padding_mode {attrs['padding_mode']!r} is not one of ONNX's")
 
 
 def _scatter_reduction(attrs: dict) -> None:

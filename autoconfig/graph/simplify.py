@@ -1613,8 +1613,9 @@ def _grid_sample(graph: Graph, node: Node) -> list[Node] | None:
     """GridSample of an image [N, C, H, W] at the grid's points [N, Ho, Wo, 2] as rows
     gathered from the image held as [N·H·W, C] (pixels' channels), by each tap's pixel
     index computed from the grid (held as float32), each row times its tap's weight,
-    summed: the bilinear taps' weights (zero outside the image), or the nearest
-    pixel's; border padding clips the point into the image first."""
+    summed: the bilinear or bicubic taps' weights (zero outside the image with zeros
+    padding), or the nearest pixel's; border and reflection padding move the point, and
+    then each tap, into the image first."""
     if node.op != "GridSample":
         return None
     x, grid = node.inputs
@@ -1626,14 +1627,17 @@ def _grid_sample(graph: Graph, node: Node) -> list[Node] | None:
     coordinates = [_grid_coordinate(m, grid, axis, size, attrs, points) for axis, size in ((0, w), (1, h))]
     taps = [_grid_taps(m, at, attrs.get("mode", "bilinear"), points) for at in coordinates]
     first = m.constant("first", (np.arange(n) * h * w).reshape(n, 1, 1).astype(np.float32))
+    zeros = attrs.get("padding_mode", "zeros") == "zeros"
     terms = []
     for (column, across), (row, down) in itertools.product(*taps):
-        inside = m.op("Mul", [_inside(m, column, w, points), _inside(m, row, h, points)], points)
-        weight = m.op("Mul", [m.op("Mul", [across, down], points), inside], points) if across else inside
-        pixel = m.op("Add", [m.op("Mul", [_clipped(m, row, h, points), m.constant("w", np.float32(w))], points),
-                             _clipped(m, column, w, points)], points)  # fmt: skip
+        weight = m.op("Mul", [across, down], points) if across else ""
+        if zeros:
+            inside = m.op("Mul", [_inside(m, column, w, points), _inside(m, row, h, points)], points)
+            weight = m.op("Mul", [weight, inside], points) if weight else inside
+        pixel = m.op("Add", [m.op("Mul", [_tap_pixel(m, row, h, attrs, points), m.constant("w", np.float32(w))], points),
+                             _tap_pixel(m, column, w, attrs, points)], points)  # fmt: skip
         rows = m.op("Gather", [table, m.op("Add", [pixel, first], points)], (*points, c), axis=0)
-        terms.append(m.op("Mul", [rows, m.reshape(weight, (*points, 1))], (*points, c)))
+        terms.append(m.op("Mul", [rows, m.reshape(weight, (*points, 1))], (*points, c)) if weight else rows)
     total = functools.reduce(lambda a, b: m.op("Add", [a, b], (*points, c)), terms)
     m.op("Transpose", [total], (n, c, ho, wo), out=node.outputs[0], perm=[0, 3, 1, 2])
     return m.nodes
@@ -1641,24 +1645,82 @@ def _grid_sample(graph: Graph, node: Node) -> list[Node] | None:
 
 def _grid_coordinate(m: _Made, grid: str, axis: int, size: int, attrs: dict, points: tuple[int, ...]) -> str:
     """The grid's `axis` (x: 0, y: 1) as a pixel coordinate along a side of `size`:
-    -1 and 1 the outer pixels' centres (align_corners) or edges; clipped into the
-    image with border padding."""
+    -1 and 1 the outer pixels' centres (align_corners) or edges; rounded in nearest
+    mode; then clipped into the image (border padding) or reflected into it
+    (reflection), but in bicubic mode, where onnxruntime (as torch) pads only the taps."""
     normalized = m.op("Gather", [grid, m.constant("axis", np.array(axis, np.int64))], points, axis=3)
     half = (size - 1) / 2 if attrs.get("align_corners", 0) else size / 2
     at = m.op("Add", [m.op("Mul", [normalized, m.constant("half", np.float32(half))], points),
                       m.constant("centre", np.float32((size - 1) / 2))], points)  # fmt: skip
-    return _clipped(m, at, size, points) if attrs.get("padding_mode", "zeros") == "border" else at
+    if attrs.get("mode") == "nearest":
+        at = m.op("Round", [at], points)  # half to even, as onnxruntime and the reference round
+    padding = attrs.get("padding_mode", "zeros")
+    if attrs.get("mode") in ("bicubic", "cubic"):
+        return at
+    if padding == "border":
+        return _clipped(m, at, size, points)
+    return _reflected(m, at, size, attrs, points) if padding == "reflection" else at
 
 
 def _grid_taps(m: _Made, at: str, mode: str, points: tuple[int, ...]) -> list[tuple[str, str]]:
-    """(pixel, weight) of each tap along one side: the nearest pixel (weight 1: ""), or
-    the two around the point, each weighted by the nearness of the other."""
+    """(pixel, weight) of each tap along one side: the nearest pixel (weight 1: ""); the
+    two around the point, each weighted by the nearness of the other; or the four of
+    Keys' cubic convolution (a = -0.75) around it."""
     if mode == "nearest":
-        return [(m.op("Round", [at], points), "")]
+        return [(at, "")]
     below = m.op("Floor", [at], points)
     beyond = m.op("Sub", [at, below], points)
-    return [(below, m.op("Sub", [m.constant("one", np.float32(1)), beyond], points)),
-            (m.op("Add", [below, m.constant("one", np.float32(1))], points), beyond)]
+
+    def pixel(step: int) -> str:
+        return m.op("Add", [below, m.constant("step", np.float32(step))], points) if step else below
+
+    def past(start: int) -> str:  # start - beyond
+        return m.op("Sub", [m.constant("start", np.float32(start)), beyond], points)
+
+    if mode in ("bilinear", "linear"):
+        return [(below, past(1)), (pixel(1), beyond)]
+    near, far = (1, 0, -(CUBIC_A + 3), CUBIC_A + 2), (-4 * CUBIC_A, 8 * CUBIC_A, -5 * CUBIC_A, CUBIC_A)
+    distances = [(far, m.op("Add", [beyond, m.constant("one", np.float32(1))], points)), (near, beyond),
+                 (near, past(1)), (far, past(2))]  # fmt: skip
+    return [(pixel(step), _polynomial(m, at_distance, kernel, points))
+            for step, (kernel, at_distance) in zip((-1, 0, 1, 2), distances)]  # fmt: skip
+
+
+CUBIC_A = -0.75
+"""The cubic convolution kernel's parameter that ONNX's GridSample and onnxruntime use."""
+
+
+def _polynomial(m: _Made, u: str, coefficients: tuple[float, ...], points: tuple[int, ...]) -> str:
+    """c0 + c1·u + c2·u² + c3·u³ by Horner's rule."""
+    total = m.constant("c", np.float32(coefficients[-1]))
+    for c in reversed(coefficients[:-1]):
+        total = m.op("Add", [m.op("Mul", [total, u], points), m.constant("c", np.float32(c))], points)
+    return total
+
+
+def _tap_pixel(m: _Made, at: str, size: int, attrs: dict, points: tuple[int, ...]) -> str:
+    """A tap's pixel inside the image: reflected into it first with reflection padding
+    (a bicubic tap may lie two pixels out), then clipped (a tap outside weighs 0 with
+    zeros padding; with border padding, only a tap of weight 0 lies outside)."""
+    if attrs.get("padding_mode") == "reflection":
+        at = _reflected(m, at, size, attrs, points)
+    return _clipped(m, at, size, points)
+
+
+def _reflected(m: _Made, at: str, size: int, attrs: dict, points: tuple[int, ...]) -> str:
+    """`at` reflected at the image's bounds (the outer pixels' centres with
+    align_corners, else their edges) until inside: lo + r - |((at - lo) mod 2r) - r|
+    for the bounds' distance r."""
+    low, high = (0.0, size - 1.0) if attrs.get("align_corners", 0) else (-0.5, size - 0.5)
+    reach = high - low
+    if not reach:  # one pixel, aligned: every point is its centre
+        return _clipped(m, at, size, points)
+    shifted = m.op("Sub", [at, m.constant("low", np.float32(low))], points)
+    period = m.constant("period", np.float32(2 * reach))
+    turns = m.op("Floor", [m.op("Div", [shifted, period], points)], points)
+    wrapped = m.op("Sub", [shifted, m.op("Mul", [turns, period], points)], points)
+    off = m.op("Abs", [m.op("Sub", [wrapped, m.constant("reach", np.float32(reach))], points)], points)
+    return m.op("Sub", [m.constant("middle", np.float32(low + reach)), off], points)
 
 
 def _clipped(m: _Made, at: str, size: int, points: tuple[int, ...]) -> str:
