@@ -100,6 +100,21 @@ def test_each_binary_operator_either_way_round_matches_onnxruntime(op):
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
 
 
+def test_pow_of_a_tensor_exponent_matches_onnxruntime():
+    """x to a computed exponent (halves and integers from -3 to 3, after a convolution)
+    and to a constant per-channel one (-2, 0, 3, ½): odd integer powers keep x's sign,
+    even ones drop it, a half power of a negative x is NaN, a 0th power 1."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("powers", 5)
+    exponent = b.op("Div", [b.op("Round", [b.op("Mul", [b.op("Tanh", [b.conv("input", 4, 4, 3)]),
+                                                        b.const("six", np.float32(6))])]), b.const("two", np.float32(2))])
+    per_channel = b.const("per_channel", np.array([-2, 0, 3, 0.5], np.float32).reshape(1, 4, 1, 1))
+    outputs = [b.op("Pow", ["input", exponent]), b.op("Pow", ["input", per_channel])]
+    model = b.model("input", [1, 4, 9, 9], [(v, [1, 4, 9, 9]) for v in outputs])
+    x = 3 * np.random.default_rng(4).standard_normal((1, 4, 9, 9)).astype(np.float32)  # both signs
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+
+
 @pytest.mark.slow
 def test_arithmetic_by_one_constant_value_matches_onnxruntime_after_a_conv_and_a_softmax():
     """Add, Sub and Mul by one constant either way round, and Div with the value first,

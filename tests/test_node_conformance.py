@@ -24,7 +24,6 @@ REFUSED: dict[str, str] = {
     # test-name pattern: the reason's words (a regular expression)
     r"test_batchnorm_.*_training_mode": r"BatchNormalization in training mode is not generated",
     r"test_identity_(sequence|opt)": r"is a (sequence|optional) value, not a tensor",
-    r"test_pow(_bcast_array|_example|_types_float32_u?int(32|64))?": r"\(Pow\): only a constant scalar exponent",
     r"test_dropout_default_mask(_ratio)?": r"\(Dropout\): its mask output is not generated",
     r"test_training_dropout.*": r"\(Dropout\): training mode is not generated",
     r"test_maxpool_with_argmax_.*": r"the Indices output of MaxPool is not generated",
@@ -36,6 +35,7 @@ REFUSED: dict[str, str] = {
 for; every test with a tensor of another type is refused for one of NOT_FLOAT32's."""
 
 TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)?(_expanded)?", r"test_isnan",
+                 r"test_pow_types_float32_u?int(32|64)",
                  r"test_isinf(_negative|_positive)?", r"test_(min|max)_int64", r"test_top_k(_smallest|_negative_axis)?",
                  r"test_tri[lu](?!_zero).*",  # tri[lu]_zero: an empty result folds to a constant output
                  r"test_optional_has_element_empty_.*",
@@ -45,12 +45,12 @@ TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)
                  r"test_attention_local_window_ext_cache_rank\d(_\w+)?_mask(_expanded)?")
 """Node tests with an int64 or bool tensor that pass: int64 inputs and results the
 model computes as float32 values (exact below 2^24), int64 and bool outputs delivered
-in their own types; int64 positions and lengths of attention's function bodies and
+in their own types; a float's power by integer exponents; int64 positions and lengths of attention's function bodies and
 rotary embedding's positions (rows of its run-time caches); an output folded to a
 constant bool."""
 
 NOT_FLOAT32 = (r"only float32 models|ONNX opset \d+ is not supported|a cast to \w+ is not generated|int64 values "
-               r"computed at run time are not generated|\(Pow\): only a constant scalar exponent")
+               r"computed at run time are not generated")
 """Why a test with a tensor neither float32 nor an int64 input is refused: its type, the
 opset its operator's typed variants need, or a cast to a type not generated."""
 

@@ -1065,9 +1065,9 @@ def _power(graph: Graph, node: Node) -> list[Node]:
     """x to a constant power: 1 to POWERS_AS_PRODUCTS as products, ½ as Sqrt, −1 as
     Reciprocal (each exact to an ulp or two); any other stays Pow (e^(p·ln|x|))."""
     x, power = node.inputs
-    exponent = float(np.asarray(graph.constants[power]).reshape(-1)[0]) if graph.is_constant(power) else None
-    if exponent is None or graph.constants[power].size != 1:
-        raise AutoconfigError(f"node {node.name!r} (Pow): only a constant scalar exponent is generated")
+    if not graph.is_constant(power) or graph.constants[power].size != 1:
+        return _power_of_tensor(graph, node)
+    exponent = float(np.asarray(graph.constants[power]).reshape(-1)[0])
     if exponent in (0.5, -1):
         return [Node(node.name, "Sqrt" if exponent == 0.5 else "Reciprocal", [x], node.outputs, {})]
     if exponent != int(exponent) or not 1 <= exponent <= POWERS_AS_PRODUCTS:
@@ -1079,6 +1079,29 @@ def _power(graph: Graph, node: Node) -> list[Node]:
         current = made.op("Mul", [current, x], shape)
     made.nodes.append(Node(node.name, "Mul", [current, x], node.outputs, {}))
     return made.nodes
+
+
+def _power_of_tensor(graph: Graph, node: Node) -> list[Node]:
+    """x to the power of a tensor y (computed, or a constant of several values), as pow
+    gives it: e^(y·ln|x|), negated where x < 0 and y is an odd integer, NaN where a
+    finite x < 0 meets a y that is not an integer, 1 where y = 0 or x = 1."""
+    (x, y), out = node.inputs, node.outputs[0]
+    m, shape, xs, ys = _Made(graph, node.name), graph.types[out].shape, graph.types[x].shape, graph.types[y].shape
+
+    def number(value: float) -> str:
+        return m.constant("number", np.float32(value))
+
+    magnitude = m.op("Exp", [m.op("Mul", [y, m.op("Log", [m.op("Abs", [x], xs)], xs)], shape)], shape)
+    whole = m.op("Equal", [m.op("Floor", [y], ys), y], ys)
+    halves = m.op("Mul", [m.op("Floor", [m.op("Mul", [y, number(0.5)], ys)], ys), number(2)], ys)
+    odd = m.op("Equal", [m.op("Sub", [y, halves], ys), number(1)], ys)
+    signed = m.op("Where", [odd, m.op("Neg", [magnitude], shape), magnitude], shape)
+    finite = m.op("Where", [m.op("IsInf", [x], xs), magnitude, number(np.nan)], shape)
+    below = m.op("Where", [whole, signed, finite], shape)
+    powered = m.op("Where", [m.op("Less", [x, number(0)], xs), below, magnitude], shape)
+    one = m.op("Or", [m.op("Equal", [y, number(0)], ys), m.op("Equal", [x, number(1)], xs)], shape)
+    m.op("Where", [one, number(1), powered], shape, out=out)
+    return m.nodes
 
 
 SHARED_CONSTANT_ELEMENTS = 64
