@@ -102,6 +102,18 @@ def test_shape_arithmetic_folds_at_import():
     np.testing.assert_allclose(run(graph, {"x": x})["out"], reference(model, x)[0], rtol=1e-6)
 
 
+def test_eye_like_of_a_static_shape_folds_whatever_its_input():
+    """EyeLike reads its input only for its shape: a matrix computed at run time gives
+    a constant (ones on the k-th diagonal), added to it as onnxruntime adds it."""
+    nodes = [helper.make_node("EyeLike", ["x"], ["e"], k=1, name="eye"), helper.make_node("Add", ["x", "e"], ["y"])]
+    model = tiny(nodes, [value("x", [5, 7])], [value("y", [5, 7])])
+    graph = import_model(model)
+    assert [n.op for n in graph.nodes] == ["Add"]
+    x = np.random.default_rng(7).standard_normal((5, 7)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(graph, {"x": x})["y"], expected, rtol=1e-6)
+
+
 def test_an_operator_defined_as_a_function_imports_as_its_body():
     # GroupNormalization (opset 21) and Celu are functions of operators the table has: their
     # bodies run (and match onnxruntime)

@@ -4,7 +4,7 @@ constant, whatever its operator.
 Reads an ONNX model; writes the nodes left to run, the constants (the initializers and
 every folded value) and onnx's shape inference of what is left. A node folds when all
 its inputs are constants (or empty: a tensor of no elements has one value), or when it
-reads one only for its shape or type (Shape, Size, CastLike's target) and that is
+reads one only for its shape or type (Shape, Size, CastLike's target, EyeLike) and that is
 static, or picks elements of a constant holding one value (Gather, GatherElements): so
 the shape arithmetic exporters write (Shape → Gather → Concat → Reshape,
 ConstantOfShape, Range, Expand, Equal/Where/Cast on int64 ...) and the constants of
@@ -27,9 +27,10 @@ from onnx import helper, numpy_helper, shape_inference
 from autoconfig.errors import AutoconfigError
 from autoconfig.graph.reference import gather_elements, onnx_node_outputs
 
-SHAPE_READS = {"Shape": 0, "Size": 0, "CastLike": 1}
+SHAPE_READS = {"Shape": 0, "Size": 0, "CastLike": 1, "EyeLike": 0}
 """Operators with an input read only for its shape or type, not its values (CastLike's
-target): they fold once that type and shape are static."""
+target, the matrix EyeLike copies the shape of): they fold once that type and shape
+are static."""
 
 SELECTORS = frozenset({"Gather", "GatherElements"})
 """Operators that pick elements of their first input by the indices of their second:
