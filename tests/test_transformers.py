@@ -805,6 +805,19 @@ def test_int64_positions_clipped_into_a_window(tmp_path):
     assert_exact(tmp_path, clipped_windows(), {"input_ids": np.random.default_rng(9).integers(0, 20, (2, 6))})
 
 
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_one_hot_rows_of_ids_wrap_negatives_and_skip_outsiders(tmp_path, axis):
+    """OneHot of int64 ids in [-7, 7] over 5 classes (negatives wrapped, those outside
+    all off), along the last or a middle axis, times a constant per class."""
+    b = zoo.Builder("one_hot", 41)
+    rows = b.op("OneHot", ["input_ids", b.const("depth", np.array(5, np.float32)),
+                           b.const("values", np.array([-0.5, 2.0], np.float32))], axis=axis)  # fmt: skip
+    y = b.op("Mul", [rows, b.const("scale", np.linspace(-1, 1, 5, dtype=np.float32).reshape(
+        [5 if a == axis % 3 else 1 for a in range(3)]))])  # fmt: skip
+    ids = np.random.default_rng(11).integers(-7, 8, (3, 4))
+    assert_exact(tmp_path, ids_model(b, {"input_ids": [3, 4]}, [y]), {"input_ids": ids})
+
+
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
     """CumSum along a middle and a last axis, each direction, inclusive or not."""

@@ -80,7 +80,7 @@ def simplify(graph: Graph) -> Graph:
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
                     _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather,
-                    _gather_nd_by_rows, _affine_grid, _grid_sample):
+                    _gather_nd_by_rows, _affine_grid, _grid_sample, _one_hot):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -1596,6 +1596,30 @@ def _trilu_as_selection(graph: Graph, node: Node) -> list[Node] | None:
     made.nodes.append(Node(node.name, "Where", [made.constant("kept", kept), x,
                                                 made.constant("zero", np.zeros((), np.float32))], node.outputs, {}))
     return made.nodes
+
+
+def _one_hot(graph: Graph, node: Node) -> list[Node] | None:
+    """OneHot as Where(the index (a negative one wrapped) equal to each class along the
+    new axis, on, off): an index outside [-depth, depth), or a float one that is not an
+    integer (as onnxruntime and onnx's reference compare them), hits no class. Its depth
+    is a constant (it sets the output's shape)."""
+    if node.op != "OneHot":
+        return None
+    indices, depth, values = node.inputs
+    if not graph.is_constant(depth):
+        raise AutoconfigError(f"node {node.name!r} (OneHot): a depth computed at run time is not generated")
+    m, shape, out = _Made(graph, node.name), graph.types[indices].shape, node.outputs[0]
+    out_shape, classes = graph.types[out].shape, int(np.asarray(graph.constants[depth]).reshape(-1)[0])
+    axis = node.attrs.get("axis", -1) % len(out_shape)
+    below = m.op("Less", [indices, m.constant("zero", np.float32(0))], shape)
+    wrapped = m.op("Where", [below, m.op("Add", [indices, m.constant("depth", np.float32(classes))], shape), indices],
+                   shape)  # fmt: skip
+    hit = m.op("Equal", [m.reshape(wrapped, out_shape[:axis] + (1,) + out_shape[axis + 1:]),
+                         m.constant("classes", np.arange(classes, dtype=np.float32).reshape(
+                             [classes if a == axis else 1 for a in range(len(out_shape))]))], out_shape)  # fmt: skip
+    off, on = (m.op("Gather", [values, m.constant("which", np.array(i, np.int64))], (), axis=0) for i in (0, 1))
+    m.op("Where", [hit, on, off], out_shape, out=out)
+    return m.nodes
 
 
 SCATTER_FILL = {"add": ("Add", 0.0), "mul": ("Mul", 1.0), "max": ("Max", -math.inf), "min": ("Min", math.inf)}
