@@ -115,6 +115,24 @@ def test_pow_of_a_tensor_exponent_matches_onnxruntime():
     assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
 
 
+def test_fmod_of_floats_matches_onnxruntime():
+    """Mod with fmod=1 (C's fmod: the rest takes x's sign) of x by a computed divisor of
+    either sign (|y| in [0.5, 2.5], after a convolution), and of x in halves by a
+    constant per-channel one (1.5, -2, 0.5, 3), whose exact multiples leave rests of 0."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("fmods", 5)
+    conv = b.op("Tanh", [b.conv("input", 4, 4, 3)])
+    divisor = b.op("Add", [b.op("Mul", [conv, b.const("two", np.float32(2))]),
+                           b.op("Mul", [b.op("Sign", [conv]), b.const("half", np.float32(0.5))])])  # fmt: skip
+    halves = b.op("Div", [b.op("Round", [b.op("Mul", ["input", b.const("two_", np.float32(2))])]),
+                          b.const("two__", np.float32(2))])  # fmt: skip
+    per_channel = b.const("per_channel", np.array([1.5, -2, 0.5, 3], np.float32).reshape(1, 4, 1, 1))
+    outputs = [b.op("Mod", ["input", divisor], fmod=1), b.op("Mod", [halves, per_channel], fmod=1)]
+    model = b.model("input", [1, 4, 9, 9], [(v, [1, 4, 9, 9]) for v in outputs])
+    x = 3 * np.random.default_rng(8).standard_normal((1, 4, 9, 9)).astype(np.float32)  # both signs
+    assert_close(built_outputs(model, {"input": x}, "dp", 1), onnxruntime_outputs(model, {"input": x}))
+
+
 @pytest.mark.slow
 def test_arithmetic_by_one_constant_value_matches_onnxruntime_after_a_conv_and_a_softmax():
     """Add, Sub and Mul by one constant either way round, and Div with the value first,

@@ -36,6 +36,7 @@ for; every test with a tensor of another type is refused for one of NOT_FLOAT32'
 
 TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)?(_expanded)?", r"test_isnan",
                  r"test_pow_types_float32_u?int(32|64)", r"test_onehot_(negative_indices|out_of_range_indices|without_axis)",
+                 r"test_mod_(int64_fmod|mixed_sign_int64)",
                  r"test_isinf(_negative|_positive)?", r"test_(min|max)_int64", r"test_top_k(_smallest|_negative_axis)?",
                  r"test_tri[lu](?!_zero).*",  # tri[lu]_zero: an empty result folds to a constant output
                  r"test_optional_has_element_empty_.*",
@@ -45,7 +46,7 @@ TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)
                  r"test_attention_local_window_ext_cache_rank\d(_\w+)?_mask(_expanded)?")
 """Node tests with an int64 or bool tensor that pass: int64 inputs and results the
 model computes as float32 values (exact below 2^24), int64 and bool outputs delivered
-in their own types; a float's power by integer exponents; one-hot rows of int64 indices; int64 positions and lengths of attention's function bodies and
+in their own types; a float's power by integer exponents; one-hot rows of int64 indices; mods of int64 values; int64 positions and lengths of attention's function bodies and
 rotary embedding's positions (rows of its run-time caches); an output folded to a
 constant bool."""
 

@@ -818,6 +818,22 @@ def test_one_hot_rows_of_ids_wrap_negatives_and_skip_outsiders(tmp_path, axis):
     assert_exact(tmp_path, ids_model(b, {"input_ids": [3, 4]}, [y]), {"input_ids": ids})
 
 
+def test_int64_mods_of_ids_are_exact(tmp_path):
+    """Mod of int64 ids (offset to both signs) by a constant and by other ids, integer
+    style (the rest takes the divisor's sign) and fmod (the dividend's): onnxruntime's
+    int64 values exactly."""
+    b = zoo.Builder("int_mods", 43)
+    shifted = b.op("Sub", ["input_ids", b.const("middle", np.array(40, np.int64))])
+    divisor = b.op("Sub", [b.op("Mod", ["input_ids", b.const("seven", np.array(7, np.int64))]),
+                           b.const("three", np.array(3, np.int64))])  # in [-3, 3]
+    nonzero = b.op("Where", [b.op("Equal", [divisor, b.const("zero", np.array(0, np.int64))]),
+                             b.const("five", np.array(-5, np.int64)), divisor])  # fmt: skip
+    outputs = [b.op("Mod", [shifted, nonzero]), b.op("Mod", [shifted, nonzero], fmod=1),
+               b.op("Mod", [shifted, b.const("minus", np.array(-6, np.int64))])]  # fmt: skip
+    ids = np.random.default_rng(12).integers(0, 80, (2, 9))
+    assert_exact(tmp_path, ids_model(b, {"input_ids": [2, 9]}, outputs, integers=tuple(outputs)), {"input_ids": ids})
+
+
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_a_cumsum_is_a_product_by_a_triangle(tmp_path, exclusive, reverse):
     """CumSum along a middle and a last axis, each direction, inclusive or not."""

@@ -255,6 +255,7 @@ OPERATORS: dict[str, OpInfo] = {
                          check=_grid_sampling),  # as gathers of pixels' rows, weighted (graph.simplify)
     "OneHot": OpInfo(_M, _INJ, ref.onnx_op("OneHot"), kernel=_A,
                      parameters=(1, 2)),  # a Where by each index's equality to the classes (graph.simplify)
+    "Mod": OpInfo(_1, _EW, ref.onnx_op("Mod")),  # as the rest of a rounded quotient (graph.simplify)
     "Trilu": OpInfo(_1, _EW, ref.onnx_op("Trilu"), parameters=(1,)),  # a Where by a constant triangle (simplify)
     "CastLike": OpInfo(_1, _EW, ref.onnx_op("CastLike")),  # as a Cast to its second input's type (graph.simplify)
     "LayerNormalization": OpInfo(_MM, _OUT, ref.onnx_op("LayerNormalization"), kernel=_A,

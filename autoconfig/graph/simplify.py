@@ -87,6 +87,7 @@ def simplify(graph: Graph) -> Graph:
                     _hardmax, _top_k):
         _rewritten(graph, rewrite)
     _int64_inputs(graph)
+    _rewritten(graph, _mod)  # on integers held as float32 too
     _gathers_before_transposes(graph)
     _concats_of_slices(graph)
     _scales_before_moves(graph)
@@ -638,7 +639,7 @@ VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 INTEGER_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Clip", "CumSum", "ReduceMax",
                                 "Equal", "Not", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "And",
-                                "Or"})  # fmt: skip
+                                "Or", "Mod"})  # fmt: skip
 """Operators that compute integers from int64 inputs (a position counter from an
 attention mask, a padding mask from the ids, the place of the largest id: CLIP's end
 token, positions clipped into a window: Longformer's chunks) on their float32
@@ -1596,6 +1597,35 @@ def _trilu_as_selection(graph: Graph, node: Node) -> list[Node] | None:
     made.nodes.append(Node(node.name, "Where", [made.constant("kept", kept), x,
                                                 made.constant("zero", np.zeros((), np.float32))], node.outputs, {}))
     return made.nodes
+
+
+def _mod(graph: Graph, node: Node) -> list[Node] | None:
+    """Mod as x - q·y for the quotient x/y rounded down (the rest takes y's sign), or
+    toward zero with fmod (x's), then moved by a y into [0, |y|) times that sign where
+    x/y rounded past a whole number. Exact for integers (held as
+    float32) within 2^24; a float's rest within a rounding of the product q·y (C's fmod,
+    onnxruntime's, is exact); a zero divisor gives NaN."""
+    if node.op != "Mod":
+        return None
+    (x, y), out, toward_zero = node.inputs, node.outputs[0], node.attrs.get("fmod", 0)
+    m, shape = _Made(graph, node.name), graph.types[out].shape
+    quotient = m.op("Div", [x, y], shape)
+    if toward_zero:
+        whole = m.op("Mul", [m.op("Sign", [quotient], shape), m.op("Floor", [m.op("Abs", [quotient], shape)], shape)],
+                     shape)  # fmt: skip
+    else:
+        whole = m.op("Floor", [quotient], shape)
+    zero = m.constant("zero", np.float32(0))
+    taken = m.op("Where", [m.op("Equal", [whole, zero], shape), zero, m.op("Mul", [whole, y], shape)], shape)
+    rest = m.op("Sub", [x, taken], shape)  # x itself where no whole y fits (0·∞ is no NaN)
+    sign = m.op("Sign", [x if toward_zero else y], graph.types[x if toward_zero else y].shape)
+    size = m.op("Abs", [y], graph.types[y].shape)
+    step = m.op("Mul", [sign, size], shape)  # |y| with the rest's sign
+    past = m.op("GreaterOrEqual", [m.op("Mul", [rest, sign], shape), size], shape)  # 1 where a whole y is left
+    rest = m.op("Sub", [rest, m.op("Where", [past, step, zero], shape)], shape)  # (0·∞ would be NaN)
+    short = m.op("Less", [m.op("Mul", [rest, sign], shape), zero], shape)  # 1 where the rest has the wrong sign
+    m.op("Add", [rest, m.op("Where", [short, step, zero], shape)], shape, out=out)  # an infinite y: x, or ±∞
+    return m.nodes
 
 
 def _one_hot(graph: Graph, node: Node) -> list[Node] | None:
