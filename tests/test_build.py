@@ -439,6 +439,19 @@ def test_grid_sample_refuses_volumetric_sampling(tmp_path):
         autoconfig.compile_model(tmp_path / "volume.onnx", tmp_path / "built", profile=PROFILES["avx2"], target="avx2")
 
 
+@pytest.mark.parametrize(("time_axis", "batch_axis"), [(0, 1), (1, 0)])
+def test_reverse_sequence_by_constant_lengths_is_one_gather(tmp_path, time_axis, batch_axis):
+    """ReverseSequence of a computed tensor of 5 steps of 4 entries (a Tanh of the input)
+    by constant lengths (one of 1, one whole): each entry's first steps reversed, the
+    rest in place, as onnxruntime gives; one gather kernel."""
+    b = zoo.Builder("reversed", 12)
+    lengths = b.const("lengths", np.array([5, 1, 3, 2], np.int64))  # 4 entries of 5 steps
+    y = b.op("ReverseSequence", [b.op("Tanh", ["input"]), lengths], time_axis=time_axis, batch_axis=batch_axis)
+    shape = [5, 4, 3] if batch_axis == 1 else [4, 5, 3]
+    manifest = build_and_compare(b.model("input", shape, [(y, shape)], opset=17), "avx2", tmp_path / "built")
+    assert [k["kind"] for k in manifest["kernels"]].count("gather") == 1
+
+
 def transformed(align: int, batch: int) -> onnx.ModelProto:
     """A spatial transformer: the input image (batch x3x8x10) sampled at an affine grid
     of parameters computed from the image's channel means."""

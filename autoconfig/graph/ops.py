@@ -255,6 +255,8 @@ OPERATORS: dict[str, OpInfo] = {
                          check=_grid_sampling),  # as gathers of pixels' rows, weighted (graph.simplify)
     "OneHot": OpInfo(_M, _INJ, ref.onnx_op("OneHot"), kernel=_A,
                      parameters=(1, 2)),  # a Where by each index's equality to the classes (graph.simplify)
+    "ReverseSequence": OpInfo(_R, _INJ, ref.onnx_op("ReverseSequence"), kernel=_MV,
+                              parameters=(1,)),  # a Gather by a constant index per element (graph.simplify)
     "Mod": OpInfo(_1, _EW, ref.onnx_op("Mod")),  # as the rest of a rounded quotient (graph.simplify)
     "Trilu": OpInfo(_1, _EW, ref.onnx_op("Trilu"), parameters=(1,)),  # a Where by a constant triangle (simplify)
     "CastLike": OpInfo(_1, _EW, ref.onnx_op("CastLike")),  # as a Cast to its second input's type (graph.simplify)

@@ -80,7 +80,7 @@ def simplify(graph: Graph) -> Graph:
     topological order."""
     for rewrite in (_variadic_in_pairs, _prelu, _dropout, _rearranged, _view_transpose, _lrn_as_ops, _cast_like,
                     _trilu_as_selection, _lp_normalization, _lp_pool, _reduce_prod, _scatter_as_gather,
-                    _gather_nd_by_rows, _affine_grid, _grid_sample, _one_hot):
+                    _gather_nd_by_rows, _affine_grid, _grid_sample, _one_hot, _reverse_sequence):
         _rewritten(graph, rewrite)
     _bools_as_floats(graph)
     for rewrite in (_selections_of_two, _einsum_as_products, _reductions_as_others, _log_sum_exps, _arg_extremes,
@@ -1625,6 +1625,28 @@ def _mod(graph: Graph, node: Node) -> list[Node] | None:
     rest = m.op("Sub", [rest, m.op("Where", [past, step, zero], shape)], shape)  # (0·∞ would be NaN)
     short = m.op("Less", [m.op("Mul", [rest, sign], shape), zero], shape)  # 1 where the rest has the wrong sign
     m.op("Add", [rest, m.op("Where", [short, step, zero], shape)], shape, out=out)  # an infinite y: x, or ±∞
+    return m.nodes
+
+
+def _reverse_sequence(graph: Graph, node: Node) -> list[Node] | None:
+    """ReverseSequence by constant lengths as one Gather of the input flattened, by a
+    constant index per element: each batch entry's first lengths[b] steps reversed
+    along the time axis, the rest in place."""
+    if node.op != "ReverseSequence":
+        return None
+    x, lengths = node.inputs
+    if not graph.is_constant(lengths):
+        raise AutoconfigError(f"node {node.name!r} (ReverseSequence): lengths computed at run time are not generated")
+    shape = graph.types[x].shape
+    time, batch = node.attrs.get("time_axis", 0), node.attrs.get("batch_axis", 1)
+    source = np.arange(math.prod(shape)).reshape(shape)
+    for b, length in enumerate(np.asarray(graph.constants[lengths]).reshape(-1)):
+        steps = [slice(None)] * len(shape)
+        steps[batch], steps[time] = b, slice(0, int(length))
+        source[tuple(steps)] = np.flip(source[tuple(steps)], axis=time - (batch < time))
+    m = _Made(graph, node.name)
+    flat = m.reshaped(x, (math.prod(shape),))
+    m.op("Gather", [flat, m.constant("source", source.astype(np.int64))], shape, out=node.outputs[0], axis=0)
     return m.nodes
 
 
