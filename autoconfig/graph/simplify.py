@@ -1753,9 +1753,9 @@ def _grid_coordinate(m: _Made, grid: str, axis: int, size: int, attrs: dict, poi
                       m.constant("centre", np.float32((size - 1) / 2))], points)  # fmt: skip
     if attrs.get("mode") == "nearest":
         at = m.op("Round", [at], points)  # half to even, as onnxruntime and the reference round
-    padding = attrs.get("padding_mode", "zeros")
     if attrs.get("mode") in ("bicubic", "cubic"):
         return at
+    padding = attrs.get("padding_mode", "zeros")
     if padding == "border":
         return _clipped(m, at, size, points)
     return _reflected(m, at, size, attrs, points) if padding == "reflection" else at
@@ -1816,6 +1816,7 @@ def _reflected(m: _Made, at: str, size: int, attrs: dict, points: tuple[int, ...
         return _clipped(m, at, size, points)
     shifted = m.op("Sub", [at, m.constant("low", np.float32(low))], points)
     period = m.constant("period", np.float32(2 * reach))
+    # the rest of a floor, not a Mod: a finite positive period needs none of `_mod`'s fix-ups (more kernels)
     turns = m.op("Floor", [m.op("Div", [shifted, period], points)], points)
     wrapped = m.op("Sub", [shifted, m.op("Mul", [turns, period], points)], points)
     off = m.op("Abs", [m.op("Sub", [wrapped, m.constant("reach", np.float32(reach))], points)], points)
