@@ -39,6 +39,7 @@ from kernels.cache import KernelCache, generated
 from kernels.emit import KernelModule, generate
 from kernels.nchwc import Reblock
 from kernels.runner import ARENA, FIRST_INPUT, WEIGHTS
+from kernels.sizes import ceil_div
 from kernels.target import Target
 
 ALIGN = 16
@@ -470,12 +471,25 @@ def elementwise_kernel(b: Builder, name: str, ops: list[str], x: Ref, y: Ref, sh
     else:
         planes = channels = shape[0] if shape else 1
     plane_size = math.prod(shape) // planes
+    if channels == 1 and planes < b.threads:  # one per-channel value for all: any cut of the planes
+        pieces = _pieces(plane_size, lanes, ceil_div(b.threads, planes))
+        planes, plane_size = planes * pieces, plane_size // pieces
     config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue, layout)
     threads = min(b.threads, planes)
     call = Call(config.symbol, tuple(Part((y, x, *operands), r) for r in split(planes, threads)))
     moved = 4 * planes * plane_size * (2 + sum(op.operand == "output" for op in epilogue))
+    vector_ops = ceil_div(planes, threads) * ceil_div(plane_size, lanes) * ep.vector_ops(epilogue)
     return streaming(b, name, ops, "elementwise", [call], b.modules(ew.generate, config), moved,
-                      f"{ep.describe(epilogue)} on {planes} planes of {plane_size}, {threads} thread(s)")
+                      f"{ep.describe(epilogue)} on {planes} planes of {plane_size}, {threads} thread(s)",
+                      vector_ops=vector_ops)
+
+
+def _pieces(size: int, lanes: int, wanted: int) -> int:
+    """How many equal pieces to cut a plane of `size` floats into so the threads share it:
+    the fewest from `wanted` to `wanted` x `lanes`, each a whole number of vectors where
+    that can be, and at least one vector; 1 if none."""
+    fits = [d for d in range(wanted, wanted * lanes + 1) if size % d == 0 and size // d >= lanes]
+    return next((d for d in fits if size // d % lanes == 0), fits[0] if fits else 1)
 
 
 def plane_axis(shape: tuple[int, ...]) -> int:

@@ -219,3 +219,20 @@ def test_lrn_matches_onnxruntime(size):
     attrs = {a.name: h.get_attribute_value(a) for a in node.attribute}
     expected = onnxruntime_outputs(model, {"x": x}) if size % 2 else [OPERATORS["LRN"].reference(attrs, x)]
     assert_close(built_outputs(model, {"x": x}, "dp", 1), expected)
+
+
+@pytest.mark.parametrize(("shape", "threads"), [((1, 37, 48), 2), ((1, 250), 2), ((1, 7, 5), 1)],
+                         ids=["rows", "odd", "tiny"])
+def test_a_chain_on_one_plane_is_cut_for_every_thread(shape, threads):
+    # [1, tokens, width]: one plane along the first axis; its pieces go to both threads
+    # (whole vectors where the size allows, masked tails else; under a vector each, not
+    # cut), and the values stay right
+    b = zoo.Builder("one_plane", 5)
+    x = b.op("Add", [b.op("Gelu", ["input"]), b.const("bias", np.float32(0.25))])
+    model = b.model("input", list(shape), [(x, list(shape))])
+    model.opset_import[0].version = OPSET
+    feeds = {"input": 3 * np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
+    assert_close(built_outputs(model, feeds, "dp", 2), onnxruntime_outputs(model, feeds))
+    built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 2)
+    (kernel,) = built.kernels
+    assert kernel.summary.endswith(f"{threads} thread(s)")
