@@ -24,7 +24,7 @@ from __future__ import annotations
 from graphlib import TopologicalSorter
 
 from autoconfig.builder import (
-    ELEMENTWISE_GROUP, ELEMENTWISE_VECTORS, VIRTUAL, Builder, BuiltModel, KernelGroup, Lowering, aligned,
+    ELEMENTWISE_GROUP, VIRTUAL, Builder, BuiltModel, KernelGroup, Lowering, aligned, copy_call,
     elementwise_kernel, fail, match_epilogue, ops_of, plane_axis, reads_any_layout, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS, AutoconfigError, reraised
@@ -39,7 +39,6 @@ from autoconfig.graph.ops import Kernel, info
 from autoconfig.layouts import kept_layout
 from autoconfig.profile import HardwareProfile
 from autoconfig.runtime import Call, Part, Ref
-from kernels import elementwise as ew
 from kernels.cache import KernelCache
 from kernels.target import Target
 
@@ -177,9 +176,8 @@ def _output_copy(b: Builder, name: str) -> KernelGroup | None:
     out = b.write(name)
     if size == 0:
         return None
-    config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
-    call = Call(config.symbol, (Part((out, source), (0, 1)),))
-    return streaming(b, f"{name}_copy", [f"{name} (output copy)"], "copy", [call], b.modules(ew.generate, config),
+    call, modules = copy_call(b, out, source, size)
+    return streaming(b, f"{name}_copy", [f"{name} (output copy)"], "copy", [call], modules,
                       8 * size, "the output copied out of the input or the weights")
 
 

@@ -484,6 +484,15 @@ def elementwise_kernel(b: Builder, name: str, ops: list[str], x: Ref, y: Ref, sh
                       vector_ops=vector_ops)
 
 
+def copy_call(b: Builder, out: Ref, x: Ref, size: int) -> tuple[Call, list[KernelModule]]:
+    """`size` floats copied from `x` to `out`, in equal pieces for every thread
+    (`_pieces`), with the modules it runs."""
+    pieces = _pieces(size, b.target.f32_lanes, b.threads)
+    config = ew.ElementwiseConfig(pieces, size // pieces, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
+    threads = min(b.threads, pieces)
+    return Call(config.symbol, tuple(Part((out, x), r) for r in split(pieces, threads))), b.modules(ew.generate, config)
+
+
 def _pieces(size: int, lanes: int, wanted: int) -> int:
     """How many equal pieces to cut a plane of `size` floats into so the threads share it:
     the fewest from `wanted` to `wanted` x `lanes`, each a whole number of vectors where
@@ -511,9 +520,9 @@ def permuted(b: Builder, x: Ref, shape: tuple[int, ...], perm: tuple[int, ...], 
     if move.view_offset is not None and into is None:
         return x, [], []
     out = into if into is not None else b.scratch(size)
-    if move.view_offset is not None:  # a copy
-        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
-        return out, [Call(config.symbol, (Part((out, x), (0, 1)),))], b.modules(ew.generate, config)
+    if move.view_offset is not None:
+        call, modules = copy_call(b, out, x, size)
+        return out, [call], modules
     tables = b.constant(move.tables.view(np.float32))
     threads = min(b.threads, move.config.rows)
     call = Call(move.config.symbol, tuple(Part((out, x, tables), r) for r in split(move.config.rows, threads)))

@@ -13,7 +13,7 @@ import numpy as np
 
 from autoconfig import movement
 from autoconfig.builder import (
-    ELEMENTWISE_VECTORS, VIRTUAL, Builder, KernelGroup, Lowering, fail, ops_of, permuted, streaming,
+    VIRTUAL, Builder, KernelGroup, Lowering, copy_call, fail, ops_of, permuted, streaming,
 )  # fmt: skip
 from autoconfig.errors import REFUSALS
 from autoconfig.graph.ir import Node
@@ -23,7 +23,6 @@ from autoconfig.lowering import reblock_call
 from autoconfig.models import conv as conv_model
 from autoconfig.runtime import Call, Part, Ref, split
 from kernels import conv as kc
-from kernels import elementwise as ew
 from kernels import movement as mv
 from kernels.emit import generate
 from kernels.nchwc import Reblock
@@ -49,9 +48,8 @@ def _concat(b: Builder, node: Node) -> KernelGroup | None:
     copies = _place_slices(b, node, out, layout)
     calls, modules = [], []
     for value, at, size in copies:
-        config = ew.ElementwiseConfig(1, size, 1, b.target.f32_lanes, ELEMENTWISE_VECTORS)
-        calls.append(Call(config.symbol, (Part((Ref(out.space, at), b.read(value, layout)), (0, 1)),)))
-        modules += b.modules(ew.generate, config)
+        call, copy_modules = copy_call(b, Ref(out.space, at), b.read(value, layout), size)
+        calls, modules = calls + [call], modules + copy_modules
     if not calls:
         return None
     return streaming(b, node.name, ops_of([node]), "copy", calls, modules, 8 * math.prod(shape),
