@@ -7,6 +7,9 @@ block of `together` rows at a time, their passes side by side::
         d = 1 / √(Σ (x − m)² / n + ε)                 # two passes: no cancellation
         Y[row] = (x − m) · d · scale + bias           # scale and bias: one value per column
 
+Not `centred` (RMSNormalization: x over its root mean square), m is 0 and its pass
+is not made.
+
 One row's sums, horizontal adds, division and square root are a chain of dependent
 steps; a short row (Swin-T's 96 features: six vectors) is nearly all chain, which the
 rows of a block overlap.
@@ -35,6 +38,7 @@ class LayerNormConfig:
     lanes: int
     epsilon: float
     together: int = 1
+    centred: bool = True  # the mean subtracted (LayerNormalization), or not (RMSNormalization)
 
     @property
     def symbol(self) -> str:
@@ -52,7 +56,8 @@ class LayerNormConfig:
             Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,)),
             Param("scale", Role.IN, extent=(self.length,)), Param("bias", Role.IN, extent=(self.length,)),
             Param("row_begin", Role.SIZE), Param("row_end", Role.SIZE)),
-            f"layer normalization of {self.rows} rows of {self.length}, rows [row_begin, row_end).")  # fmt: skip
+            f"{'layer' if self.centred else 'root-mean-square'} normalization of {self.rows} rows of {self.length}, "
+            "rows [row_begin, row_end).")  # fmt: skip
 
 
 def generate(config: LayerNormConfig, target: Target) -> KernelModule:
@@ -84,7 +89,7 @@ def _rows(cfg: LayerNormConfig, target: Target, args: dict) -> None:
             count = arith.constant(f32, float(length))
             return [arith.divf(vector.reduction(f32, vector.CombiningKind.ADD, total), count) for total in totals]
 
-        means = [vector.broadcast(vec, m) for m in row_sums(lambda v, i: v)]
+        means = [vector.broadcast(vec, m) for m in row_sums(lambda v, i: v)] if cfg.centred else [zero] * len(rows)
         variances = row_sums(lambda v, i: arith.mulf(arith.subf(v, means[i]), arith.subf(v, means[i])))
         inverses = [vector.broadcast(vec, arith.divf(arith.constant(f32, 1.0), math.sqrt(
             arith.addf(variance, arith.constant(f32, cfg.epsilon))))) for variance in variances]  # fmt: skip

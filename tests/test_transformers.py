@@ -17,7 +17,9 @@ from autoconfig.machine import PROGRAM_STEP_NS, Machine
 from autoconfig.models import attention as attention_model
 from autoconfig.models.attention import AttentionShape
 from autoconfig.profile import load_profile
+from autoconfig.build import build_model
 from autoconfig.cli import main
+from autoconfig.graph.onnx_import import import_model
 from autoconfig.graph import zoo
 from kernels.target import get_target
 from autoconfig.probe.host import this_host
@@ -864,6 +866,50 @@ def test_trilu_keeps_one_side_of_a_diagonal(tmp_path, upper, k):
     b = zoo.Builder("trilu", 37)
     y = b.op("Trilu", ["input", b.const("k", np.array(k, np.int64))], upper=upper)
     build_and_compare(b.model("input", [2, 5, 7], [(y, None)], opset=17), "avx2", tmp_path / "built")
+
+
+def written_out_rms_norm(b: zoo.Builder, x: str, form: str, axes: list[int], scale: np.ndarray | None) -> str:
+    """x over its root mean square as exporters write it: x·Reciprocal(√(mean(x²) + ε))
+    (torch.rsqrt, Llama), x·(1 / √...) (T5), or x / √...; then times `scale`, if given.
+    The mean's axes an input (opset 18) for the reciprocal form, an attribute else."""
+    square = b.op("Mul", [x, x])
+    mean = (b.op("ReduceMean", [square, b.const("axes", np.array(axes, np.int64))], keepdims=1) if form == "reciprocal"
+            else b.op("ReduceMean", [square], axes=axes, keepdims=1))  # fmt: skip
+    root = b.op("Sqrt", [b.op("Add", [mean, b.const("eps", np.float32(1e-6))])])
+    if form == "divided":
+        normed = b.op("Div", [x, root])
+    else:
+        inverse = b.op("Reciprocal", [root]) if form == "reciprocal" else b.op("Div", [b.const("one", np.float32(1)), root])
+        normed = b.op("Mul", [inverse, x])
+    return normed if scale is None else b.op("Mul", [b.const("g", scale), normed])
+
+
+@pytest.mark.parametrize(("form", "axes", "scaled"), [("reciprocal", [-1], True), ("one_over", [2], True),
+                                                      ("divided", [-1], False), ("reciprocal", [1, 2], True)])
+def test_a_written_out_rms_norm_is_one_row_kernel(tmp_path, form, axes, scaled):
+    """The root-mean-square norms of Llama, T5 and others, written out as ops by the
+    exporter, run as one RMSNormalization row kernel (over the last axis or the last
+    two, a constant scale folded in) and match onnxruntime; a square read elsewhere too
+    keeps the ops."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder(f"rms_{form}", 43)
+    x = linear(b, "input", 12, 16)
+    scale = (b.rng.standard_normal(16 if len(axes) == 1 else (5, 16)) + 1.0).astype(np.float32) if scaled else None
+    y = written_out_rms_norm(b, x, form, axes, scale)
+    opset = 18 if form == "reciprocal" else 17
+    model = b.model("input", [2, 5, 12], [(y, None)], opset=opset)
+    build_and_compare(model, "avx2", tmp_path / "built")
+    built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 1)
+    assert [k.kind for k in built.kernels].count("layernorm") == 1
+    assert not any("ReduceMean" in o for k in built.kernels for o in k.ops)
+    shared = zoo.Builder("rms_shared", 43)
+    x = linear(shared, "input", 12, 16)
+    y = written_out_rms_norm(shared, x, form, axes, scale)
+    square = next(n.output[0] for n in shared.nodes if n.op_type == "Mul" and n.input[0] == n.input[1])
+    model = shared.model("input", [2, 5, 12], [(y, None), (square, None)], opset=opset)
+    build_and_compare(model, "avx2", tmp_path / "shared")
+    assert "layernorm" not in [k.kind for k in build_model(import_model(model), load_profile(PROFILES["avx2"]),
+                                                            get_target("avx2"), "dp", 1).kernels]  # fmt: skip
 
 
 def test_rms_normalization_and_castlike_match_onnxruntime(tmp_path):

@@ -11,7 +11,7 @@ gathers each module's `LOWERINGS` into its registry, and the layout plan
 - `matmul`: Gemm and MatMul.
 - `pool`: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean, ReduceMax.
 - `softmax`: Softmax.
-- `normalization`: LayerNormalization.
+- `normalization`: LayerNormalization, RMSNormalization.
 - `movement`: Concat, Transpose, Slice, Split, Pad, Resize, Upsample.
 - `recurrent`: a Recurrence node, the steps of an LSTM, GRU or RNN layer
   (`graph.recurrent`).

@@ -248,7 +248,7 @@ OPERATORS: dict[str, OpInfo] = {
     "LRN": OpInfo(_MM, _OUT, ref.lrn, kernel=_A),  # as its ops (graph.simplify)
     "CumSum": OpInfo(_MM, _OUT, ref.onnx_op("CumSum"), kernel=_A, parameters=(1,)),  # a triangle's product (simplify)
     "RMSNormalization": OpInfo(_MM, _OUT, ref.onnx_op("RMSNormalization"), kernel=_A,
-                               parameters=(1,)),  # as its ops (graph.simplify)
+                               parameters=(1,)),  # one row kernel (families.normalization)
     "AffineGrid": OpInfo(_MM, _OUT, ref.onnx_op("AffineGrid"), kernel=_A,
                          parameters=(1,)),  # as a product of the grid's points by θᵀ (graph.simplify)
     "GridSample": OpInfo(_MM, _OUT, ref.onnx_op("GridSample"), kernel=_A,

@@ -47,12 +47,14 @@
 - ScatterND and ScatterElements by constant indices become one Gather of the data and
   the updates by a constant index per element, with a reduction the data combined with
   such Gathers of the updates (`_scatter_as_gather`);
-- InstanceNormalization, RMSNormalization (no mean subtracted), and LayerNormalization
-  whose mean or inverse deviation is read (else it is one kernel of its own), become
-  their definition
+- InstanceNormalization, and LayerNormalization whose mean or inverse deviation is
+  read (else it is one kernel of its own, as RMSNormalization is), become their
+  definition
   (`_normalized_as_ops`): the mean and variance over the normalized axes (ReduceMean;
   the spatial axes per image and channel, or the axes from `axis` on), then
-  elementwise ops, which the fusion planner groups like any others.
+  elementwise ops, which the fusion planner groups like any others;
+- a root-mean-square norm written out (x · 1/√(mean(x²) + ε), times a constant scale)
+  becomes one RMSNormalization node (`_rms_norm_as_one`).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def simplify(graph: Graph) -> Graph:
     _fold_batchnorm(graph)
     graph.nodes = [region for node in graph.nodes for region in _tap_regions(graph, node)]
     _gelu_as_one(graph)
+    _rms_norm_as_one(graph)
     _scales_after_products(graph)
     _views_after_elementwise(graph)
     _views_of_views(graph)
@@ -1189,6 +1192,86 @@ def _gelu_as_one(graph: Graph) -> None:
     graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
 
 
+def _rms_norm_as_one(graph: Graph) -> None:
+    """x · 1/√(mean(x²) + ε), times a constant scale or not, written out by an exporter as
+    Mul(x, x), ReduceMean over trailing axes, Add, Sqrt and Reciprocal (or Div of 1, or x
+    divided by the root) and Muls (Llama's, T5's and Gemma's norms), becomes one
+    RMSNormalization node: one row kernel instead of five passes and a broadcast."""
+    producers, consumers = graph.producers(), graph.consumers()
+    dropped: set[int] = set()
+    for mean in [n for n in graph.nodes if n.op == "ReduceMean"]:
+        found = _rms_norm_chain(graph, producers, consumers, mean)
+        if found is None:
+            continue
+        x, axis, epsilon, chain, scale = found
+        last, rest = chain[-1], graph.types[x].shape[axis:]
+        weights = np.ones(rest, np.float32) if scale is None else np.broadcast_to(graph.constants[scale], rest)
+        inputs = [x, _Made(graph, last.name).constant("scale", np.array(weights, np.float32))]
+        attrs = {"axis": axis, "epsilon": epsilon}
+        graph.nodes[graph.nodes.index(last)] = Node(last.name, "RMSNormalization", inputs, last.outputs, attrs)
+        dropped |= {id(n) for n in chain[:-1]}
+    graph.nodes = [n for n in graph.nodes if id(n) not in dropped]
+
+
+def _rms_norm_chain(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]],
+                    mean: Node) -> tuple[str, int, float, list[Node], str | None] | None:  # fmt: skip
+    """(x, the first normalized axis, ε, the nodes from x² to the normalized x or its
+    scaled value, the scale or None) where `mean` is the mean of a square in a
+    root-mean-square normalization, else None."""
+    square = producers.get(mean.inputs[0])
+    if square is None or square.op != "Mul" or square.inputs[0] != square.inputs[1] or \
+            _only_consumer(graph, consumers, mean.inputs[0]) is not mean:  # fmt: skip
+        return None
+    x, axes = square.inputs[0], reduced_axes(mean, graph)
+    rank = len(graph.types[x].shape)
+    if not axes or axes != tuple(range(rank - len(axes), rank)) or not mean.attrs.get("keepdims", 1):
+        return None
+    chain, at = [square, mean], mean.outputs[0]
+    for op in ("Add", "Sqrt"):
+        node = _only_consumer(graph, consumers, at)
+        if node is None or node.op != op or (op == "Add" and _scalar_operand(graph, node, at) is None):
+            return None
+        chain, at = chain + [node], node.outputs[0]
+    epsilon = _scalar_operand(graph, chain[2], mean.outputs[0])
+    inverse = _only_consumer(graph, consumers, at)
+    if inverse is not None and inverse.op == "Div" and inverse.inputs == [x, at]:
+        chain.append(inverse)  # x / √(...)
+    elif inverse is not None and (inverse.op == "Reciprocal" or inverse.op == "Div" and inverse.inputs[1] == at
+                                  and _scalar_operand(graph, inverse, at) == 1.0):  # fmt: skip
+        normed = _only_consumer(graph, consumers, inverse.outputs[0])
+        if normed is None or normed.op != "Mul" or sorted(normed.inputs) != sorted([x, inverse.outputs[0]]):
+            return None
+        chain += [inverse, normed]
+    else:
+        return None
+    if epsilon is None or not epsilon >= 0:
+        return None
+    normed = chain[-1].outputs[0]
+    scaled = _only_consumer(graph, consumers, normed)
+    scale = _scale_along(graph, scaled, normed, rank - len(axes)) if scaled is not None else None
+    return x, rank - len(axes), epsilon, chain + ([scaled] if scale else []), scale
+
+
+def _scalar_operand(graph: Graph, node: Node, value: str) -> float | None:
+    """The value of `node`'s other operand than `value` where it is a one-element constant."""
+    other = [i for i in node.inputs if i != value]
+    constant = graph.constants.get(other[0]) if len(other) == 1 and len(node.inputs) == 2 else None
+    return float(constant.reshape(-1)[0]) if constant is not None and constant.size == 1 else None
+
+
+def _scale_along(graph: Graph, node: Node, value: str, axis: int) -> str | None:
+    """The constant `node` multiplies `value` by where it is a Mul of the same shape by one
+    that varies only along the axes from `axis` on, else None."""
+    other = [i for i in node.inputs if i != value]
+    shape = graph.types[value].shape
+    if node.op != "Mul" or len(other) != 1 or not graph.is_constant(other[0]) or \
+            graph.types[node.outputs[0]].shape != shape:  # fmt: skip
+        return None
+    given = graph.constants[other[0]].shape
+    padded = (1,) * (len(shape) - len(given)) + tuple(given)
+    return other[0] if len(given) <= len(shape) and all(d == 1 for d in padded[:axis]) else None
+
+
 def _gelu_argument(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]],
                    erf: Node) -> tuple[str, list[Node]] | None:  # fmt: skip
     """x and the node computing x/√2 (a Div by √2 or a Mul by 1/√2) that only `erf`
@@ -1256,8 +1339,8 @@ def _lowered(graph: Graph, node: Node) -> list[Node]:
         return _instance_norm_as_ops(graph, node)
     if node.op == "CumSum":
         return _cumsum_as_product(graph, node)
-    if node.op == "RMSNormalization":
-        return _rms_norm_as_ops(graph, node)
+    if node.op == "RMSNormalization" and not graph.is_constant(node.inputs[1]):
+        raise AutoconfigError(f"node {node.name!r} (RMSNormalization): a computed scale is not generated")
     if node.op == "LayerNormalization" and (any(node.outputs[1:]) or not all(graph.is_constant(p) for p in
                                                                               node.inputs[1:] if p)):  # fmt: skip
         return _layer_norm_as_ops(graph, node)
@@ -1542,21 +1625,17 @@ def _layer_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
     return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:])
 
 
-def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: tuple[int, ...],
-                       subtract_mean: bool = True) -> list[Node]:  # fmt: skip
+def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: tuple[int, ...]) -> list[Node]:
     """(x − mean) · (1 / √(variance + ε)) · scale + bias, the statistics over `axes`, scale
     and bias (the node's inputs 1 and 2, a bias optional) as constants of shape `params`;
-    the node's outputs 2 and 3, where named, the mean and the inverse deviation. Without
-    `subtract_mean` (RMSNormalization), x in place of x − mean: its root mean square."""
+    the node's outputs 2 and 3, where named, the mean and the inverse deviation."""
     x, scale, bias = [*node.inputs, ""][:3]
     y, mean_out, inverse_out = [*node.outputs, "", ""][:3]
     shape = graph.types[x].shape
     stats = _kept(shape, axes)
     made = _Made(graph, node.name)
-    centred = x
-    if subtract_mean:
-        mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1, out=mean_out)
-        centred = made.op("Sub", [x, mean], shape)
+    mean = made.op("ReduceMean", [x], stats, axes=list(axes), keepdims=1, out=mean_out)
+    centred = made.op("Sub", [x, mean], shape)
     variance = made.op("ReduceMean", [made.op("Mul", [centred, centred], shape)], stats, axes=list(axes), keepdims=1)
     epsilon = made.constant("epsilon", np.array(node.attrs.get("epsilon", 1e-5), np.float32))
     deviation = made.op("Sqrt", [made.op("Add", [variance, epsilon], stats)], stats)
@@ -1568,17 +1647,6 @@ def _normalized_as_ops(graph: Graph, node: Node, axes: tuple[int, ...], params: 
         scale = made.constant("bias", _shaped(graph.constants[bias], params))
     made.nodes.append(Node(node.name, "Add" if bias else "Mul", [normed, scale], [y], {}))
     return made.nodes
-
-
-def _rms_norm_as_ops(graph: Graph, node: Node) -> list[Node]:
-    """x over its root mean square across the axes from `axis` on (+ ε), times a
-    constant scale broadcast over those axes (opset 23)."""
-    x, scale = node.inputs[:2]
-    shape = graph.types[x].shape
-    if not graph.is_constant(scale):
-        raise AutoconfigError(f"node {node.name!r} (RMSNormalization): a computed scale is not generated")
-    axis = node.attrs.get("axis", -1) % len(shape)
-    return _normalized_as_ops(graph, node, tuple(range(axis, len(shape))), shape[axis:], subtract_mean=False)
 
 
 def _trilu_as_selection(graph: Graph, node: Node) -> list[Node] | None:
