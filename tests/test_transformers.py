@@ -912,6 +912,29 @@ def test_a_written_out_rms_norm_is_one_row_kernel(tmp_path, form, axes, scaled):
                                                             get_target("avx2"), "dp", 1).kernels]  # fmt: skip
 
 
+@pytest.mark.parametrize("by_constant", [True, False], ids=["times_sine", "added"])
+def test_a_rotated_half_is_one_gather(tmp_path, by_constant):
+    """A rotary embedding's rotate_half (the last axis' halves swapped, the first
+    negated: Concat of a negated Slice and a Slice) is one Gather; its signs go into the
+    sine it is multiplied by, or a product of their own where something else reads it."""
+    require_runnable(get_target("avx2"))
+    b = zoo.Builder("rotary", 47)
+    x = linear(b, "input", 12, 16)
+    def half(start: int, end: int) -> str:
+        bounds = [b.const(name, np.array([v], np.int64)) for name, v in (("start", start), ("end", end), ("axis", 2))]
+        return b.op("Slice", [x, *bounds])
+    rotated = b.op("Concat", [b.op("Neg", [half(8, 16)]), half(0, 8)], axis=-1)
+    cos, sin = (b.const(name, b.rng.standard_normal((5, 16)).astype(np.float32)) for name in ("cos", "sin"))
+    other = b.op("Mul", [rotated, sin]) if by_constant else b.op("Add", [rotated, x])
+    y = b.op("Add", [b.op("Mul", [x, cos]), other])
+    model = b.model("input", [2, 5, 12], [(y, None)], opset=17)
+    build_and_compare(model, "avx2", tmp_path / "built")
+    graph = import_model(model)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("Gather") == 1 and not {"Neg", "Concat", "Slice"} & set(ops)
+    assert ops.count("Mul") == 2  # x·cos, and the gather times the signed sine (or the signs)
+
+
 def test_rms_normalization_and_castlike_match_onnxruntime(tmp_path):
     """RMSNormalization (opset 23) over the last axis and over the last two, after a
     product (Llama's norms), and a CastLike to the product's own type."""

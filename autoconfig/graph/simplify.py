@@ -845,14 +845,17 @@ def _gathers_before_transposes(graph: Graph) -> None:
 
 def _concats_of_slices(graph: Graph) -> None:
     """A Concat of Slices of one tensor along its axis, each read by it alone (a roll:
-    Swin's shifted windows), becomes one Gather of that tensor by constant indices along
-    the axis: one pass over it instead of a kernel per piece and then a copy."""
+    Swin's shifted windows), or of such Slices negated (a rotary embedding's rotated
+    half), becomes one Gather of that tensor by constant indices along the axis: one
+    pass over it instead of a kernel per piece and then a copy; the negations a product
+    by a constant sign along the axis, folded into the constant a Mul then applies."""
     producers, consumers = graph.producers(), graph.consumers()
     for node in list(graph.nodes):
-        pieces = [producers.get(v) for v in node.inputs] if node.op == "Concat" else []
+        negated = [_negated_slice(graph, producers, consumers, v, node) for v in node.inputs] if node.op == "Concat" else []
+        pieces = [producers.get(v if n is None else n.inputs[0]) for v, n in zip(node.inputs, negated)]
         if not pieces or any(p is None or p.op != "Slice" or p.inputs[0] != pieces[0].inputs[0]
-                             or consumers[p.outputs[0]] != [node] or p.outputs[0] in graph.outputs
-                             or not all(graph.is_constant(i) for i in p.inputs[1:] if i) for p in pieces):
+                             or consumers[p.outputs[0]] != [n or node] or p.outputs[0] in graph.outputs
+                             or not all(graph.is_constant(i) for i in p.inputs[1:] if i) for p, n in zip(pieces, negated)):
             continue  # fmt: skip
         x = pieces[0].inputs[0]
         shape = graph.types[x].shape
@@ -862,12 +865,44 @@ def _concats_of_slices(graph: Graph) -> None:
         if not np.array_equal(np.take(np.arange(math.prod(shape)).reshape(shape), picks, axis=axis), taken):
             continue
         m = _Made(graph, node.name)
-        m.nodes.append(Node(node.name, "Gather", [x, m.constant("picks", picks.astype(np.int64))], node.outputs,
+        signs = np.concatenate([np.full(graph.types[p.outputs[0]].shape[axis], -1.0 if n else 1.0, np.float32)
+                                for p, n in zip(pieces, negated)])  # fmt: skip
+        gathered = node.outputs[0] if (signs > 0).all() else m.value("rolled", graph.types[node.outputs[0]].shape)
+        m.nodes.append(Node(node.name, "Gather", [x, m.constant("picks", picks.astype(np.int64))], [gathered],
                             {"axis": axis}))
+        if gathered != node.outputs[0]:
+            _signed(graph, consumers, m, gathered, node.outputs[0], signs.reshape([-1] + [1] * (len(shape) - axis - 1)))
         at = graph.nodes.index(node)
         graph.nodes[at:at + 1] = m.nodes
-        for piece in pieces:
+        for piece, neg in zip(pieces, negated):
             graph.nodes.remove(piece)
+            if neg is not None:
+                graph.nodes.remove(neg)
+
+
+def _negated_slice(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]], value: str,
+                   concat: Node) -> Node | None:  # fmt: skip
+    """The Neg computing `value` where it negates a Slice and only `concat` reads it."""
+    neg = producers.get(value)
+    if neg is None or neg.op != "Neg" or consumers[value] != [concat] or value in graph.outputs:
+        return None
+    return neg if producers.get(neg.inputs[0]) is not None and producers[neg.inputs[0]].op == "Slice" else None
+
+
+def _signed(graph: Graph, consumers: dict[str, list[Node]], m: _Made, gathered: str, out: str,
+            signs: np.ndarray) -> None:  # fmt: skip
+    """`out` = `gathered` times `signs`: where only a Mul by a constant of its shape or
+    fewer axes reads `out`, that constant takes the signs instead (a rotary embedding's
+    sine), else a Mul is made."""
+    readers = consumers.get(out, [])
+    mul = readers[0] if len(readers) == 1 and out not in graph.outputs else None
+    other = [i for i in mul.inputs if i != out] if mul is not None and mul.op == "Mul" else []
+    shape = graph.types[out].shape
+    if len(other) == 1 and graph.is_constant(other[0]) and graph.types[mul.outputs[0]].shape == shape:
+        mul.inputs = [gathered, m.constant("signed", (graph.constants[other[0]] * signs).astype(np.float32))]
+        graph.types.pop(out, None)
+        return
+    m.nodes.append(Node(f"{out}.signs", "Mul", [gathered, m.constant("signs", signs)], [out], {}))
 
 
 def _unit_axes_first(graph: Graph, transpose: Node, view: Node) -> Node:
