@@ -884,17 +884,18 @@ def written_out_rms_norm(b: zoo.Builder, x: str, form: str, axes: list[int], sca
     return normed if scale is None else b.op("Mul", [b.const("g", scale), normed])
 
 
-@pytest.mark.parametrize(("form", "axes", "scaled"), [("reciprocal", [-1], True), ("one_over", [2], True),
-                                                      ("divided", [-1], False), ("reciprocal", [1, 2], True)])
-def test_a_written_out_rms_norm_is_one_row_kernel(tmp_path, form, axes, scaled):
+@pytest.mark.parametrize(("form", "axes", "scale_shape"), [("reciprocal", [-1], (16,)), ("one_over", [2], (16,)),
+                                                           ("divided", [-1], None), ("reciprocal", [1, 2], (5, 16)),
+                                                           ("one_over", [1, 2], (1, 5, 1))])
+def test_a_written_out_rms_norm_is_one_row_kernel(tmp_path, form, axes, scale_shape):
     """The root-mean-square norms of Llama, T5 and others, written out as ops by the
     exporter, run as one RMSNormalization row kernel (over the last axis or the last
-    two, a constant scale folded in) and match onnxruntime; a square read elsewhere too
-    keeps the ops."""
+    two, a constant scale folded in, of as many axes as x too: a group norm's) and match
+    onnxruntime; a square read elsewhere too keeps the ops."""
     require_runnable(get_target("avx2"))
     b = zoo.Builder(f"rms_{form}", 43)
     x = linear(b, "input", 12, 16)
-    scale = (b.rng.standard_normal(16 if len(axes) == 1 else (5, 16)) + 1.0).astype(np.float32) if scaled else None
+    scale = None if scale_shape is None else (b.rng.standard_normal(scale_shape) + 1.0).astype(np.float32)
     y = written_out_rms_norm(b, x, form, axes, scale)
     opset = 18 if form == "reciprocal" else 17
     model = b.model("input", [2, 5, 12], [(y, None)], opset=opset)

@@ -1240,8 +1240,11 @@ def _rms_norm_as_one(graph: Graph) -> None:
             continue
         x, axis, epsilon, chain, scale = found
         last, rest = chain[-1], graph.types[x].shape[axis:]
-        weights = np.ones(rest, np.float32) if scale is None else np.broadcast_to(graph.constants[scale], rest)
-        inputs = [x, _Made(graph, last.name).constant("scale", np.array(weights, np.float32))]
+        weights = np.ones(rest, np.float32)
+        if scale is not None:  # its leading axes (of one) dropped
+            given = graph.constants[scale]
+            weights = np.broadcast_to(given.reshape((1,) * (len(rest) + axis - given.ndim) + given.shape), (1,) * axis + rest)
+        inputs = [x, _Made(graph, last.name).constant("scale", np.array(weights, np.float32).reshape(rest))]
         attrs = {"axis": axis, "epsilon": epsilon}
         graph.nodes[graph.nodes.index(last)] = Node(last.name, "RMSNormalization", inputs, last.outputs, attrs)
         dropped |= {id(n) for n in chain[:-1]}
