@@ -471,7 +471,7 @@ def elementwise_kernel(b: Builder, name: str, ops: list[str], x: Ref, y: Ref, sh
     else:
         planes = channels = shape[0] if shape else 1
     plane_size = math.prod(shape) // planes
-    if channels == 1 and planes < b.threads:  # one per-channel value for all: any cut of the planes
+    if layout == "nchw" and channels == 1 and planes < b.threads:  # one per-channel value for all: any cut
         pieces = _pieces(plane_size, lanes, ceil_div(b.threads, planes))
         planes, plane_size = planes * pieces, plane_size // pieces
     config = ew.ElementwiseConfig(planes, plane_size, channels, lanes, ELEMENTWISE_VECTORS, epilogue, layout)
