@@ -355,20 +355,14 @@ exp(−z²) leaves f32's range): within 5e-8 of erfc relative, 4.1e-7 evaluated 
 Estrin's scheme."""
 
 
-def _erfc_of_size(x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """(x < 0, |x|, erfc(|x|)): exp(−z²) and the polynomial in t (a divide, then Estrin's
-    scheme) are two chains side by side, not one after the other — the latency a GELU
-    epilogue waits on."""
-    z = math.absf(x)
-    t = arith.divf(_const(x, 1.0), math.fma(z, _const(x, 0.5), _const(x, 1.0)))
-    erfc = arith.mulf(exp(arith.mulf(arith.negf(z), z)), arith.mulf(t, _estrin(t, ERFC_POLYNOMIAL)))
-    return arith.cmpf(arith.CmpFPredicate.OLT, x, _const(x, 0.0)), z, erfc
-
-
 def _erf(value: ir.Value) -> ir.Value:
     """erf(|x|) by its series below ERF_SERIES_BELOW (its relative precision), else
-    1 − erfc; the sign of x."""
-    negative, z, erfc = _erfc_of_size(value)
+    1 − erfc, erfc's exp(−z²) and polynomial in t (a divide, then Estrin's scheme) two
+    chains side by side; the sign of x."""
+    z = math.absf(value)
+    t = arith.divf(_const(value, 1.0), math.fma(z, _const(value, 0.5), _const(value, 1.0)))
+    erfc = arith.mulf(exp(arith.mulf(arith.negf(z), z)), arith.mulf(t, _estrin(t, ERFC_POLYNOMIAL)))
+    negative = arith.cmpf(arith.CmpFPredicate.OLT, value, _const(value, 0.0))
     series = arith.mulf(z, _horner(arith.mulf(z, z), ERF_SERIES))
     small = arith.cmpf(arith.CmpFPredicate.OLT, z, _const(value, ERF_SERIES_BELOW))
     size = arith.select(small, series, arith.subf(_const(value, 1.0), erfc))

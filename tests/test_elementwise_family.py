@@ -236,3 +236,17 @@ def test_a_chain_on_one_plane_is_cut_for_every_thread(shape, threads):
     built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 2)
     (kernel,) = built.kernels
     assert kernel.summary.endswith(f"{threads} thread(s)")
+
+
+def test_a_copy_into_a_concat_is_cut_for_every_thread():
+    # a graph input concatenated with a computed value is copied into place: at two
+    # threads, in two pieces (one part each), and the values stay right (both signs)
+    b = zoo.Builder("copied", 5)
+    y = b.op("Concat", ["input", b.op("Relu", ["input"])], axis=1)
+    model = b.model("input", [1, 3, 20, 24], [(y, [1, 6, 20, 24])])
+    model.opset_import[0].version = OPSET
+    feeds = {"input": 3 * np.random.default_rng(8).standard_normal((1, 3, 20, 24)).astype(np.float32)}
+    assert_close(built_outputs(model, feeds, "dp", 2), onnxruntime_outputs(model, feeds))
+    built = build_model(import_model(model), load_profile(PROFILES["avx2"]), get_target("avx2"), "dp", 2)
+    (copy,) = [k for k in built.kernels if k.kind == "copy"]
+    assert [len(call.parts) for call in copy.calls] == [2]

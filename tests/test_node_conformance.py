@@ -47,8 +47,9 @@ TYPED_PASSING = (r"test_arg(max|min)_.*", r"test_(greater|less)(_equal)?(_bcast)
                  r"test_attention_local_window_ext_cache_rank\d(_\w+)?_mask(_expanded)?")
 """Node tests with an int64 or bool tensor that pass: int64 inputs and results the
 model computes as float32 values (exact below 2^24), int64 and bool outputs delivered
-in their own types; a float's power by integer exponents; one-hot rows of int64 indices; mods of int64 values; int64 positions and lengths of attention's function bodies and
-rotary embedding's positions (rows of its run-time caches); an output folded to a
+in their own types; a float's power by integer exponents; one-hot rows of int64
+indices; mods of int64 values; int64 positions and lengths of attention's function
+bodies and rotary embedding's positions (rows of its run-time caches); an output folded to a
 constant bool."""
 
 NOT_FLOAT32 = (r"only float32 models|ONNX opset \d+ is not supported|a cast to \w+ is not generated|int64 values "

@@ -879,7 +879,10 @@ def written_out_rms_norm(b: zoo.Builder, x: str, form: str, axes: list[int], sca
     if form == "divided":
         normed = b.op("Div", [x, root])
     else:
-        inverse = b.op("Reciprocal", [root]) if form == "reciprocal" else b.op("Div", [b.const("one", np.float32(1)), root])
+        if form == "reciprocal":
+            inverse = b.op("Reciprocal", [root])
+        else:
+            inverse = b.op("Div", [b.const("one", np.float32(1)), root])
         normed = b.op("Mul", [inverse, x])
     return normed if scale is None else b.op("Mul", [b.const("g", scale), normed])
 

@@ -850,13 +850,11 @@ def _concats_of_slices(graph: Graph) -> None:
     pass over it instead of a kernel per piece and then a copy; the negations a product
     by a constant sign along the axis, folded into the constant a Mul then applies."""
     producers, consumers = graph.producers(), graph.consumers()
-    for node in list(graph.nodes):
-        negated = [_negated_slice(graph, producers, consumers, v, node) for v in node.inputs] if node.op == "Concat" else []
+    for node in [n for n in graph.nodes if n.op == "Concat"]:
+        negated = [_negated_slice(graph, producers, consumers, v, node) for v in node.inputs]
         pieces = [producers.get(v if n is None else n.inputs[0]) for v, n in zip(node.inputs, negated)]
-        if not pieces or any(p is None or p.op != "Slice" or p.inputs[0] != pieces[0].inputs[0]
-                             or consumers[p.outputs[0]] != [n or node] or p.outputs[0] in graph.outputs
-                             or not all(graph.is_constant(i) for i in p.inputs[1:] if i) for p, n in zip(pieces, negated)):
-            continue  # fmt: skip
+        if not all(_sole_slice(graph, consumers, p, n or node, pieces[0]) for p, n in zip(pieces, negated)):
+            continue
         x = pieces[0].inputs[0]
         shape = graph.types[x].shape
         axis = node.attrs["axis"] % len(shape)
@@ -878,6 +876,15 @@ def _concats_of_slices(graph: Graph) -> None:
             graph.nodes.remove(piece)
             if neg is not None:
                 graph.nodes.remove(neg)
+
+
+def _sole_slice(graph: Graph, consumers: dict[str, list[Node]], piece: Node | None, reader: Node,
+                first: Node | None) -> bool:  # fmt: skip
+    """Whether `piece` is a Slice by constant bounds of `first`'s input, read by `reader`
+    alone (not a graph output)."""
+    return (piece is not None and first is not None and piece.op == "Slice" and piece.inputs[0] == first.inputs[0]
+            and consumers[piece.outputs[0]] == [reader] and piece.outputs[0] not in graph.outputs
+            and all(graph.is_constant(i) for i in piece.inputs[1:] if i))  # fmt: skip
 
 
 def _negated_slice(graph: Graph, producers: dict[str, Node], consumers: dict[str, list[Node]], value: str,
@@ -1240,11 +1247,9 @@ def _rms_norm_as_one(graph: Graph) -> None:
             continue
         x, axis, epsilon, chain, scale = found
         last, rest = chain[-1], graph.types[x].shape[axis:]
-        weights = np.ones(rest, np.float32)
-        if scale is not None:  # its leading axes (of one) dropped
-            given = graph.constants[scale]
-            weights = np.broadcast_to(given.reshape((1,) * (len(rest) + axis - given.ndim) + given.shape), (1,) * axis + rest)
-        inputs = [x, _Made(graph, last.name).constant("scale", np.array(weights, np.float32).reshape(rest))]
+        given = np.float32(1) if scale is None else graph.constants[scale]  # of one on the axes before `axis`
+        weights = np.broadcast_to(given, (1,) * axis + rest).reshape(rest)
+        inputs = [x, _Made(graph, last.name).constant("scale", np.array(weights, np.float32))]
         attrs = {"axis": axis, "epsilon": epsilon}
         graph.nodes[graph.nodes.index(last)] = Node(last.name, "RMSNormalization", inputs, last.outputs, attrs)
         dropped |= {id(n) for n in chain[:-1]}
@@ -1267,10 +1272,10 @@ def _rms_norm_chain(graph: Graph, producers: dict[str, Node], consumers: dict[st
     chain, at = [square, mean], mean.outputs[0]
     for op in ("Add", "Sqrt"):
         node = _only_consumer(graph, consumers, at)
-        if node is None or node.op != op or (op == "Add" and _scalar_operand(graph, node, at) is None):
+        if node is None or node.op != op:
             return None
         chain, at = chain + [node], node.outputs[0]
-    epsilon = _scalar_operand(graph, chain[2], mean.outputs[0])
+    epsilon = _scalar_operand(graph, chain[2], mean.outputs[0])  # checked below
     inverse = _only_consumer(graph, consumers, at)
     if inverse is not None and inverse.op == "Div" and inverse.inputs == [x, at]:
         chain.append(inverse)  # x / √(...)
