@@ -329,6 +329,19 @@ def test_prediction_terms_are_named_and_sum_up():
         assert p.total_ns >= p.term("fma") and p.gflops > 0
 
 
+def test_the_busiest_thread_takes_the_whole_tiles_of_a_split():
+    """Two threads dividing 112 columns in 32-column tiles compute 64 and 48 of them: the
+    busier does 4/7 of the work, not half (its FMA term says so), as 196 rows in 6-row
+    tiles give it 17 tiles, 102 rows."""
+    machine = Machine.of(load_profile(HOST_PROFILE))
+    config = mm.MatmulConfig(mm.MatmulShape(196, 112, 480), "packed", 8, mr=6, nv=4, transposed=True)
+    one, columns, rows = (MatmulPlan(config, t, split) for t, split in ((1, "rows"), (2, "columns"), (2, "rows")))
+    assert (columns.busiest_share(), rows.busiest_share()) == (64 / 112, 102 / 196)
+    per_thread = machine.at(8, 2).fma_per_ns() / machine.at(8, 1).fma_per_ns()
+    fma = predict(columns, machine).term("fma") * per_thread / predict(one, machine).term("fma")
+    assert fma == pytest.approx(64 / 112)
+
+
 def test_small_shapes_prefer_no_packing():
     # Packing costs more than it saves when the whole problem sits in L1.
     choice = plan_matmul(8, 8, 8, profile=HOST_PROFILE, threads=1)
@@ -619,7 +632,7 @@ def test_operands_read_and_written_in_place_through_row_strides(case_id, config,
 
 
 @pytest.mark.parametrize("local", ["rows", "columns"])
-@pytest.mark.parametrize("mnk", [(256, 3136, 64), (512, 784, 128)])
+@pytest.mark.parametrize("mnk", [(256, 3136, 64), (512, 768, 128)])
 def test_a_tie_on_threads_goes_to_the_split_that_keeps_each_thread_on_what_it_wrote(mnk, local):
     """A 1x1 convolution's product on 2 threads whose best row and column splits tie: the
     choice splits along `local` (the dimension the computed operand's producer divided),

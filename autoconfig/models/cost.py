@@ -168,10 +168,13 @@ OUTPUT_TRANSFERS = 2
 write-allocating cache reads each line in for ownership and writes it back."""
 
 
-def busiest_share(tiles: int, threads: int) -> float:
-    """Fraction of the split tiles (rows or columns) the busiest thread computes."""
+def busiest_share(tiles: int, threads: int, size: int = 1, extent: int | None = None) -> float:
+    """Fraction of the split tiles (rows or columns) the busiest thread computes: with
+    tiles of `size` over an `extent` the last tile may not fill, its whole tiles' share
+    of the extent (the first ranges are the longest, as `runtime.split` cuts them)."""
     parts = max(1, min(threads, tiles))
-    return math.ceil(tiles / parts) / tiles
+    extent = extent or tiles
+    return min(math.ceil(tiles / parts) * size, extent) / extent
 
 
 def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:

@@ -226,6 +226,14 @@ class MatmulPlan:
         """Blocks that actually run at once."""
         return min(self.threads, self.split_units())
 
+    def busiest_share(self) -> float:
+        """The busiest thread's fraction of the split dimension's rows or columns: its
+        whole tiles, where the last tile, which another thread takes, may be partial (N=112
+        in 64-column tiles on two threads: 64 of the 112 columns, not one of two tiles)."""
+        c = self.config
+        extent, size = (c.shape.m, c.mr) if self.split == "rows" else (c.shape.n, c.nr)
+        return busiest_share(self.split_units(), self.threads, size, extent)
+
 
 def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     """Predicted time of `plan` on the machine, as named terms (a banded plan's: the
@@ -247,7 +255,7 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
     base = machine if isinstance(machine, Machine) else Machine.of(machine)
     config = plan.config
     m = base.at(config.lanes, plan.threads)
-    share = busiest_share(plan.split_units(), plan.threads)
+    share = plan.busiest_share()
     terms_of = {"broadcast": _broadcast_terms, "dot": _dot_terms}.get(config.algorithm, _blocked_terms)
     terms, params = terms_of(plan, m, share)
     if config.epilogue:
@@ -948,7 +956,7 @@ def fixed_terms_ns(plan: MatmulPlan, machine: Machine) -> float:
     if c.algorithm not in ("tiled", "packed"):
         return 0.0
     m = machine.at(c.lanes, plan.threads)
-    share = busiest_share(plan.split_units(), plan.threads)
+    share = plan.busiest_share()
     k_blocks = math.ceil(plan.shape.k / c.blocks()[0])
     fixed = [_c_tile_term(plan, m, share, k_blocks), _c_passes(plan, m, share, k_blocks),
              *_packing_terms(plan, m, share)]  # fmt: skip
@@ -968,7 +976,7 @@ def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
     m = machine.at(c.lanes, plan.threads)
     per_k = sum(count * sum(microkernel_ns(rows * vectors, vectors, rows, m)) for count, rows, vectors in _tile_kinds(c))
     call = m.call_ns + (m.dispatch_ns if plan.parts() > 1 else 0.0)
-    return per_k * s.k * busiest_share(plan.split_units(), plan.threads) + call
+    return per_k * s.k * plan.busiest_share() + call
 
 
 def instructions_per_flop(config: MatmulConfig) -> float:
