@@ -11,6 +11,7 @@ bandwidth per thread when that many stream at once.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Callable
@@ -72,6 +73,18 @@ def _per_view(method: Callable[..., Result]) -> Callable[..., Result]:
     return memoized
 
 
+def _curve_at(curve: tuple[tuple[float, float], ...], size: float) -> float:
+    """A bandwidth curve's figure (bytes/ns) at working set `size`: linear in the log of
+    the size between the probe's points, its ends beyond them."""
+    if len(curve) == 1:
+        return curve[0][1]
+    sizes = [s for s, _ in curve]
+    i = min(max(1, bisect.bisect_left(sizes, size)), len(curve) - 1)
+    (s0, b0), (s1, b1) = curve[i - 1], curve[i]
+    t = min(1.0, max(0.0, math.log(size / s0) / math.log(s1 / s0)))
+    return b0 + (b1 - b0) * t
+
+
 @dataclass(frozen=True)
 class Machine:
     """The profile's figures as the models use them, at one vector width and thread count."""
@@ -96,6 +109,8 @@ class Machine:
     lanes: int = 0  # the vector width of this view (0: the widest)
     threads: int = 1  # threads running at once in this view
     constants_level: str | None = None  # where constant operands wait: None, the level holding them
+    curves: tuple[tuple[tuple[float, float], ...], ...] = ((), ())  # (working set B, GB/s): one thread, all
+    constants_bytes: int = 0  # the model's constants, all read once per inference (0: a layer alone)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # _per_view's figures of this view
@@ -125,6 +140,7 @@ class Machine:
             bandwidth_one={k: float(single.levels[k]) for k in levels},
             bandwidth_all={k: float(many.levels.get(k, single.levels[k])) for k in levels},
             all_threads=int(many.threads),
+            curves=tuple(tuple((float(p.working_set), float(p.bandwidth)) for p in b.curve) for b in (single, many)),
             lanes=widest,
         )
 
@@ -177,9 +193,24 @@ class Machine:
     def _bandwidth(self) -> dict[str, float]:
         if self.threads == 1:
             return self.bandwidth_one
+        return {k: self._per_thread(one, self.bandwidth_all[k]) for k, one in self.bandwidth_one.items()}
+
+    def _per_thread(self, one: float, every: float) -> float:
+        """A thread's bandwidth with `threads` streaming at once, from one thread's figure
+        and all hardware threads' total: the total interpolated between, shared out."""
         extra = (self.threads - 1) / max(1, self.all_threads - 1)
-        return {k: (one + (self.bandwidth_all[k] - one) * extra) / self.threads
-                for k, one in self.bandwidth_one.items()}  # fmt: skip
+        return (one + (every - one) * extra) / self.threads
+
+    def constants_read_ns(self, size: float) -> float:
+        """Reading `size` bytes of a layer's weights in a pass of their own: inside a model,
+        at the probe's bandwidth for a working set of all its constants (each inference
+        passes over all of them once, as the probe passes over its buffer; between an L3's
+        plateau and DRAM, the curve's figure where the levels' are both wrong), each
+        thread its share; a layer alone finds them where they fit."""
+        if not self.constants_bytes or not all(self.curves):  # a profile without curves: its levels
+            return self.traffic_ns(size)
+        one, every = (_curve_at(curve, self.constants_bytes) for curve in self.curves)
+        return size / self._per_thread(one, every)
 
     @_per_view
     def vector_loads_per_ns(self) -> float:
@@ -221,7 +252,7 @@ class Machine:
         inference has evicted a layer's weights by the time it runs again, so they come
         from DRAM. A layer called again and again (`in_model(0)`) finds them where they fit."""
         evicted = self.holding_level(weights, whole_problem=True) == "DRAM"
-        return replace(self, constants_level="DRAM") if evicted else self
+        return replace(self, constants_level="DRAM" if evicted else None, constants_bytes=weights)
 
     def constants_at(self, size: float) -> str:
         """The level a kernel reads `size` bytes of constant operands from."""

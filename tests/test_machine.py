@@ -87,6 +87,24 @@ def test_a_models_weights_come_from_dram_when_they_outgrow_the_l3() -> None:
     assert machine.in_model(528_000_000).at(16, 2).constants_level == "DRAM"
 
 
+def test_a_pass_over_a_models_weights_reads_at_the_curves_bandwidth_for_all_of_them() -> None:
+    """Inside a model, a kernel that copies its weights in a pass of its own reads them
+    at the probe's bandwidth for a working set of all the model's constants (between two
+    of its points, linear in the size's log), its threads sharing the total; alone, from
+    the level that holds them."""
+    profile = load_profile(ZEN4)
+    machine = Machine.of(profile)
+    (s0, b0), (s1, b1) = [(float(p.working_set), float(p.bandwidth)) for p in profile.bandwidth.single_thread.curve[-12:-10]]
+    between = int((s0 * s1) ** 0.5)
+    one = machine.in_model(between)
+    assert 1e6 / one.constants_read_ns(1e6) == pytest.approx((b0 + b1) / 2)
+    (a0, t0), (a1, t1) = [(float(p.working_set), float(p.bandwidth)) for p in profile.bandwidth.all_threads.curve[-12:-10]]
+    assert (a0, a1) == (s0, s1)
+    two = one.at(16, profile.bandwidth.all_threads.threads)
+    assert 1e6 / two.constants_read_ns(1e6) == pytest.approx((t0 + t1) / 2 / two.threads)
+    assert machine.in_model(0).constants_read_ns(1e6) == machine.traffic_ns(1e6)
+
+
 def test_broadcast_loads_come_from_the_probe_where_it_measured_them() -> None:
     profile = load_profile(XEON)
     machine = Machine.of(profile)

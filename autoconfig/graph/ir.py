@@ -62,3 +62,7 @@ class Graph:
 
     def is_constant(self, value: str) -> bool:
         return value in self.constants
+
+    def constant_bytes(self) -> int:
+        """Bytes of all the constants: the weights an inference reads once each."""
+        return sum(value.nbytes for value in self.constants.values())

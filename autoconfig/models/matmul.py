@@ -350,7 +350,8 @@ def _prologue_term(p: MatmulPlan, m: Machine, share: float, packing_ns: float) -
     thread all of B when split by rows, its columns when split by columns), where they
     add only what they take beyond the copy (`packing_ns`); a transposed one before its
     product, as it copies its share of the packed weights, scaled, into its workspace
-    (the copy's traffic too: a pass of its own, `SCALED_TERM`)."""
+    (the copy's traffic too, its reads from where the model leaves its weights: a pass
+    of its own, `SCALED_TERM`, which no FMA overlaps)."""
     c = p.config
     rows_share, columns_share = _row_and_column_shares(p, share)
     vectors = c.shape.k * ceil_div(c.shape.n, c.lanes) * columns_share
@@ -358,9 +359,11 @@ def _prologue_term(p: MatmulPlan, m: Machine, share: float, packing_ns: float) -
     ops = ep.vector_ops(c.prologue)
     ops_ns = vectors * reads * ops / m.fma_per_ns()
     if c.transposed:
-        copied = 2 * c.b_size() * columns_share * F32
-        return Term(SCALED_TERM, ops_ns + m.traffic_ns(copied),
-                    f"the weights scaled by row into the workspace: {copied / 1e6:.2f} MB read and written")
+        copied = c.b_size() * columns_share * F32
+        where = f"the model's {m.constants_bytes / 1e6:.1f} MB of them" if m.constants_bytes else "where they fit"
+        return Term(SCALED_TERM, ops_ns + m.constants_read_ns(copied) + m.traffic_ns(copied),
+                    f"the weights scaled by row into the workspace: {copied / 1e6:.2f} MB read (from among {where}) "
+                    f"and written, a pass of its own")
     if c.algorithm == "tiled":
         return Term("prologue", ops_ns, f"{ep.describe(c.prologue)} on B: {ops} vector ops per vector, read "
                                         f"{c.row_tiles()} times (once per row tile)")  # fmt: skip
