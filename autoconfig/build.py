@@ -196,7 +196,7 @@ def build_model(graph: Graph, profile: HardwareProfile, target: Target, fusion: 
                                   f"inputs, and int64 or bool outputs computed by the model) are built")  # fmt: skip
     threads = min(threads or int(profile.cores), int(profile.cores))
     b = Builder(graph, profile, target, threads, cache, FAMILIES, fast_winograd)
-    plan = plan or fusion_plan(graph, profile, fusion, b.decisions)
+    plan = plan or fusion_plan(graph, profile, fusion, b.decisions, threads)
     chains, cores = addressing.chains(graph), attention_cores(graph)
     for members in plan.groups:
         runs = addressing.absorbed(graph, members, chains)

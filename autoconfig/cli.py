@@ -222,7 +222,9 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
     from autoconfig.graph.onnx_import import load_onnx
 
     graph = load_onnx(args.model, dict(args.shape))
-    result = plan(graph, resolve_profile(args.profile), args.strategy)
+    profile = resolve_profile(args.profile)
+    threads = checks.threads_within(checks.threads(args.threads), profile) or int(profile.cores)
+    result = plan(graph, profile, args.strategy, threads=threads)
     kernels = [
         {"kernel": i, "ops": [graph.nodes[v].op for v in group],
          "nodes": [graph.nodes[v].name for v in group],
@@ -522,6 +524,8 @@ def _add_fuse(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     _add_model_arguments(fuse)
     fuse.add_argument("--strategy", choices=("dp", "greedy", "none"), default="dp")
+    fuse.add_argument("--threads", type=int, default=None,
+                      help="the threads the plan prices its kernels on, as a build would run them (default: all cores)")
     fuse.add_argument("--json", action="store_true", help="machine-readable output")
     fuse.set_defaults(run=_cmd_fuse)
 

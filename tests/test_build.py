@@ -707,6 +707,26 @@ def test_a_build_for_threads_also_holds_a_program_reusing_memory_at_once(tmp_pat
     assert "near_arena_bytes" not in single and autoconfig.load(tmp_path / "one").placement() is None
 
 
+def test_a_build_plans_its_fusion_for_the_threads_it_runs_on(tmp_path, monkeypatch):
+    """The fusion plan prices kernels as the build runs them: on the threads asked for,
+    or on every core of the profile when none are."""
+    import autoconfig.fusion
+
+    asked, planned = [], autoconfig.fusion.plan
+
+    def recorded(graph, profile, strategy="dp", decisions=None, threads=1):
+        asked.append(threads)
+        return planned(graph, profile, strategy, decisions, threads)
+
+    monkeypatch.setattr(autoconfig.fusion, "plan", recorded)
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    for threads in (1, 2, None):
+        autoconfig.compile_model(path, tmp_path / f"out{threads}", profile=PROFILES["avx2"], target="avx2",
+                                 threads=threads)  # fmt: skip
+    assert asked == [1, 2, int(load_profile(PROFILES["avx2"]).cores)]
+
+
 def test_each_parts_scratch_is_memory_of_its_own_in_every_kernel():
     """`Builder.private`: a part's scratch follows its earlier asks in the same kernel,
     starts over at the same memory in the next (which then finds it in its thread's

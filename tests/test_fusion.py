@@ -3,6 +3,7 @@ small random DAGs, every plan legal, DP never costlier than TVM's greedy rules."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -250,6 +251,32 @@ def test_dp_sums_a_squeeze_in_the_depthwise_kernel_that_stores_its_input():
     rest = [[v] for v in range(len(raw.nodes)) if v not in (conv, pool, relu)]
     assert is_legal(raw, [[conv, pool], [relu], *rest]) is None
     assert "mean tail" in is_legal(raw, [sorted([conv, relu, pool]), *rest])
+
+
+def excited_projection() -> Graph:
+    """A depthwise layer of 480 channels on 14x14, its squeeze-excitation, and the 1x1
+    projection to 112 channels reading the scaled tensor (MobileNet-V3-Large's 12th
+    block)."""
+    b = zoo.Builder("excited", 3)
+    d = b.act(b.conv("input", 480, 480, 3, group=480), "relu")
+    scale = b.op("Sigmoid", [b.conv(b.op("GlobalAveragePool", [d]), 480, 480, 1, bias=True)])
+    y = b.conv(b.op("Mul", [d, scale]), 480, 112, 1)
+    return import_model(b.model("input", [1, 480, 14, 14], [(y, [1, 112, 14, 14])]))
+
+
+@pytest.mark.parametrize("threads, weights, apart", [(1, 0, False), (2, 0, False), (1, 21_600_000, False),
+                                                      (2, 21_600_000, True)])  # fmt: skip
+def test_a_plan_is_priced_at_the_threads_the_model_runs_on(threads, weights, apart):
+    """The excitation's scale is the projection's prologue, which copies the projection's
+    weights, scaled, before its product: cheap where they wait in a cache, but inside a
+    model whose weights stream through the L3 each thread pays its copy's reads at its
+    share of the bandwidth, and at 2 threads the scale runs apart (each thread scaling
+    half the tensor). The plan asks the models at the threads the build runs on."""
+    graph = excited_projection()
+    cost = dataclasses.replace(FusionCost.of(PROFILE, graph=graph, threads=threads), model_weights=weights)
+    groups = [[graph.nodes[v].op for v in g] for g in plan_dp(graph, cost).groups]
+    assert (["Mul"] in groups) is apart, groups
+    assert (["Mul", "Conv"] in groups) is not apart, groups
 
 
 def two_heads() -> Graph:

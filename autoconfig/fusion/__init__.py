@@ -14,10 +14,12 @@ from autoconfig.profile import HardwareProfile
 STRATEGIES = ("dp", "greedy", "none")
 
 
-def plan(graph: Graph, profile: HardwareProfile, strategy: str = "dp", decisions: DecisionCache | None = None) -> Plan:
-    """The fusion plan of `graph` by `strategy`: dp, greedy (TVM rules) or none; the
-    operator models' answers its costs need are kept in `decisions` when given."""
-    cost = FusionCost.of(profile, decisions)
+def plan(graph: Graph, profile: HardwareProfile, strategy: str = "dp", decisions: DecisionCache | None = None,
+         threads: int = 1) -> Plan:  # fmt: skip
+    """The fusion plan of `graph` by `strategy`: dp, greedy (TVM rules) or none, priced
+    for a model run on `threads` threads; the operator models' answers its costs need
+    are kept in `decisions` when given."""
+    cost = FusionCost.of(profile, decisions, graph, threads)
     if strategy == "dp":
         found = plan_dp(graph, cost)
     elif strategy == "greedy":

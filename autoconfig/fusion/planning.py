@@ -14,13 +14,14 @@ anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`); dat
 movement shares a group only as runs of chains its product reads or writes through
 (`Analysis.addressing_fits`, `addressing`).
 
-Cost (ns) of a plan, from the machine view the operator models use (`FusionCost`):
+Cost (ns) of a plan, from the machine view the operator models use, at the threads the
+model will run on (`FusionCost`):
 - compute: every op's own time (`compute_ns`): the matmul model's prediction for a
   matmul or Gemm (per product of a batch), the FMA peak for a convolution's
   multiply-adds, a softmax's vector ops, the elementwise rate for the rest — the same
   whatever the grouping but an attention core's (below), so it moves no decision, but a
   plan's cost is then the predicted time of the model, not only its overheads;
-- launch: one kernel call per group;
+- launch: one kernel call per group (and its hand-off to the threads);
 - traffic: a tensor is written once if any consumer is in another group (or it is
   a graph output), and read once by every consuming op in another group; bytes at
   the bandwidth of the level that holds a tensor of that size;
@@ -102,39 +103,68 @@ tensors; the rest hold the anchor's accumulators (matmul tiles use ~3/4 of them)
 @dataclass(frozen=True)
 class FusionCost:
     """What a plan's cost reads: the machine view the operator models use (capacities,
-    bandwidth per level, FMA rate, kernel call cost), built from the profile once."""
+    bandwidth per level, FMA rate, kernel call cost), built from the profile once, and
+    the threads the model will run on: every op, copy and launch is priced as the build
+    runs it, each cut across them."""
 
     profile: HardwareProfile
     machine: Machine
     decisions: DecisionCache | None = None  # where the matmul model's answers are kept between builds
+    model_weights: int = 0  # bytes of the graph's constants: where a layer finds its weights
+    threads: int = 1
     answers: dict = field(default_factory=dict, compare=False)  # the models' answers in this process
 
     @classmethod
-    def of(cls, profile: HardwareProfile, decisions: DecisionCache | None = None) -> FusionCost:
+    def of(cls, profile: HardwareProfile, decisions: DecisionCache | None = None, graph: Graph | None = None,
+           threads: int = 1) -> FusionCost:  # fmt: skip
         if profile.bandwidth is None or "DRAM" not in profile.bandwidth.single_thread.levels:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
-        return cls(profile, Machine.of(profile), decisions)
+        weights = graph.constant_bytes() if graph else 0
+        return cls(profile, Machine.of(profile), decisions, weights, max(1, min(threads, int(profile.cores))))
+
+    @property
+    def view(self) -> Machine:
+        """The machine as each of the threads sees it (its share of the bandwidth)."""
+        return self.machine.at(self.machine.lanes, self.threads)
+
+    def launch_ns(self) -> float:
+        """One kernel's call, and with several threads the hand-off to them."""
+        return self.machine.call_ns + (self.machine.dispatch_ns if self.threads > 1 else 0.0)
+
+    def traffic_ns(self, size: float) -> float:
+        """`size` bytes moved, each thread its share at its share of the bandwidth."""
+        return self.view.traffic_ns(size / self.threads)
+
+    def vector_ops_per_ns(self) -> float:
+        """Vector operations (an FMA's slot) per ns, all the threads together."""
+        return self.view.fma_per_ns() * self.threads
+
+    def elementwise_per_ns(self) -> float:
+        """f32 element operations per ns, all the threads together."""
+        return self.vector_ops_per_ns() * self.machine.lanes
 
     def _ask(self, model: Callable, shape: object, **options: object) -> object:
-        """`model`'s answer for `shape` on one core, asked once per process (a search asks
-        the same layer's again and again) and kept in `decisions` between builds."""
+        """`model`'s answer for `shape` at the plan's threads, asked once per process (a
+        search asks the same layer's again and again) and kept in `decisions` between builds."""
         key = (model, shape, tuple(sorted(options.items())))
         if key not in self.answers:
-            self.answers[key] = ask(self.decisions, model, shape, self.profile, target_for_profile(self.profile), 1,
-                                    (), **options)  # fmt: skip
+            self.answers[key] = ask(self.decisions, model, shape, self.profile, target_for_profile(self.profile),
+                                    self.threads, (), **options)  # fmt: skip
         return self.answers[key]
 
     def matmul(self, shape: MatmulShape) -> Prediction:
-        """The matmul model's best plan for `shape` on one core."""
+        """The matmul model's best plan for `shape` at the plan's threads."""
         return self._ask(choose, shape).best
 
     def prologue_ns(self, shape: ConvShape, prologue: ep.Epilogue) -> float:
-        """What computing `prologue` inside a 1x1 layer of `shape` adds to the layer on one
-        core, by the convolution model: its best plan computing it over its best plan
-        without it. Where only plans reading NCHW compute it, the layout plan (made after
-        fusion) must then hold the layer's input in NCHW: the prologue pays for that too."""
-        alone = self._ask(conv_model.choose, shape)
-        inside = self._ask(conv_model.choose, shape, prologue=prologue)
+        """What computing `prologue` inside a 1x1 layer of `shape` adds to the layer at the
+        plan's threads, by the convolution model: its best plan computing it over its best
+        plan without it. Where only plans reading NCHW compute it, the layout plan (made after
+        fusion) must then hold the layer's input in NCHW: the prologue pays for that too.
+        Both inside the model (`Machine.in_model`): a prologue that copies the weights
+        reads them from wherever the rest of an inference leaves them."""
+        alone = self._ask(conv_model.choose, shape, model_weights=self.model_weights)
+        inside = self._ask(conv_model.choose, shape, prologue=prologue, model_weights=self.model_weights)
         return max(0.0, inside.best.total_ns - alone.best.total_ns)
 
 
@@ -330,14 +360,14 @@ class Analysis:
         return LEGALITY[(self.kind[u], self.kind[v])]
 
     def read_ns(self, tensor: str) -> float:
-        return self.cost.machine.traffic_ns(self.graph.types[tensor].bytes)
+        return self.cost.traffic_ns(self.graph.types[tensor].bytes)
 
     def fused_ns(self, u: int, v: int) -> float:
         """What fusing edge u -> v adds: a prologue's price in its anchor (once per
         anchor, charged on its input edge), a tail's sums, a "cost" edge's
         recomputation."""
         if self.tail[v]:
-            return conv_model.mean_ns(self.elements[u], self.cost.machine)
+            return conv_model.mean_ns(self.elements[u] / self.cost.threads, self.cost.view)
         if (u, v) in self.core_edges:  # the core's price, once, on the edge into its last product
             core = self.core_of[v]
             return self.core_ns(core) if self.cores[core].output == v else 0.0
@@ -349,11 +379,11 @@ class Analysis:
         if self.legality(u, v) is not Legality.COST:
             return 0.0
         extra = self.amplification[v] - 1
-        return self.elements[u] * extra / self.cost.machine.elementwise_per_ns() if extra > 0 else 0.0
+        return self.elements[u] * extra / self.cost.elementwise_per_ns() if extra > 0 else 0.0
 
     def core_ns(self, core: int) -> float:
         """What running attention core `core` as one kernel adds to its ops' own compute:
-        the attention model's time on one core less theirs (negative where it is faster;
+        the attention model's time less theirs (negative where it is faster;
         the score tensors it never writes are the traffic the plan then saves)."""
         if core not in self.core_cache:
             fused = attention_ns(self.graph, self.cores[core], self.cost)
@@ -362,14 +392,14 @@ class Analysis:
 
     def pressure_ns(self, reads: int, elements: int) -> float:
         excess = reads - max(1, self.cost.machine.registers // STREAM_SHARE)
-        return max(0, excess) * elements * 2 / self.cost.machine.elementwise_per_ns()
+        return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns()
 
 
 def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[float, int]:
     """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by."""
     a = Analysis(graph, cost)
     group_of = {v: g for g, members in enumerate(groups) for v in members}
-    total, traffic = len(groups) * cost.machine.call_ns + sum(a.compute_ns), 0
+    total, traffic = len(groups) * cost.launch_ns() + sum(a.compute_ns), 0
     for g, members in enumerate(groups):
         reads, largest = 0, 0
         for v in members:
@@ -388,14 +418,13 @@ def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[
         total += a.pressure_ns(reads, largest)
     for u in range(len(a.nodes)):
         if a.is_graph_output[u] or any(group_of[v] != group_of[u] for v in a.consumers[u]):
-            total += cost.machine.traffic_ns(a.output_bytes[u])
+            total += cost.traffic_ns(a.output_bytes[u])
             traffic += a.output_bytes[u]
     return total, traffic
 
 
 def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
-    """The node's own compute time on one core (see the module docstring)."""
-    m = cost.machine
+    """The node's own compute time at the plan's threads (see the module docstring)."""
     out = graph.types[node.outputs[0]]
     if node.op in ("MatMul", "Gemm") and len(out.shape) >= 2:  # a batch of products: each priced alone
         a_shape = graph.types[node.inputs[0]].shape
@@ -405,15 +434,15 @@ def compute_ns(node: Node, graph: Graph, cost: FusionCost) -> float:
     if node.op == "Conv":
         weight = graph.types[node.inputs[1]].shape
         flops = 2 * out.elements * math.prod(weight[1:])  # any spatial rank
-        return flops / (m.fma.peak_gflops)
+        return flops / (2 * cost.machine.lanes * cost.vector_ops_per_ns())
     if node.op == "Softmax":  # three passes and an exponent per vector, not one op
-        return out.elements / m.lanes * SOFTMAX_VECTOR_OPS / m.fma_per_ns()
+        return out.elements / cost.machine.lanes * SOFTMAX_VECTOR_OPS / cost.vector_ops_per_ns()
     reads = sum(graph.types[i].elements for i in node.inputs if i and not graph.is_constant(i))
-    return max(reads, out.elements) / m.elementwise_per_ns()
+    return max(reads, out.elements) / cost.elementwise_per_ns()
 
 
 def attention_ns(graph: Graph, core: AttentionCore, cost: FusionCost) -> float:
-    """The attention model's time for `core` as one kernel on one core, its operands
+    """The attention model's time for `core` as one kernel at the plan's threads, its operands
     dense (the plan does not yet know their strides), each op on the scores priced as a
     residual where it reads a computed tensor and as a scale where it reads constants."""
     nodes = graph.nodes
@@ -425,7 +454,7 @@ def attention_ns(graph: Graph, core: AttentionCore, cost: FusionCost) -> float:
                      for v in core.between)  # fmt: skip
     cleanup = (ep.EpilogueOp("replace_nan"),) if core.cleanup else ()
     lanes = cost.machine.lanes
-    best = attention_model.choose(shape, cost.machine, lanes, 1, (0, 0, 0, 0), epilogue, cleanup)
+    best = attention_model.choose(shape, cost.machine, lanes, cost.threads, (0, 0, 0, 0), epilogue, cleanup)
     return best.total_ns - best.term("call")  # the launch is charged per group
 
 
@@ -555,13 +584,13 @@ def _extend(a: Analysis, state: _State, v: int):
             continue  # a path leaves the group and comes back: not convex
         outside = [(u, t) for u, t in a.in_edges[v] if not members >> u & 1]
         written = set(state.written)
-        extra = a.cost.machine.call_ns * (1 - len(merge)) + a.compute_ns[v]
+        extra = a.cost.launch_ns() * (1 - len(merge)) + a.compute_ns[v]
         extra += sum(a.read_ns(t) for t in a.graph_inputs_read[v])
         extra += sum(a.read_ns(t) for _, t in outside)
         extra += sum(a.fused_ns(u, v) for u, _ in inside)
         for u, _ in outside:  # u's output crosses groups: written once
             if u not in written and not a.is_graph_output[u]:
-                extra += a.cost.machine.traffic_ns(a.output_bytes[u])
+                extra += a.cost.traffic_ns(a.output_bytes[u])
                 written.add(u)
         gid = merge[0] if merge else state.next_id
         groups = {g: grp for g, grp in state.groups.items() if g not in merge}
@@ -592,7 +621,7 @@ def _retire(a: Analysis, state: _State, v: int) -> bool:
     the groups left without a live member, charging their register pressure. False
     if a group closed holding data movement its product does not address."""
     if a.is_graph_output[v]:
-        state.cost += a.cost.machine.traffic_ns(a.output_bytes[v])
+        state.cost += a.cost.traffic_ns(a.output_bytes[v])
     for node in [n for n in state.group_of if a.last_use[n] <= v and not (n == v and a.consumers[v])]:
         del state.group_of[node]
     state.written = frozenset(n for n in state.written if n in state.group_of)
