@@ -216,6 +216,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_fuse(args: argparse.Namespace) -> int:
     import json
 
+    from autoconfig import checks
     from autoconfig.resolve import resolve_profile
     from autoconfig.fusion import plan
     from autoconfig.fusion.classify import mapping

@@ -130,6 +130,10 @@ def test_zoo_and_fuse(tmp_path):
     assert sum(len(g["ops"]) for g in result["groups"]) == result["operators"]
     text = autoconfig("fuse", str(out), "--profile", profile, "--strategy", "greedy").stdout
     assert "fusion ratio" in text and "kernel   0:" in text
+    one = json.loads(autoconfig("fuse", str(out), "--profile", profile, "--json", "--threads", "1").stdout)
+    assert one["cost_us"] > result["cost_us"]  # the default plans for both cores
+    done = autoconfig("fuse", str(out), "--profile", profile, "--threads", "3")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "has 2 cores" in done.stderr
 
 
 @pytest.mark.slow
