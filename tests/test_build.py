@@ -207,14 +207,15 @@ def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -
     return session.run(None, inputs)
 
 
-def build_and_compare(model: onnx.ModelProto, target: str, out: Path, fusion: str = "dp",
-                      vlen: int | None = None, profile: Path | None = None) -> dict:  # fmt: skip
-    """Build for `target` (its datasheet profile unless `profile`; RVV at `vlen`), run,
-    and hold every output to onnxruntime's within 1e-4 of its range."""
+def build_and_compare(model: onnx.ModelProto, target: str, out: Path, fusion: str = "dp", vlen: int | None = None,
+                      profile: Path | None = None, threads: int | None = None) -> dict:  # fmt: skip
+    """Build for `target` (its datasheet profile unless `profile`; RVV at `vlen`; on
+    `threads`, or all its cores), run, and hold every output to onnxruntime's within
+    1e-4 of its range."""
     path = out.parent / f"{model.graph.name}.onnx"
     onnx.save(model, path)
     manifest = autoconfig.compile_model(path, out, profile=profile or PROFILES[target], target=get_target(target, vlen),
-                                        fusion=fusion)  # fmt: skip
+                                        fusion=fusion, threads=threads)  # fmt: skip
     loaded = autoconfig.load(out)
     name, shape = loaded.inputs[0]
     x = np.random.default_rng(3).standard_normal(shape, dtype=np.float32)

@@ -94,11 +94,14 @@ def test_a_pass_over_a_models_weights_reads_at_the_curves_bandwidth_for_all_of_t
     the level that holds them."""
     profile = load_profile(ZEN4)
     machine = Machine.of(profile)
-    (s0, b0), (s1, b1) = [(float(p.working_set), float(p.bandwidth)) for p in profile.bandwidth.single_thread.curve[-12:-10]]
+    def points(curve):
+        return [(float(p.working_set), float(p.bandwidth)) for p in curve[-12:-10]]
+
+    (s0, b0), (s1, b1) = points(profile.bandwidth.single_thread.curve)
     between = int((s0 * s1) ** 0.5)
     one = machine.in_model(between)
     assert 1e6 / one.constants_read_ns(1e6) == pytest.approx((b0 + b1) / 2)
-    (a0, t0), (a1, t1) = [(float(p.working_set), float(p.bandwidth)) for p in profile.bandwidth.all_threads.curve[-12:-10]]
+    (a0, t0), (a1, t1) = points(profile.bandwidth.all_threads.curve)
     assert (a0, a1) == (s0, s1)
     two = one.at(16, profile.bandwidth.all_threads.threads)
     assert 1e6 / two.constants_read_ns(1e6) == pytest.approx((t0 + t1) / 2 / two.threads)
