@@ -37,6 +37,11 @@ def threads_within(count: int | None, profile: HardwareProfile) -> int | None:
     return count
 
 
+def threads_on(count: int | None, profile: HardwareProfile) -> int:
+    """`count` threads within the profile's cores (`threads_within`), or all of them."""
+    return threads_within(count, profile) or int(profile.cores)
+
+
 def target_for(target: Target, profile: HardwareProfile) -> Target:
     """`target` if it is code for the profile's ISA: a model reads the profile's
     figures as the figures of the machine the code runs on."""

@@ -224,7 +224,7 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
 
     graph = load_onnx(args.model, dict(args.shape))
     profile = resolve_profile(args.profile)
-    threads = checks.threads_within(checks.threads(args.threads), profile) or int(profile.cores)
+    threads = checks.threads_on(checks.threads(args.threads), profile)
     result = plan(graph, profile, args.strategy, threads=threads)
     kernels = [
         {"kernel": i, "ops": [graph.nodes[v].op for v in group],

@@ -58,7 +58,7 @@ def compile_model(model: Path | str, out: Path | str, *, profile=None, target=No
     cache = default_cache()
     try:
         graph = load_onnx(model, shapes)  # 1-2: import, simplify
-        threads = checks.threads_within(threads, prof) or int(prof.cores)
+        threads = checks.threads_on(threads, prof)
         fusion_plan = plan(graph, prof, fusion, decisions_of(cache), threads)  # 3
         built = build_model(graph, prof, tgt, fusion, threads, cache, fusion_plan, fast_winograd)  # 4
     except AutoconfigError as err:  # the file (unless the message names it), then the node and operator

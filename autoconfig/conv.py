@@ -296,6 +296,6 @@ def compile_pool2d(input_shape, kind: str, kernel_shape=None, *, strides=None, p
                        ceil_mode=ceil_mode, count_include_pad=count_include_pad)  # fmt: skip
     threads = checks.threads(threads)
     prof, tgt = resolve(profile, target)
-    threads = checks.threads_within(threads, prof) or int(prof.cores)
+    threads = checks.threads_on(threads, prof)
     start_backends()  # an LLVM child starts while the model decides (a cached kernel leaves it idle)
     return CompiledPool(pool_config(shape, tgt, lanes), tgt, threads)
