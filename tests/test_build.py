@@ -151,6 +151,25 @@ def test_a_depthwise_layer_sums_the_squeeze_that_reads_it(tmp_path, target, chan
             assert summed[0]["ops"][-1].endswith(("(GlobalAveragePool)", "(ReduceMean)")), summed[0]["ops"]
 
 
+@pytest.mark.parametrize("target", ["avx2", "avx512", "neon", "rvv"])
+@pytest.mark.parametrize(("channels", "squeeze"), [(16, "pool"), (48, "kept"), (20, "dropped")])
+def test_an_excitation_scales_the_tensor_in_the_kernel_of_its_gates(tmp_path, target, channels, squeeze):
+    """Two images, each with its own gates (no prologue of the projection's shared
+    weights): the DP runs the gates' 1x1 convolution, their Sigmoid and the Mul scaling
+    the depthwise layer's output as one excitation kernel (channel blocks where the
+    channels fill them, NCHW at 20 and on RVV), which onnxruntime's outputs hold to;
+    TVM's rules (greedy) run the Mul apart or as the projection's prologue."""
+    require_runnable(get_target(target))
+    for fusion in ("dp", "greedy"):
+        manifest = build_and_compare(squeezed_net(channels, squeeze, 2), target, tmp_path / fusion, fusion)
+        excited = [k for k in manifest["kernels"] if k["choice"].startswith("excitation")]
+        assert len(excited) == (fusion == "dp"), [k["choice"] for k in manifest["kernels"]]
+        if excited:
+            assert [op.split(" (")[1] for op in excited[0]["ops"]] == ["Conv)", "Sigmoid)", "Mul)"], excited[0]["ops"]
+            blocked = channels % get_target(target).f32_lanes == 0 and not get_target(target).scalable
+            assert ("nchwc" in excited[0]["choice"]) is blocked, excited[0]["choice"]
+
+
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
 def test_a_layer_writing_channel_means_may_have_nchw_readers(tmp_path, target):
     """The depthwise layer's output is also an output of the model (NCHW): the layer
@@ -236,7 +255,8 @@ def test_small_cnn_matches_onnxruntime_natively(tmp_path, target, fusion):
     kinds = {k["kind"] for k in manifest["kernels"]}
     assert {"conv", "pool", "softmax", "matmul"} <= kinds
     if fusion == "dp":
-        assert any("prologue scale" in k["choice"] for k in manifest["kernels"])  # the squeeze-excitation scale
+        assert not any(k["ops"] == [k["ops"][0]] and k["ops"][0].endswith("(Mul)") for k in manifest["kernels"])
+        assert any("prologue scale" in k["choice"] or "excitation" in k["choice"] for k in manifest["kernels"])
         assert len(manifest["kernels"]) < 20
 
 

@@ -359,6 +359,39 @@ def test_global_pool_and_elementwise_read_nhwc(case_id):
     np.testing.assert_allclose(out, expected.ravel(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+@pytest.mark.parametrize("layout", ["nchw", "nchwc", "nhwc"])
+def test_an_excitation_scales_each_channel_by_its_gate(case_id, layout):
+    """The excitation kernel: each image's gates (bias, then hard sigmoid, of a product
+    of 12 squeezed values) and the tensor scaled by them, 48 channels (40, with a partial
+    last group and vector, where a layout takes any count) of 5x7 pixels, its channel
+    groups divided between two calls, against numpy, gates and all."""
+    from kernels import excite as ex
+    from kernels.library import build_library
+
+    target = target_for(case_id)
+    require_runnable(target)
+    rng = np.random.default_rng(13)
+    lanes = target.f32_lanes
+    for channels in (48, 40) if layout != "nchwc" else (48,):
+        chain = (ep.bias(), ep.hard_sigmoid())
+        config = ex.ExciteConfig(2, channels, 12, 35, lanes, 2, chain, layout)
+        x = rng.standard_normal((2, channels, 5, 7), dtype=np.float32)
+        squeezed, weight = rng.standard_normal((2, 12), dtype=np.float32), rng.standard_normal((channels, 12, 1, 1),
+                                                                                                  dtype=np.float32)
+        bias = rng.standard_normal(channels, dtype=np.float32)
+        gates = ep.reference(chain, squeezed @ weight.reshape(channels, 12).T, [bias, None], channel_axis=1)
+        expected = x * gates[:, :, None, None]
+        stored = {"nchw": lambda a: a, "nhwc": lambda a: a.transpose(0, 2, 3, 1),
+                  "nchwc": lambda a: a.reshape(2, channels // lanes, lanes, 35).transpose(0, 1, 3, 2)}[layout]
+        y, g = np.full(x.size, np.nan, np.float32), np.full(gates.size, np.nan, np.float32)
+        kernel = build_library([ex.generate(config, target)], this_host()).kernel(config.symbol)
+        for begin, end in ((0, 1), (1, config.groups())):
+            kernel(y, g, np.ascontiguousarray(stored(x)).ravel(), squeezed, config.weights(weight), bias, begin, end)
+        np.testing.assert_allclose(g, gates.ravel(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y, np.ascontiguousarray(stored(expected)).ravel(), rtol=1e-5, atol=1e-6)
+
+
 # Every epilogue op at once on a conv with edges in every dimension: values reach ±8,
 # so relu's zeros, the leaky slope, both clip bounds and sigmoid's tails all show.
 CONV_CHAINS = {

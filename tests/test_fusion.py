@@ -253,6 +253,35 @@ def test_dp_sums_a_squeeze_in_the_depthwise_kernel_that_stores_its_input():
     assert "mean tail" in is_legal(raw, [sorted([conv, relu, pool]), *rest])
 
 
+def excitation_net(batch: int) -> Graph:
+    """A depthwise layer, its squeeze, its gates (a 1x1 convolution of one pixel, then a
+    Sigmoid), the scale by them and the projection reading the scaled tensor: 6 ops."""
+    b = zoo.Builder("excitation", 5)
+    d = b.conv("input", 16, 16, 3, group=16)
+    gates = b.op("Sigmoid", [b.conv(b.op("GlobalAveragePool", [d]), 16, 16, 1, bias=True)])
+    y = b.conv(b.op("Mul", [d, gates]), 16, 8, 1)
+    return import_model(b.model("input", [batch, 16, 12, 12], [(y, [batch, 8, 12, 12])]))
+
+
+def test_dp_ends_the_kernel_of_the_gates_with_the_scale_by_them():
+    """Two images' gates (no prologue of the projection's shared weights): the scale
+    joins the group of the convolution computing its gates, as its last member (one
+    excitation kernel); the DP finds it and is still the brute-force optimum among legal
+    plans; TVM's rules run it apart. A scale by gates whose convolution is not in its
+    group is no legal group."""
+    graph = excitation_net(2)
+    ops = [[graph.nodes[v].op for v in g] for g in plan_dp(graph, COST).groups]
+    assert ["Conv", "Sigmoid", "Mul"] in ops, ops
+    assert ["Mul"] in [[graph.nodes[v].op for v in g] for g in plan_greedy(graph, COST).groups]
+    best = min(plan_cost(graph, [sorted(g) for g in p], COST)[0] for p in partitions(list(range(len(graph.nodes))))
+               if is_legal(graph, [sorted(g) for g in p]) is None)  # fmt: skip
+    assert plan_dp(graph, COST).cost_ns == pytest.approx(best, rel=1e-9)
+    sigmoid, mul = (next(v for v, n in enumerate(graph.nodes) if n.op == op) for op in ("Sigmoid", "Mul"))
+    rest = [[v] for v in range(len(graph.nodes)) if v not in (sigmoid, mul)]
+    assert is_legal(graph, [[sigmoid], [mul], *rest]) is None
+    assert "gate tail" in is_legal(graph, [[sigmoid, mul], *rest])
+
+
 def excited_projection() -> Graph:
     """A depthwise layer of 480 channels on 14x14, its squeeze-excitation, and the 1x1
     projection to 112 channels reading the scaled tensor (MobileNet-V3-Large's 12th
@@ -264,19 +293,20 @@ def excited_projection() -> Graph:
     return import_model(b.model("input", [1, 480, 14, 14], [(y, [1, 112, 14, 14])]))
 
 
-@pytest.mark.parametrize("threads, weights, apart", [(1, 0, False), (2, 0, False), (1, 21_600_000, False),
-                                                      (2, 21_600_000, True)])  # fmt: skip
-def test_a_plan_is_priced_at_the_threads_the_model_runs_on(threads, weights, apart):
-    """The excitation's scale is the projection's prologue, which copies the projection's
-    weights, scaled, before its product: cheap where they wait in a cache, but inside a
-    model whose weights stream through the L3 each thread pays its copy's reads at its
-    share of the bandwidth, and at 2 threads the scale runs apart (each thread scaling
-    half the tensor). The plan asks the models at the threads the build runs on."""
+@pytest.mark.parametrize("threads, weights, excited", [(1, 0, False), (2, 0, True), (1, 21_600_000, False),
+                                                        (2, 21_600_000, True)])  # fmt: skip
+def test_a_plan_is_priced_at_the_threads_the_model_runs_on(threads, weights, excited):
+    """The excitation's scale is either the projection's prologue, which copies the
+    projection's weights, scaled, before its product (each thread all of them), or the
+    excitation's tail, each thread scaling the channels whose gates it computed: on one
+    thread the copy is cheaper than writing and reading the scaled tensor, on two (the
+    tensor's passes shared, each thread still copying all the weights) the tail. The plan
+    asks the models at the threads the build runs on."""
     graph = excited_projection()
     cost = dataclasses.replace(FusionCost.of(PROFILE, graph=graph, threads=threads), model_weights=weights)
     groups = [[graph.nodes[v].op for v in g] for g in plan_dp(graph, cost).groups]
-    assert (["Mul"] in groups) is apart, groups
-    assert (["Mul", "Conv"] in groups) is not apart, groups
+    assert (["Conv", "Sigmoid", "Mul"] in groups) is excited, groups
+    assert (["Mul", "Conv"] in groups) is not excited, groups
 
 
 def two_heads() -> Graph:

@@ -1,8 +1,9 @@
 """The convolution family's lowering: a Conv node (constant weights, any groups,
 strides, dilations, pads) and the epilogue ops after it as one kernel (and a depthwise
 layer's mean tail, its second output), its plan and the layout it writes chosen by the
-convolution model; and what a convolution pays to read a tensor in each layout (the
-layout plan asks).
+convolution model; a 1x1 convolution of one pixel whose group ends in a gate tail, as
+one excitation kernel (`kernels.excite`, planned by `models.excite`); and what a
+convolution pays to read a tensor in each layout (the layout plan asks).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import numpy as np
 
 from autoconfig.builder import Builder, Epilogue, KernelGroup, Lowering, fail, match_epilogue, ops_of
 from autoconfig.conv import node_shape, pool_config
-from autoconfig.fusion.classify import mean_tail, streamed_input
+from autoconfig.fusion.classify import gate_tail, mean_tail, streamed_input
 from autoconfig.graph.ir import Node
-from autoconfig.layouts import blocked_layouts, output_layouts, transform_back_ns
+from autoconfig.layouts import blocked_layouts, kept_layout, output_layouts, transform_back_ns
 from autoconfig.lowering import conv_calls, pool_calls
 from autoconfig.models import conv as conv_model
-from autoconfig.runtime import Ref
+from autoconfig.models import excite as excite_model
+from autoconfig.runtime import Call, Part, Ref
 from kernels import conv as kc
 from kernels import epilogue as ep
+from kernels import excite as ex
 from kernels import pool as pl
 from kernels.emit import generate
 
@@ -73,8 +76,46 @@ def _prologue(b: Builder, node: Node, before: list[Node]) -> Epilogue:
     return chain
 
 
+def _gate(b: Builder, node: Node, others: list[Node]) -> Node | None:
+    """The group's gate tail, if it has one: its last op, scaling by gates the group
+    computes (a Mul by gates computed elsewhere is an epilogue op)."""
+    last = others[-1] if others else None
+    computed = {out for n in [node, *others] for out in n.outputs}
+    return last if last is not None and gate_tail(b.graph, last) in computed else None
+
+
+def _excite(b: Builder, node: Node, others: list[Node], tail: Node) -> KernelGroup:
+    """The convolution of one pixel, the ops on its output and the tensor they scale (the
+    gate tail's other input), as one excitation kernel."""
+    g = b.graph
+    shape, weight, bias = conv_layer(b, node)
+    gates = gate_tail(g, tail)
+    chain = match_epilogue(b, node.outputs[0], others, channel_axis=1)
+    if chain.end != gates or any(op.operand == "output" for op in chain.ops):
+        raise fail(tail, f"scales by a value the ops after convolution {node.name!r} do not end on")
+    tensor, out = next(i for i in tail.inputs if i != gates), tail.outputs[0]
+    n, c, h, w = g.types[out].shape
+    layout = kept_layout(b, b.layout(tensor), out, (n, c, h, w))
+    epilogue = ((ep.bias(),) if bias else ()) + tuple(chain.ops)
+    best = b.choose(excite_model.choose, excite_model.ExciteShape(n, c, shape.channels, h * w), epilogue,
+                    layout=layout, model_weights=b.model_weights)  # fmt: skip
+    config, threads = best.plan.config, best.plan.threads
+    x = b.read(tensor, layout)
+    squeezed = b.read(node.inputs[0], b.layout(node.inputs[0]))  # one pixel: every layout is one order
+    operands = ([b.constant(g.constants[bias])] if bias else []) + chain.refs(b)
+    buffers = (b.write(out, layout), b.scratch(n * c), x, squeezed, b.constant(config.weights(weight)), *operands)
+    call = Call(config.symbol, tuple(Part(buffers, r) for r in best.plan.ranges()))
+    return KernelGroup(node.name, ops_of([node, *others, tail]), "conv", [call], b.modules(ex.generate, config),
+                       best.total_ns, best.report(f"excitation of {n}x{c}x{h}x{w} by {shape.channels} values",
+                                                  b.target.name, b.profile.name, "", "terms (ns):"),
+                       f"excitation nv={config.nv}{' ' + layout if layout != 'nchw' else ''}, {threads} thread(s)")
+
+
 def _conv(b: Builder, node: Node, others: list[Node]) -> KernelGroup:
     g = b.graph
+    tail = _gate(b, node, others)
+    if tail is not None:
+        return _excite(b, node, others[:-1], tail)
     shape, weight, bias = conv_layer(b, node)
     choice, chain, prologue = conv_choice(b, node, others)
     before = _before(b, node, others)
@@ -142,6 +183,8 @@ def _reading_ns(b: Builder, reader: Node, value: str, layout: kc.Layout) -> floa
     if conv is None and (reader.op != "Conv" or reader.inputs[0] != value):
         return 0.0
     reader = conv or reader
+    if _gate(b, reader, b.group_ops[reader.name]) is not None:
+        return 0.0  # an excitation reads one pixel, in every layout the same order
     shape = conv_layer(b, reader)[0]
     if not conv_model.reads_blocked(shape, b.machine, b.target):  # NCHW, after a transform if blocked
         return transform_back_ns(b, shape.input_shape, layout)

@@ -13,9 +13,12 @@ a shift, a BatchNorm, an activation) on the input of an ungrouped 1x1 convolutio
 applied by its product as it reads the input (`prologue_edge`, `prologue_op`); and a
 tail: the mean over each channel's plane of what a depthwise convolution's kernel
 stores (a squeeze-excitation's squeeze), summed as it stores it (`mean_tail`,
-`mean_host`); and an attention core (`attention_cores`): the scores' product, the ops
-on the scores, their softmax and its cleanup, and the product with V, in one kernel
-(`kernels.attention`) — the one group holding more than one many-to-many op."""
+`mean_host`); a gate tail: a tensor scaled by the gates a 1x1 convolution of one pixel
+computes (a squeeze-excitation's excitation), each thread scaling the channels whose
+gates it computed (`gate_tail`, `gate_host`; `kernels.excite`); and an attention core
+(`attention_cores`): the scores' product, the ops on the scores, their softmax and its
+cleanup, and the product with V, in one kernel (`kernels.attention`) — the one group
+holding more than one many-to-many op."""
 
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ from autoconfig.graph.ops import Kernel, Mapping, info, reduced_axes
 from kernels import epilogue as ep
 
 __all__ = ["LEGALITY", "AttentionCore", "Legality", "Mapping", "along_channels", "attention_cores", "emittable",
-           "emittable_groups", "gated", "mapping", "mean_host", "mean_tail", "prologue_edge", "prologue_op",
-           "streamed_input"]
+           "emittable_groups", "gate_host", "gate_tail", "gated", "mapping", "mean_host", "mean_tail", "prologue_edge",
+           "prologue_op", "streamed_input"]
 
 
 def mapping(node: Node, graph: Graph) -> Mapping:
@@ -71,6 +74,8 @@ def emittable(graph: Graph, producer: Node, consumer: Node) -> bool:
         return used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR)
     if mean_tail(graph, consumer):  # the group's anchor is checked by `_cut` and the planners
         return made is Kernel.ELEMENTWISE or mean_host(graph, producer)
+    if gate_tail(graph, consumer) == producer.outputs[0]:  # the group's anchor is checked by the planners
+        return made is Kernel.ELEMENTWISE or gate_host(graph, producer)
     if used in (Kernel.EPILOGUE_ANCHOR, Kernel.ANCHOR):
         return prologue_edge(graph, producer, consumer)
     if made is Kernel.ANCHOR:
@@ -122,6 +127,30 @@ def mean_host(graph: Graph, node: Node) -> bool:
     weight, channels = graph.types[node.inputs[1]].shape, graph.types[node.inputs[0]].shape[1]
     return (all(graph.is_constant(i) for i in node.inputs[1:] if i) and node.attrs.get("group", 1) == channels
             and weight[:2] == (channels, 1))  # fmt: skip
+
+
+def gate_tail(graph: Graph, node: Node) -> str | None:
+    """The gates a Mul scales a computed 4-D tensor of several pixels by, one computed value
+    per image and channel ([N, C, 1, 1] times [N, C, H, W]: a squeeze-excitation's
+    scale); else None."""
+    shape = graph.types[node.outputs[0]].shape
+    if node.op != "Mul" or len(set(node.inputs)) != 2 or len(shape) != 4 or shape[2] * shape[3] == 1:
+        return None
+    if any(graph.is_constant(i) for i in node.inputs):
+        return None
+    tensor, gates = node.inputs if graph.types[node.inputs[0]].shape == shape else node.inputs[::-1]
+    return gates if graph.types[tensor].shape == shape and graph.types[gates].shape == (*shape[:2], 1, 1) else None
+
+
+def gate_host(graph: Graph, node: Node) -> bool:
+    """A convolution whose kernel can compute a gate tail's gates: 1x1, ungrouped, of
+    constant weights and bias, from one pixel to one pixel."""
+    if node.op != "Conv" or not all(graph.is_constant(i) for i in node.inputs[1:] if i):
+        return False
+    x, weight = graph.types[node.inputs[0]].shape, graph.types[node.inputs[1]].shape
+    out = graph.types[node.outputs[0]].shape
+    return (len(x) == 4 and x[2:] == (1, 1) and out[2:] == (1, 1) and tuple(weight[2:]) == (1, 1)
+            and node.attrs.get("group", 1) == 1)  # fmt: skip
 
 
 def prologue_op(graph: Graph, node: Node) -> bool:

@@ -10,7 +10,9 @@ no edge inside it is "no" in the legality table (classify.LEGALITY) or one the c
 generator cannot emit (classify.emittable), and
 any ops before its anchor are a prologue the anchor computes as it reads its input
 (`Analysis.prologue_fits`); a mean tail (`classify.mean_tail`) may end a group whose
-anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`); data
+anchor hosts it, reading the value the kernel writes (`Analysis.tail_fits`); a gate
+tail (`classify.gate_tail`) may end the group computing its gates, one 1x1 convolution
+of one pixel and the ops on its output (`Analysis.gate_fits`); data
 movement shares a group only as runs of chains its product reads or writes through
 (`Analysis.addressing_fits`, `addressing`).
 
@@ -29,7 +31,9 @@ model will run on (`FusionCost`):
   r > 1 times (a k×k convolution window, a nearest resize) recomputes the producer
   r−1 more times;
 - tail: a channel mean summed by the kernel that stores its input adds a load and a
-  store of the sums per stored vector (`models.conv.mean_ns`);
+  store of the sums per stored vector (`models.conv.mean_ns`); a gate tail adds nothing
+  (its tensor is read and written as by the Mul in a kernel of its own; the gates are
+  the traffic saved, with a launch);
 - attention: a core in one group adds the attention model's time less its ops' own
   compute (`Analysis.core_ns`; a batched product's compute is the matmul model's per
   product, a Softmax's its three passes' vector ops), charged on the edge into its
@@ -69,8 +73,8 @@ from autoconfig.decisions import DecisionCache, ask
 from autoconfig.errors import AutoconfigError
 from autoconfig.fusion import addressing
 from autoconfig.fusion.classify import (
-    LEGALITY, AttentionCore, Legality, Mapping, attention_cores, emittable, mapping, mean_host, mean_tail, prologue_op,
-    streamed_input,
+    LEGALITY, AttentionCore, Legality, Mapping, attention_cores, emittable, gate_host, gate_tail, mapping, mean_host,
+    mean_tail, prologue_op, streamed_input,
 )  # fmt: skip
 from autoconfig.graph.ir import Graph, Node
 from autoconfig.graph.ops import Kernel, info
@@ -227,6 +231,8 @@ class Analysis:
         self.views = sum(1 << v for v, node in enumerate(self.nodes) if info(node).kernel is Kernel.VIEW)
         self.anchors = sum(1 << v for v in range(n) if self.anchor[v])
         self.tails = sum(1 << v for v in range(n) if self.tail[v])
+        self.gate_of = [index_of_output.get(gate_tail(graph, node) or "", -1) for node in self.nodes]  # its producer
+        self.gate_hosts = sum(1 << v for v, node in enumerate(self.nodes) if gate_host(graph, node))
         target = target_for_profile(cost.profile) if cost else None
         self.hosts = sum(1 << v for v, node in enumerate(self.nodes) if mean_host(graph, node) and (
             target is None or conv_model.mean_fits(node_shape(graph, node), target)))  # fmt: skip
@@ -334,6 +340,27 @@ class Analysis:
         if tails != 1 << t or members >> t != 1 or not edges:
             return False
         return edges[0][0] == head.bit_length() - 1 and self.hosts_tail(head)
+
+    def gates_inside(self, members: int, v: int) -> bool:
+        """Whether gate tail v (if it is one) shares a group (`members`) with its gates."""
+        return self.gate_of[v] >= 0 and bool(members >> self.gate_of[v] & 1)
+
+    def gate_fits(self, members: int) -> bool:
+        """Whether each gate tail in a group (`members`, a bitset) with its gates ends an
+        excitation kernel (`kernels.excite`): the tail last, reading the member before it,
+        the rest one anchor that hosts it (`classify.gate_host`) and ops after it reading
+        nothing computed but the one before (the gates' ops take constants alone)."""
+        for t in (t for t in range(members.bit_length()) if members >> t & 1 and self.gates_inside(members, t)):
+            head = members & ~(1 << t)
+            anchored = head & self.anchors
+            if members >> t != 1 or head.bit_length() - 1 != self.gate_of[t] or not anchored & self.gate_hosts:
+                return False
+            if anchored & (anchored - 1) or head & ~(anchored | self.desc[anchored.bit_length() - 1]):
+                return False
+            after = [u for u in range(head.bit_length()) if head >> u & 1 and not anchored >> u & 1]
+            if any(len(self.in_edges[u]) != 1 or self.graph_inputs_read[u] for u in after):
+                return False
+        return True
 
     def _scale_alone(self, u: int) -> bool:
         """Whether prologue op u is a per-channel Mul or Div whose streamed input no
@@ -469,6 +496,8 @@ def is_legal(graph: Graph, groups: list[list[int]]) -> str | None:
             return f"group {members} has ops before its anchor that are not its prologue"
         if not a.tail_fits(mask):
             return f"group {members} has a mean tail its kernel does not write"
+        if not a.gate_fits(mask):
+            return f"group {members} has a gate tail its kernel does not compute"
         if not a.addressing_fits(mask):
             return f"group {members} holds data movement its product does not address"
         for v in members:
@@ -578,6 +607,8 @@ def _extend(a: Analysis, state: _State, v: int):
         inside = [(u, t) for u, t in a.in_edges[v] if members >> u & 1]
         if any(a.legality(u, v) is Legality.NO for u, _ in inside) or not a.addressing_fits(members, final=False):
             continue
+        if a.gates_inside(members, v) and not a.gate_fits(members):
+            continue
         reach = a.desc[v] | _or(g.reach for g in merged)
         ancestors = a.anc[v] | _or(g.ancestors for g in merged)
         if reach & ancestors & processed & ~members:
@@ -599,7 +630,7 @@ def _extend(a: Analysis, state: _State, v: int):
             sum(g.reads for g in merged) + len(outside) + len(a.graph_inputs_read[v]),
             max([a.elements[v], *(g.largest for g in merged)]),
             reach, ancestors, v if not a.tail[v] and a.hosts_tail(members) else -1,
-            a.tail[v] and any(g.tail_reads >= 0 for g in merged),  # a host's tail completes its kernel
+            a.tail[v] and any(g.tail_reads >= 0 for g in merged) or a.gates_inside(members, v),  # a tail completes it
         )  # fmt: skip
         group_of = {node: (gid if g in merge else g) for node, g in state.group_of.items()}
         group_of[v] = gid

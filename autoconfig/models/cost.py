@@ -140,9 +140,9 @@ caches, and writing it again takes it back, at about memory's rate on the 2-vCPU
 measured (docs/calibration.md)."""
 
 SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
-                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM, CROSS_CORE_TERM)  # fmt: skip
+                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM, CROSS_CORE_TERM, "scale pass")  # fmt: skip
 """Terms that do not overlap the kernel: a copy done before or after it (packing, a
-layout transform), a stall on its critical path (evicted B panels, C brought back per K
+layout transform, an excitation's scaling of its tensor after its gates), a stall on its critical path (evicted B panels, C brought back per K
 block, Winograd filters fetched from farther than priced, lines from other cores), the
 call itself."""
 

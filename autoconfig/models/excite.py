@@ -1,0 +1,96 @@
+"""The excitation kernel's model (`kernels.excite`: a squeeze-excitation's gates by a
+1×1 convolution of one pixel, then its tensor scaled by them, in one kernel).
+
+Its one choice is the gates computed together (`nv` vectors): enough independent sums
+to cover the FMA latency (the profile's FMAs in flight), no more than the registers
+hold, and few enough that every thread gets channel groups of its own. Its time, as
+named terms: the gates' FMAs and what their dependent chains wait, their weights read
+from where the model's constants lie (each inference passes over all of them), the
+scaled tensor read and written once at the bandwidth of the level holding it, the call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoconfig.machine import F32, Machine
+from autoconfig.models.cost import Prediction, Term, epilogue_term, total_ns
+from autoconfig.profile import HardwareProfile
+from autoconfig.runtime import split
+from kernels import epilogue as ep
+from kernels.excite import ExciteConfig
+from kernels.nchwc import Layout
+from kernels.sizes import ceil_div
+from kernels.target import Target
+
+
+@dataclass(frozen=True)
+class ExciteShape:
+    """`batch` images' `channels` gates from `depth` values each, scaling `pixels` per channel."""
+
+    batch: int
+    channels: int
+    depth: int
+    pixels: int
+
+
+@dataclass(frozen=True)
+class ExcitePlan:
+    """A config and the threads its channel groups are divided among (each thread
+    computing its channels' gates and scaling them: their gates would be computed on
+    every thread if pixels were divided)."""
+
+    config: ExciteConfig
+    threads: int
+
+    @property
+    def shape(self) -> ExciteConfig:
+        return self.config
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """Each thread's (group_begin, group_end)."""
+        return split(self.config.groups(), self.threads)
+
+
+def choose(shape: ExciteShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue = (),
+           layout: Layout = "nchw", model_weights: int = 0) -> Prediction:  # fmt: skip
+    """The plan of an excitation at up to `threads` on `target`'s widest vectors, inside a
+    model holding `model_weights` bytes of constants (`Machine.in_model`)."""
+    machine = Machine.of(profile).in_model(model_weights)
+    lanes = target.f32_lanes
+    m = machine.at(lanes, 1)
+    threads = max(1, min(threads, machine.cores))
+    registers = (m.registers - 1) // 2  # a sum and a weight vector per gate vector, and the broadcast value
+    nv = max(1, min(math.ceil(m.fma.in_flight), registers, ceil_div(ceil_div(shape.channels, lanes), threads)))
+    config = ExciteConfig(shape.batch, shape.channels, shape.depth, shape.pixels, lanes, nv, epilogue, layout)
+    return predict(ExcitePlan(config, min(threads, config.groups())), machine)
+
+
+def predict(plan: ExcitePlan, machine: Machine) -> Prediction:
+    """`plan`'s time as named terms (see the module docstring)."""
+    c = plan.config
+    m = machine.at(c.lanes, plan.threads)
+    groups = ceil_div(c.groups(), plan.threads)  # the busiest thread's
+    steps = groups * c.batch * c.depth
+    issue = c.nv / m.fma_per_ns()
+    scaled = 2 * F32 * c.batch * c.channels * c.pixels / plan.threads
+    multiplies = groups * c.nv * c.batch * c.pixels / m.fma_per_ns()
+    terms = [
+        Term("fma", steps * issue, f"{c.nv} gate vectors per k step at {m.fma_per_ns():.2f} vector FMAs/ns per thread"),
+        Term("latency", steps * max(0.0, float(m.fma.latency) - issue),
+             f"{c.nv} independent sums against {m.fma.in_flight:.1f} FMAs in flight"),
+        epilogue_term(c.epilogue, c.batch * ceil_div(c.channels, c.lanes), c.batch * c.channels, m, 1 / plan.threads),
+        Term("memory weights", m.constants_read_ns(F32 * c.depth * c.channels / plan.threads),
+             f"{F32 * c.depth * c.channels / 1e3:.1f} kB of weights, each thread its channels', from where the "
+             "model's constants lie"),
+        Term("scale pass", max(m.traffic_ns(scaled), multiplies),
+             f"{scaled * plan.threads / 1e3:.1f} kB read and written at the bandwidth of the level holding them, "
+             "after the gates"),
+        Term("call", m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0),
+             "kernel call" + (" + thread dispatch" if plan.threads > 1 else "")),
+    ]  # fmt: skip
+    parameters = (("nv", f"{c.nv} vectors of {c.lanes} gates together: {m.fma.in_flight:.1f} FMAs in flight, "
+                         f"{ceil_div(c.channels, c.lanes)} vectors over {plan.threads} thread(s)"),
+                  ("threads", f"{plan.threads}: {c.groups()} groups of {c.width} channels"))  # fmt: skip
+    return Prediction(plan, tuple(terms), total_ns(terms), parameters)
