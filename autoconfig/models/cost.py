@@ -139,12 +139,15 @@ CROSS_CORE_LEVEL = "DRAM"
 caches, and writing it again takes it back, at about memory's rate on the 2-vCPU hosts
 measured (docs/calibration.md)."""
 
+SCALE_PASS_TERM = "scale pass"
+"""An excitation's pass scaling its tensor, after its gates (`models.excite`)."""
+
 SERIAL_TERMS = ("packing", "transform", "transform in", "transform out", "reblock in", "reblock out", "im2col",
-                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM, CROSS_CORE_TERM, "scale pass")  # fmt: skip
+                "filters", "call", STALL_TERM, C_PASSES_TERM, SCALED_TERM, CROSS_CORE_TERM, SCALE_PASS_TERM)  # fmt: skip
 """Terms that do not overlap the kernel: a copy done before or after it (packing, a
-layout transform, an excitation's scaling of its tensor after its gates), a stall on its critical path (evicted B panels, C brought back per K
-block, Winograd filters fetched from farther than priced, lines from other cores), the
-call itself."""
+layout transform, an excitation's scaling pass), a stall on its critical path (evicted B
+panels, C brought back per K block, Winograd filters fetched from farther than priced,
+lines from other cores), the call itself."""
 
 
 ROWS_TOGETHER = 4
@@ -175,6 +178,12 @@ def busiest_share(tiles: int, threads: int, size: int = 1, extent: int | None = 
     parts = max(1, min(threads, tiles))
     extent = extent or tiles
     return min(math.ceil(tiles / parts) * size, extent) / extent
+
+
+def call_term(parts: int, m: Machine) -> Term:
+    """One kernel call, and with several parts their hand-off to the threads."""
+    return Term("call", m.call_ns + (m.dispatch_ns if parts > 1 else 0.0),
+                "kernel call" + (" + thread dispatch" if parts > 1 else ""))
 
 
 def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:

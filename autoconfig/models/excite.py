@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass
 
 from autoconfig.machine import F32, Machine
-from autoconfig.models.cost import Prediction, Term, epilogue_term, total_ns
+from autoconfig.models.cost import (
+    SCALE_PASS_TERM, Prediction, Term, busiest_share, call_term, epilogue_term, microkernel_ns, total_ns,
+)  # fmt: skip
 from autoconfig.profile import HardwareProfile
 from autoconfig.runtime import split
 from kernels import epilogue as ep
@@ -71,24 +73,22 @@ def predict(plan: ExcitePlan, machine: Machine) -> Prediction:
     """`plan`'s time as named terms (see the module docstring)."""
     c = plan.config
     m = machine.at(c.lanes, plan.threads)
-    groups = ceil_div(c.groups(), plan.threads)  # the busiest thread's
-    steps = groups * c.batch * c.depth
-    issue = c.nv / m.fma_per_ns()
-    scaled = 2 * F32 * c.batch * c.channels * c.pixels / plan.threads
-    multiplies = groups * c.nv * c.batch * c.pixels / m.fma_per_ns()
+    share = busiest_share(c.groups(), plan.threads, c.width, c.channels)  # of the channels
+    steps = ceil_div(c.groups(), plan.threads) * c.batch * c.depth  # the busiest thread's k steps
+    issue, waits, loads = microkernel_ns(c.nv, c.nv, 1, m)
+    scaled = 2 * F32 * c.batch * c.channels * c.pixels * share
+    weights = F32 * c.depth * c.channels * share
     terms = [
         Term("fma", steps * issue, f"{c.nv} gate vectors per k step at {m.fma_per_ns():.2f} vector FMAs/ns per thread"),
-        Term("latency", steps * max(0.0, float(m.fma.latency) - issue),
-             f"{c.nv} independent sums against {m.fma.in_flight:.1f} FMAs in flight"),
-        epilogue_term(c.epilogue, c.batch * ceil_div(c.channels, c.lanes), c.batch * c.channels, m, 1 / plan.threads),
-        Term("memory weights", m.constants_read_ns(F32 * c.depth * c.channels / plan.threads),
-             f"{F32 * c.depth * c.channels / 1e3:.1f} kB of weights, each thread its channels', from where the "
-             "model's constants lie"),
-        Term("scale pass", max(m.traffic_ns(scaled), multiplies),
-             f"{scaled * plan.threads / 1e3:.1f} kB read and written at the bandwidth of the level holding them, "
-             "after the gates"),
-        Term("call", m.call_ns + (m.dispatch_ns if plan.threads > 1 else 0.0),
-             "kernel call" + (" + thread dispatch" if plan.threads > 1 else "")),
+        Term("latency", steps * waits, f"{c.nv} independent sums against {m.fma.in_flight:.1f} FMAs in flight"),
+        Term("loads", steps * loads, f"{c.nv} weight loads and a broadcast per k step beyond the FMA time"),
+        epilogue_term(c.epilogue, c.batch * ceil_div(c.channels, c.lanes), c.batch * c.channels, m, share),
+        Term("memory weights", m.constants_read_ns(weights),
+             f"{weights / 1e3:.1f} kB of weights a thread, its channels', from where the model's constants lie"),
+        Term(SCALE_PASS_TERM, max(m.traffic_ns(scaled), scaled / (2 * F32 * c.lanes) / m.fma_per_ns()),
+             f"{scaled / 1e3:.1f} kB a thread read and written at the bandwidth of the level holding them, after "
+             "the gates"),
+        call_term(plan.threads, m),
     ]  # fmt: skip
     parameters = (("nv", f"{c.nv} vectors of {c.lanes} gates together: {m.fma.in_flight:.1f} FMAs in flight, "
                          f"{ceil_div(c.channels, c.lanes)} vectors over {plan.threads} thread(s)"),

@@ -44,9 +44,9 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share, chain_ns,
-    compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
-    total_ns, vector_widths,
+    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share, call_term,
+    chain_ns, compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes,
+    promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
 from kernels import epilogue as ep
 from kernels.matmul import ALGORITHMS, Algorithm, MatmulConfig, MatmulShape, tile_registers
@@ -263,9 +263,7 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
         terms.append(epilogue_term(config.epilogue, s.m * ceil_div(s.n, config.lanes), s.m * s.n, m, share))
     if config.prologue:
         terms.append(_prologue_term(plan, m, share, sum(t.ns for t in terms if t.name == "packing")))
-    parts = plan.parts()
-    overhead = m.call_ns + (m.dispatch_ns if parts > 1 else 0.0)
-    terms.append(Term("call", overhead, "kernel call" + (" + thread dispatch" if parts > 1 else "")))
+    terms.append(call_term(plan.parts(), m))
     return Prediction(plan, tuple(terms), total_ns(terms), tuple(params))
 
 
@@ -978,8 +976,7 @@ def floor_ns(plan: MatmulPlan, machine: Machine) -> float:
         return fma_floor_ns(s.m * s.n * s.k, c.lanes, plan.threads, machine)
     m = machine.at(c.lanes, plan.threads)
     per_k = sum(count * sum(microkernel_ns(rows * vectors, vectors, rows, m)) for count, rows, vectors in _tile_kinds(c))
-    call = m.call_ns + (m.dispatch_ns if plan.parts() > 1 else 0.0)
-    return per_k * s.k * plan.busiest_share() + call
+    return per_k * s.k * plan.busiest_share() + call_term(plan.parts(), m).ns
 
 
 def instructions_per_flop(config: MatmulConfig) -> float:
