@@ -16,11 +16,11 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import C_PASSES_TERM, RESOLUTION, Term
-from autoconfig.models.cost import best_of
+from autoconfig.models.cost import Group, best_of
 from autoconfig.models.matmul import PREFERRED_STREAMS, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, block_sizes, blockings
 from autoconfig.models.matmul import preference
 from autoconfig.models.matmul import (
-    UNROLL, candidates, choose, fixed_terms_ns, floor_ns, full_edges, k_unroll, predict,
+    UNROLL, candidates, choose, fixed_terms_ns, floor_ns, full_edges, k_unroll, plan_groups, predict,
 )  # fmt: skip
 from autoconfig.profile import load_profile
 from kernels import matmul as mm
@@ -433,14 +433,21 @@ def test_unknown_split_rejected():
 
 @pytest.mark.parametrize("mnk", [(512, 16, 512), (1, 1000, 1024), (196, 672, 112), (3, 5, 7)])
 def test_the_choice_skips_only_plans_that_cannot_win(mnk):
-    """choose() leaves out plans whose floor (`floor_ns`), or the floor with the terms
-    fixed by the blocks (`fixed_terms_ns`), exceeds their algorithm's best: each
-    algorithm's best must be what scoring every candidate gives, and neither bound may
-    exceed its plan's predicted time."""
+    """choose() leaves out groups of plans whose bound (a group of a width's tiles: their
+    FMA floor; a tile's: its `floor_ns`) exceeds the best so far, and plans whose floor
+    with the terms fixed by the blocks (`fixed_terms_ns`) does: each algorithm's best
+    must be what scoring every candidate gives, no group's bound may exceed the bounds
+    within it, and no plan's bound its predicted time."""
     profile = load_profile(Path(__file__).parent.parent / "hwprofiles" / "intel-xeon-model167-avx512.yaml")
     target, machine, shape = target_for("avx512"), Machine.of(profile), mm.MatmulShape(*mnk)
     every = [predict(p, machine) for t in (1, 2) for p in candidates(shape, machine, target, t)]
     assert all(floor_ns(p.plan, machine) + fixed_terms_ns(p.plan, machine) <= p.total_ns for p in every)
+
+    def bounded(items: list, low: float) -> int:
+        assert all(low <= (i.bound if isinstance(i, Group) else floor_ns(i, machine)) for i in items)
+        return sum(bounded(i.members(), i.bound) if isinstance(i, Group) else 1 for i in items)
+
+    assert sum(bounded(plan_groups(shape, machine, target, t), 0.0) for t in (1, 2)) == len(every)
     chosen = choose(shape, profile, target, 2)
     for best in chosen.per_algorithm:
         same = [p for p in every if p.config.algorithm == best.config.algorithm]

@@ -53,9 +53,9 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, STALL_TERM, Prediction, Term, best_of, busiest_share,
-    chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions, tie_bound, total_ns,
-    vector_widths,
+    CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, STALL_TERM, Group, Prediction, Term, best_of,
+    busiest_share, chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
+    tie_bound, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split
 from autoconfig.models.matmul import choose as choose_matmul
@@ -906,9 +906,9 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
     plans = [p for t in sorted({1, budget})
              for candidates in (direct_candidates, depthwise_candidates, blocked_candidates)
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
-    predictions = promising_predictions(
-        plans, lambda p: fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine), lambda p: _kind(p.config),
-        lambda p: predict(p, machine))  # fmt: skip
+    groups = [Group.of(p, fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine), _kind(p.config))
+              for p in plans]  # fmt: skip
+    predictions = promising_predictions(groups, lambda p: _kind(p.config), lambda p: predict(p, machine))
     # A product in NCHW (Winograd's, or a GEMM's) is not scored where a plan in NCHW
     # already beats its floor, its multiply-adds at the fastest FMA rate: a matmul
     # decision took 8-15 ms, a third of a Winograd layer's. Safe inside a model too: the

@@ -6,10 +6,12 @@ epilogue terms; and the pruned scoring of candidates. `models.matmul` and
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from kernels import epilogue as ep
@@ -228,22 +230,53 @@ def vector_widths(machine: Machine, target: Target) -> list[int]:
 Plan = TypeVar("Plan")  # a matmul or a convolution plan: a config with lanes, and threads
 
 
-def promising_predictions(plans: Sequence[Plan], floor: Callable[[Plan], float], kind: Callable[[Plan], Hashable],
+@dataclass(frozen=True)
+class Group(Generic[Plan]):
+    """Plans not built yet, each of one of `kinds` (what a model keeps the best of), with
+    a lower `bound` of their predicted times: `members()` builds them, or smaller groups
+    of them with tighter bounds."""
+
+    bound: float
+    kinds: tuple[Hashable, ...]
+    members: Callable[[], Sequence[Group[Plan] | Plan]]
+
+    @classmethod
+    def of(cls, plan: Plan, floor: float, kind: Hashable) -> Group[Plan]:
+        """One plan built already, with its floor."""
+        return cls(floor, (kind,), lambda: (plan,))
+
+
+def every_plan(groups: Sequence[Group[Plan] | Plan]) -> list[Plan]:
+    """The plans of `groups` and of the groups within them, all built."""
+    return [plan for item in groups
+            for plan in (every_plan(item.members()) if isinstance(item, Group) else [item])]  # fmt: skip
+
+
+def promising_predictions(groups: Sequence[Group[Plan]], kind: Callable[[Plan], Hashable],
                           score: Callable[[Plan], Prediction],
                           tighter: Callable[[Plan], float] | None = None) -> list[Prediction]:  # fmt: skip
-    """`score` of the plans that can be the best of their `kind` (what a model keeps the
-    best of), from the lowest `floor` (a lower bound of a plan's predicted time) up: a
-    plan whose floor cannot tie with its kind's best so far (`tie_bound`) is not scored,
-    nor one whose `tighter` bound (dearer to compute, asked only past the floor) cannot,
-    so the choice is the same as scoring them all."""
+    """`score` of the plans that can be the best of their `kind`, by branch and bound:
+    from the lowest bound up, a group whose bound cannot tie with the best so far of its
+    kinds (`tie_bound`) is not opened, a plan (bounded by its group's) not scored, nor
+    one whose `tighter` bound cannot tie, so the choice is the same as scoring them all,
+    and plans are built only in groups that could hold the best."""
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
-    for low, plan in sorted(((floor(p), p) for p in plans), key=lambda lp: lp[0]):
-        bound = tie_bound(fastest.get(kind(plan), math.inf))
-        if low > bound or tighter is not None and tighter(plan) > bound:
+    queue: list[tuple[float, int, Group[Plan] | Plan]] = [(g.bound, i, g) for i, g in enumerate(groups)]
+    heapq.heapify(queue)
+    pushed = itertools.count(len(queue))
+    while queue:
+        low, _, item = heapq.heappop(queue)
+        if isinstance(item, Group):
+            if low <= max(tie_bound(fastest.get(k, math.inf)) for k in item.kinds):
+                for member in item.members():
+                    heapq.heappush(queue, (member.bound if isinstance(member, Group) else low, next(pushed), member))
             continue
-        predictions.append(score(plan))
-        fastest[kind(plan)] = min(fastest.get(kind(plan), math.inf), predictions[-1].total_ns)
+        bound = tie_bound(fastest.get(kind(item), math.inf))
+        if low > bound or tighter is not None and tighter(item) > bound:
+            continue
+        predictions.append(score(item))
+        fastest[kind(item)] = min(fastest.get(kind(item), math.inf), predictions[-1].total_ns)
     return predictions
 
 

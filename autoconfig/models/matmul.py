@@ -35,6 +35,7 @@ FMA chain's critical path and the L2 term adds instead of overlapping.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,8 +45,8 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Prediction, Term, best_of, busiest_share, call_term,
-    chain_ns, compute_and_memory_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes,
+    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Group, Prediction, Term, best_of, busiest_share, call_term,
+    chain_ns, compute_and_memory_ns, epilogue_term, every_plan, fma_floor_ns, microkernel_ns, output_passes,
     promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
 from kernels import epilogue as ep
@@ -772,14 +773,22 @@ def _threads_reason(p: MatmulPlan) -> str:
 # ---------------------------------------------------------------- choice
 
 
-def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: int,
-               epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
-               blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
-               prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-               b_transposed: bool = False, b_band: tuple[tuple[int, int], ...] = (),
-               a_band: tuple[tuple[int, int], ...] = ()) -> list[MatmulPlan]:  # fmt: skip
-    """Every plan the model scores: algorithms × widths × register tiles × splits. With
-    `a_constant` (A is a layer's weights), the packed algorithm reads A packed once at
+def candidates(*question: object, **options: object) -> list[MatmulPlan]:
+    """Every plan the model scores for `plan_groups`' question, built."""
+    return every_plan(plan_groups(*question, **options))
+
+
+def plan_groups(shape: MatmulShape, machine: Machine, target: Target, threads: int,
+                epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
+                blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
+                prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
+                b_transposed: bool = False, b_band: tuple[tuple[int, int], ...] = (),
+                a_band: tuple[tuple[int, int], ...] = (),
+                split: Split | None = None) -> list[Group[MatmulPlan]]:  # fmt: skip
+    """Every plan the model scores: algorithms × widths × register tiles × splits, built
+    only when asked: broadcast and dot plans bounded by `fma_floor_ns`, and for each width
+    a group so bounded of a group per tile and split (`_tile_groups`). With `a_constant`
+    (A is a layer's weights), the packed algorithm reads A packed once at
     build time instead of packing it on every call, and dot reads each row tile's rows
     interleaved, one stream instead of mr; with `b_constant`, B likewise packed. With `transposed` (operands stored
     transposed, B a constant: `MatmulConfig.transposed`), only packed plans, in one K
@@ -792,50 +801,117 @@ def candidates(shape: MatmulShape, machine: Machine, target: Target, threads: in
     a strided B not by dot. `b_band`: a constant B's nonzero rows per column (see
     `band`): packed plans reading A in place also multiply only their column tiles'
     bands, where a band is `narrow`; `a_band`: a constant A's nonzero columns
-    per row, tiled plans in one K block their row tiles' bands likewise."""
+    per row, tiled plans in one K block their row tiles' bands likewise. With `split`,
+    plans on several threads divide only that way."""
     registers = min(machine.registers, target.vector_registers)
     in_place = {"leading": leading, "b_transposed": b_transposed}
-    configs = []
-    for lanes in vector_widths(machine, target):
-        m = machine.at(lanes, threads)
-        if transposed:
-            if blocked and not all(nhwc) and lanes != target.f32_lanes:
-                continue
-            configs += [MatmulConfig(shape, "packed", lanes, mr, nv, 0, *block_sizes(shape, mr, nv * lanes, m)[1:3],
-                                     k_unroll(mr, nv), epilogue=epilogue, prologue=prologue, transposed=True,
-                                     blocked=blocked,
-                                     a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, lanes, True))
-                        for mr in range(1, MAX_MR + 1) for nv in range(1, MAX_NV + 1)
-                        if tile_registers(mr, nv) <= registers]  # fmt: skip
-            continue
-        if not prologue and not b_transposed:
+    splits = SPLITS[:1] if threads == 1 else (split,) if split else SPLITS
+    kinds: tuple[Algorithm, ...] = ("packed",) if transposed or b_transposed else ("tiled", "packed")
+
+    def simple(lanes: int) -> list[MatmulConfig]:  # broadcast and dot: their floor is the FMA one
+        configs = []
+        if not transposed and not prologue and not b_transposed:
             configs.append(MatmulConfig(shape, "broadcast", lanes, unroll=min(BROADCAST_ROWS, registers - 2),
-                                        epilogue=epilogue, **in_place))
-        if shape.n == 1 and not prologue and not (b_transposed or leading[1]):  # rows x partial sums along K
+                                        epilogue=epilogue, **in_place))  # fmt: skip
+        if not transposed and shape.n == 1 and not prologue and not (b_transposed or leading[1]):
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue,
                                      a_packed=a_constant and not leading[0], **in_place)
-                        for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
-        for mr in range(1, MAX_MR + 1):
-            for nv in range(1, MAX_NV + 1):
-                if tile_registers(mr, nv) > registers:
-                    continue
-                for kc, kinds in blockings(shape, mr, nv * lanes, m):
-                    _, mc, nc, _ = block_sizes(shape, mr, nv * lanes, m, kc)
-                    blocked = [MatmulConfig(shape, kind, lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
-                                            epilogue=epilogue, a_packed=a_constant and kind == "packed",
-                                            b_packed=b_constant and kind == "packed" and not prologue,
-                                            prologue=prologue, **in_place,
-                                            **full_edges(shape, mr, nv, lanes, kind == "packed"))
-                               for kind in kinds if kind == "packed" or not b_transposed]  # fmt: skip
-                    in_place_a = [replace(c, a_in_place=True) for c in blocked  # A's rows whole runs
-                                  if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
-                    banded = [_banded(c, b_band, m) for c in in_place_a if b_band]
-                    banded += [_banded(c, a_band, m) for c in blocked if a_band and c.algorithm == "tiled"]
-                    configs += blocked + in_place_a + [c for c in dict.fromkeys(banded) if narrow(c.band[0], shape.k)]
-    configs = [c for c in configs if c.registers_needed()[0] <= registers]
-    splits = SPLITS if threads > 1 else SPLITS[:1]
-    plans = [MatmulPlan(c, threads, split, b_constant) for c in configs for split in splits]
-    return [p for p in plans if p.threads == 1 or p.split_units() > 1]  # else 1 thread says it
+                        for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)
+                        if mr * u + 2 <= registers]  # fmt: skip
+        return configs
+
+    def tiles(lanes: int) -> list[Group[MatmulPlan]]:
+        m, groups = machine.at(lanes, threads), []
+        for mr, nv in itertools.product(range(1, MAX_MR + 1), range(1, MAX_NV + 1)):
+            if tile_registers(mr, nv) <= registers:
+                groups += _tile_groups(
+                    MatmulConfig(shape, "tiled", lanes, mr, nv, **full_edges(shape, mr, nv, lanes, False)), threads,
+                    splits, b_constant, kinds, machine, bool(b_band or a_band),
+                    _once(lambda mr=mr, nv=nv: [_transposed(shape, mr, nv, m, epilogue, prologue, blocked, nhwc)]
+                          if transposed else _blocked_configs(shape, mr, nv, m, epilogue, a_constant, prologue,
+                                                              b_constant, in_place, b_band, a_band)))  # fmt: skip
+        return groups
+
+    groups = []
+    for lanes in vector_widths(machine, target):
+        if transposed and blocked and not all(nhwc) and lanes != target.f32_lanes:
+            continue
+        fma = fma_floor_ns(shape.m * shape.n * shape.k, lanes, threads, machine)
+        groups += [Group.of(plan, fma, plan.config.algorithm) for plan in _plans(simple(lanes), threads, splits,
+                                                                                 b_constant)]  # fmt: skip
+        groups.append(Group(fma, kinds, functools.partial(tiles, lanes)))
+    return groups
+
+
+def _tile_groups(tile: MatmulConfig, threads: int, splits: tuple[Split, ...], b_weights: bool,
+                 kinds: tuple[Algorithm, ...], machine: Machine, banded: bool,
+                 built: Callable[[], list[MatmulConfig]]) -> list[Group[MatmulPlan]]:  # fmt: skip
+    """One tile's configs (`built` when a group is opened) in a group per split, bounded
+    by `tile`'s floor (a tiled config's: it computes no edge a packed one does not), and
+    those multiplying bands, fewer than the floor counts, in one bounded by nothing."""
+    groups = []
+    for bound in _plans([tile], threads, splits, b_weights):
+        groups.append(Group(floor_ns(bound, machine), kinds,
+                            functools.partial(_plans_of, built, threads, bound.split, b_weights, False)))
+        if banded:
+            groups.append(Group(0.0, kinds, functools.partial(_plans_of, built, threads, bound.split, b_weights, True)))
+    return groups
+
+
+def _once(build: Callable[[], list[MatmulConfig]]) -> Callable[[], list[MatmulConfig]]:
+    """`build`, called at most once (the splits of a tile share its configs)."""
+    kept: list[list[MatmulConfig]] = []
+
+    def once() -> list[MatmulConfig]:
+        if not kept:
+            kept.append(build())
+        return kept[0]
+
+    return once
+
+
+def _plans(configs: list[MatmulConfig], threads: int, splits: tuple[Split, ...], b_weights: bool) -> list[MatmulPlan]:
+    """`configs` on `threads` threads divided each of `splits` way, where that divides
+    them (on one thread, any split)."""
+    plans = [MatmulPlan(c, threads, split, b_weights) for c in configs for split in splits]
+    return [p for p in plans if p.threads == 1 or p.split_units() > 1]
+
+
+def _plans_of(built: Callable[[], list[MatmulConfig]], threads: int, split: Split, b_weights: bool,
+              banded: bool) -> list[MatmulPlan]:  # fmt: skip
+    """The plans of one tile's configs `built` (those multiplying bands, or the others)."""
+    return _plans([c for c in built() if bool(c.band[0]) == banded], threads, (split,), b_weights)
+
+
+def _transposed(shape: MatmulShape, mr: int, nv: int, m: Machine, epilogue: ep.Epilogue, prologue: ep.Epilogue,
+                blocked: bool, nhwc: tuple[bool, bool]) -> MatmulConfig:  # fmt: skip
+    """A transposed product's packed config of an mr x nv tile, in one K block."""
+    return MatmulConfig(shape, "packed", m.lanes, mr, nv, 0, *block_sizes(shape, mr, nv * m.lanes, m)[1:3],
+                        k_unroll(mr, nv), epilogue=epilogue, prologue=prologue, transposed=True, blocked=blocked,
+                        a_nhwc=nhwc[0], c_nhwc=nhwc[1], **full_edges(shape, mr, nv, m.lanes, True))  # fmt: skip
+
+
+def _blocked_configs(shape: MatmulShape, mr: int, nv: int, m: Machine, epilogue: ep.Epilogue, a_constant: bool,
+                     prologue: ep.Epilogue, b_constant: bool, in_place: dict[str, object],
+                     b_band: tuple[tuple[int, int], ...],
+                     a_band: tuple[tuple[int, int], ...]) -> list[MatmulConfig]:  # fmt: skip
+    """An mr x nv tile's tiled and packed configs: each K block of `blockings`, A read
+    in place where B is packed and K in one block, and the banded ones (see `plan_groups`)."""
+    configs = []
+    for kc, kinds in blockings(shape, mr, nv * m.lanes, m):
+        _, mc, nc, _ = block_sizes(shape, mr, nv * m.lanes, m, kc)
+        dense = [MatmulConfig(shape, kind, m.lanes, mr, nv, kc, mc, nc, k_unroll(mr, nv),
+                              epilogue=epilogue, a_packed=a_constant and kind == "packed",
+                              b_packed=b_constant and kind == "packed" and not prologue,
+                              prologue=prologue, **in_place,
+                              **full_edges(shape, mr, nv, m.lanes, kind == "packed"))
+                 for kind in kinds if kind == "packed" or not in_place["b_transposed"]]  # fmt: skip
+        in_place_a = [replace(c, a_in_place=True) for c in dense  # A's rows whole runs
+                      if c.b_packed and not c.a_packed and kc >= shape.k]  # fmt: skip
+        banded = [_banded(c, b_band, m) for c in in_place_a if b_band]
+        banded += [_banded(c, a_band, m) for c in dense if a_band and c.algorithm == "tiled"]
+        configs += dense + in_place_a + [c for c in dict.fromkeys(banded) if narrow(c.band[0], shape.k)]
+    return configs
 
 
 EDGE_WASTE = 0.01
@@ -911,33 +987,19 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     weights), so packed plans read it packed once, `b_constant` likewise for B;
     `transposed`, `blocked`, `nhwc`:
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
-    as it is read; `leading`, `b_transposed`: operands in place (see `candidates`);
+    as it is read; `leading`, `b_transposed`: operands in place (see `plan_groups`);
     `local`: the split that keeps each thread on what it wrote (see `preference`);
     `model_weights`: the bytes of constants of the model holding the product, which
     decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
-    each way reads from other cores itself); `b_band`, `a_band`: see `candidates`."""
+    each way reads from other cores itself); `b_band`, `a_band`: see `plan_groups`."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
-    plans = [plan for t in sorted({1, budget})
-             for plan in candidates(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
-                                    prologue, b_constant, leading, b_transposed, b_band, a_band)
-             if split is None or plan.threads == 1 or plan.split == split]  # fmt: skip
-    # A floor depends on the tile, width, threads and split, and on which edge tiles are
-    # computed as full ones: a packed plan may compute its column edge so where the tiled
-    # one may not. Tiled candidates come first, and a packed floor is never below the
-    # tiled one's, so the first floor of a key is a lower bound for both.
-    floors: dict[tuple, float] = {}
-
-    def floor(p: MatmulPlan) -> float:
-        c = p.config
-        key = (c.algorithm in ("tiled", "packed"), c.mr, c.nv, c.lanes, p.threads, p.split, c.band)
-        if key not in floors:
-            floors[key] = floor_ns(p, machine)
-        return floors[key]
-
-    predictions = promising_predictions(plans, floor, lambda p: p.config.algorithm, lambda p: predict(p, machine),
-                                        lambda p: floor(p) + fixed_terms_ns(p, machine))
+    groups = [group for t in sorted({1, budget})
+              for group in plan_groups(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
+                                       prologue, b_constant, leading, b_transposed, b_band, a_band, split)]  # fmt: skip
+    predictions = promising_predictions(groups, lambda p: p.config.algorithm, lambda p: predict(p, machine),
+                                        lambda p: floor_ns(p, machine) + fixed_terms_ns(p, machine))
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
     prefer = functools.partial(preference, local=local)
