@@ -135,7 +135,7 @@ def plan_greedy(graph: Graph, cost: FusionCost) -> Plan:
             if rule is not None and g.emittable(v, dom) and g.paths_ok(v, dom, rule):
                 g.fuse_path(v, dom)
     ordered = g.members()
-    total, traffic = plan_cost(graph, ordered, cost)
+    total, traffic = plan_cost(graph, ordered, cost, a)
     return Plan(ordered, total, traffic, time.perf_counter() - start, "greedy")
 
 

@@ -422,9 +422,11 @@ class Analysis:
         return max(0, excess) * elements * 2 / self.cost.elementwise_per_ns()
 
 
-def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost) -> tuple[float, int]:
-    """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by."""
-    a = Analysis(graph, cost)
+def plan_cost(graph: Graph, groups: list[list[int]], cost: FusionCost,
+              analysis: Analysis | None = None) -> tuple[float, int]:  # fmt: skip
+    """(cost ns, traffic bytes) of a plan; the one definition every strategy is judged by
+    (`analysis`: the graph's under `cost`, where the caller made it already)."""
+    a = analysis or Analysis(graph, cost)
     group_of = {v: g for g, members in enumerate(groups) for v in members}
     total, traffic = len(groups) * cost.launch_ns() + sum(a.compute_ns), 0
     for g, members in enumerate(groups):
@@ -568,7 +570,7 @@ def plan_dp(graph: Graph, cost: FusionCost) -> Plan:
         states = sorted(candidates.values(), key=lambda s: s.cost)[:BEAM]
     best = min(states, key=lambda s: s.cost)
     groups = _groups_from_history(best.history)
-    total, traffic = plan_cost(graph, groups, cost)
+    total, traffic = plan_cost(graph, groups, cost, a)
     return Plan(groups, total, traffic, time.perf_counter() - start, "dp")
 
 
