@@ -840,6 +840,21 @@ def test_the_conv_choice_skips_only_plans_that_cannot_win(s):
         assert chosen[kind].plan == conv_model._best([p for p in every if conv_model._kind(p.config) == kind]).plan
 
 
+@pytest.mark.parametrize("prologue", [(), (ep.scale(), ep.bias(), ep.relu())], ids=["alone", "prologue"])
+@pytest.mark.parametrize("s", [ConvShape(1, 160, 28, 28, 128, (1, 1)), ConvShape(1, 70, 14, 14, 24, (1, 1))],
+                         ids=ConvShape.describe)  # fmt: skip
+def test_the_fastest_plan_alone_ties_with_the_choice(s, prologue):
+    """With `fastest` (what a fusion plan prices a prologue by), no kind's best is kept
+    for the layout plan: the plan found must still tie with the full choice's, and
+    with the fastest of every plan scored by the full choice."""
+    profile, target = load_profile(PROFILE_OF["avx512"]), get_target("avx512")
+    full = choose(s, profile, target, 2, prologue=prologue)
+    fastest = choose(s, profile, target, 2, prologue=prologue, fastest=True).best
+    least = min(p.total_ns for p in full.per_algorithm)
+    for a, b in ((fastest.total_ns, least), (least, fastest.total_ns), (full.best.total_ns, fastest.total_ns)):
+        assert a <= b * (1 + RESOLUTION)
+
+
 @pytest.mark.parametrize("s, left_out", [(ConvShape(1, 128, 52, 52, 128, (3, 3), pads=(1, 1, 1, 1)),
                                            {"winograd F(2,3)", "im2col"}),
                                           (ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1)), {"im2col"}),

@@ -16,7 +16,7 @@ from autoconfig import compile_matmul, plan_matmul
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import C_PASSES_TERM, RESOLUTION, Term
-from autoconfig.models.cost import Group, best_of
+from autoconfig.models.cost import Group, best_of, tie_bound
 from autoconfig.models.matmul import PREFERRED_STREAMS, STREAMED_B_BLOCK_L2_SHARE, MatmulPlan, block_sizes, blockings
 from autoconfig.models.matmul import preference
 from autoconfig.models.matmul import (
@@ -453,6 +453,9 @@ def test_the_choice_skips_only_plans_that_cannot_win(mnk):
         same = [p for p in every if p.config.algorithm == best.config.algorithm]
         assert best.plan == best_of(same, preference).plan
     assert len(chosen.per_algorithm) == len({p.config.algorithm for p in every})
+    fastest = choose(shape, profile, target, 2, fastest=True).best  # each algorithm's best not wanted
+    fastest_of_all = min(p.total_ns for p in every)
+    assert fastest.total_ns <= tie_bound(fastest_of_all) and chosen.best.total_ns <= tie_bound(fastest.total_ns)
 
 
 def tied(predictions: list) -> list:

@@ -166,9 +166,11 @@ class FusionCost:
         plan without it. Where only plans reading NCHW compute it, the layout plan (made after
         fusion) must then hold the layer's input in NCHW: the prologue pays for that too.
         Both inside the model (`Machine.in_model`): a prologue that copies the weights
-        reads them from wherever the rest of an inference leaves them."""
-        alone = self._ask(conv_model.choose, shape, model_weights=self.model_weights)
-        inside = self._ask(conv_model.choose, shape, prologue=prologue, model_weights=self.model_weights)
+        reads them from wherever the rest of an inference leaves them. Only the fastest
+        plans are asked for (`conv_model.choose`'s `fastest`)."""
+        alone = self._ask(conv_model.choose, shape, model_weights=self.model_weights, fastest=True)
+        inside = self._ask(conv_model.choose, shape, prologue=prologue, model_weights=self.model_weights,
+                           fastest=True)  # fmt: skip
         return max(0.0, inside.best.total_ns - alone.best.total_ns)
 
 

@@ -891,16 +891,17 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = (),
-           mean: bool = False, fast_winograd: bool = False) -> ConvChoice:  # fmt: skip
+           mean: bool = False, fast_winograd: bool = False, fastest: bool = False) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
     on its own or inside a model holding `model_weights` bytes of constants; with a
     `prologue` (per-input-channel ops on its input), `_with_prologue`'s; with `mean`
     (each output channel's mean written too), `_with_mean`'s. Winograd's output tiles
-    are `winograd_tiles(fast_winograd)`."""
+    are `winograd_tiles(fast_winograd)`. With `fastest`, only the best plan is wanted,
+    not each algorithm and layout's for the layout plan (fewer are scored)."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)
     if prologue:
-        return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine)
+        return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine, fastest)
     if mean:
         return _with_mean(shape, profile, target, budget, epilogue, machine)
     plans = [p for t in sorted({1, budget})
@@ -908,7 +909,8 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
              for p in candidates(shape, machine, target, t, epilogue)]  # fmt: skip
     groups = [Group.of(p, fma_floor_ns(shape.flops / 2, p.config.lanes, p.threads, machine), _kind(p.config))
               for p in plans]  # fmt: skip
-    predictions = promising_predictions(groups, lambda p: _kind(p.config), lambda p: predict(p, machine))
+    predictions = promising_predictions(groups, None if fastest else lambda p: _kind(p.config),
+                                        lambda p: predict(p, machine))  # fmt: skip
     # A product in NCHW (Winograd's, or a GEMM's) is not scored where a plan in NCHW
     # already beats its floor, its multiply-adds at the fastest FMA rate: a matmul
     # decision took 8-15 ms, a third of a Winograd layer's. Safe inside a model too: the
@@ -936,7 +938,7 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
                 plans = [winograd_plan(shape, m, profile, target, budget, epilogue, split)
                          for split in (WINOGRAD_SPLITS if budget > 1 else WINOGRAD_SPLITS[:1])]  # fmt: skip
                 predictions += [predict(p, machine) for p in plans if p is not None]
-    predictions += _products(shape, profile, target, budget, epilogue, machine, beaten)
+    predictions += _products(shape, profile, target, budget, epilogue, machine, beaten, fastest=fastest)
     if not predictions:
         raise AutoconfigError(f"no convolution configuration of profile {profile.name} fits {target.name}")
     kinds = _by_kind(predictions)
@@ -949,15 +951,15 @@ def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: 
 
 
 def _with_prologue(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue,
-                  prologue: ep.Epilogue, machine: Machine) -> ConvChoice:  # fmt: skip
+                  prologue: ep.Epilogue, machine: Machine, fastest: bool) -> ConvChoice:  # fmt: skip
     """A 1x1 convolution whose input arrives through `prologue`: its products in NCHW,
     which apply the ops to the image as they read it, and, for a scale alone, those
     with the output channels in the lanes, which scale each call's copy of the weights
-    instead (`MatmulConfig.prologue`)."""
+    instead (`MatmulConfig.prologue`); `fastest` as in `choose`."""
     if not shape.pointwise or shape.group != 1:
         raise AutoconfigError(f"a prologue is computed by an ungrouped 1x1 convolution's product, not "
                               f"{shape.describe()}")  # fmt: skip
-    products = _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue)
+    products = _products(shape, profile, target, threads, epilogue, machine, lambda *_: False, prologue, fastest)
     per_algorithm = [_best(mine) for mine in _by_kind(products).values()]
     return ConvChoice(_best(per_algorithm), tuple(per_algorithm), profile, target, ())
 
@@ -982,10 +984,11 @@ def mean_fits(shape: ConvShape, target: Target) -> bool:
 
 def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget: int, epilogue: ep.Epilogue,
               machine: Machine, beaten: Callable[[str, float], bool],
-              prologue: ep.Epilogue = ()) -> list[Prediction]:  # fmt: skip
-    """The layer's matrix products, each the matmul model's choice: gemm1x1 both ways
-    (and channel-blocked or NHWC, channels in lanes), im2col; those `beaten` (by an NCHW
-    plan already scored) left out; with a `prologue`, those that compute it."""
+              prologue: ep.Epilogue = (), fastest: bool = False) -> list[Prediction]:  # fmt: skip
+    """The layer's matrix products, each the matmul model's choice (its `fastest` plan
+    alone where that is all `choose` wants): gemm1x1 both ways (and channel-blocked or
+    NHWC, channels in lanes), im2col; those `beaten` (by an NCHW plan already scored)
+    left out; with a `prologue`, those that compute it."""
     predictions = []
     scale_only = [op.kind for op in prologue] == ["scale"]
     # A blocked transposed product differs from the scattered one in its C stores alone,
@@ -1007,19 +1010,22 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
             continue
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
-                             transposed=transposed, prologue=prologue, local=_local(shape, transposed)).best.plan
+                             transposed=transposed, prologue=prologue, local=_local(shape, transposed),
+                             fastest=fastest).best.plan  # fmt: skip
         config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
         predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
         if transposed and blocks:  # the same product, channel-blocked
             if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
                 gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                     prologue=prologue, local=_local(shape, True)).best.plan  # fmt: skip
+                                     prologue=prologue, local=_local(shape, True),
+                                     fastest=fastest).best.plan  # fmt: skip
             blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
             sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
-                                 nhwc=sides, prologue=prologue, local=_local(shape, True)).best.plan  # fmt: skip
+                                 nhwc=sides, prologue=prologue, local=_local(shape, True),
+                                 fastest=fastest).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
                                                 gemm.split), machine))  # fmt: skip
     return predictions

@@ -252,14 +252,14 @@ def every_plan(groups: Sequence[Group[Plan] | Plan]) -> list[Plan]:
             for plan in (every_plan(item.members()) if isinstance(item, Group) else [item])]  # fmt: skip
 
 
-def promising_predictions(groups: Sequence[Group[Plan]], kind: Callable[[Plan], Hashable],
+def promising_predictions(groups: Sequence[Group[Plan]], kind: Callable[[Plan], Hashable] | None,
                           score: Callable[[Plan], Prediction],
                           tighter: Callable[[Plan], float] | None = None) -> list[Prediction]:  # fmt: skip
-    """`score` of the plans that can be the best of their `kind`, by branch and bound:
-    from the lowest bound up, a group whose bound cannot tie with the best so far of its
-    kinds (`tie_bound`) is not opened, a plan (bounded by its group's) not scored, nor
-    one whose `tighter` bound cannot tie, so the choice is the same as scoring them all,
-    and plans are built only in groups that could hold the best."""
+    """`score` of the plans that can be the best of their `kind` (None: the fastest of
+    all), by branch and bound: from the lowest bound up, a group whose bound cannot tie
+    with the best so far of its kinds (`tie_bound`) is not opened, a plan (bounded by its
+    group's) not scored, nor one whose `tighter` bound cannot tie, so the choice is the
+    same as scoring them all, and plans are built only in groups that could hold the best."""
     predictions: list[Prediction] = []
     fastest: dict[Hashable, float] = {}
     queue: list[tuple[float, int, Group[Plan] | Plan]] = [(g.bound, i, g) for i, g in enumerate(groups)]
@@ -268,15 +268,16 @@ def promising_predictions(groups: Sequence[Group[Plan]], kind: Callable[[Plan], 
     while queue:
         low, _, item = heapq.heappop(queue)
         if isinstance(item, Group):
-            if low <= max(tie_bound(fastest.get(k, math.inf)) for k in item.kinds):
+            if low <= max(tie_bound(fastest.get(k, math.inf)) for k in (item.kinds if kind else (None,))):
                 for member in item.members():
                     heapq.heappush(queue, (member.bound if isinstance(member, Group) else low, next(pushed), member))
             continue
-        bound = tie_bound(fastest.get(kind(item), math.inf))
+        mine = kind(item) if kind else None
+        bound = tie_bound(fastest.get(mine, math.inf))
         if low > bound or tighter is not None and tighter(item) > bound:
             continue
         predictions.append(score(item))
-        fastest[kind(item)] = min(fastest.get(kind(item), math.inf), predictions[-1].total_ns)
+        fastest[mine] = min(fastest.get(mine, math.inf), predictions[-1].total_ns)
     return predictions
 
 

@@ -980,7 +980,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
            b_transposed: bool = False, local: Split | None = None, model_weights: int = 0,
            split: Split | None = None, b_band: tuple[tuple[int, int], ...] = (),
-           a_band: tuple[tuple[int, int], ...] = ()) -> Choice:  # fmt: skip
+           a_band: tuple[tuple[int, int], ...] = (), fastest: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -992,13 +992,15 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     `model_weights`: the bytes of constants of the model holding the product, which
     decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
-    each way reads from other cores itself); `b_band`, `a_band`: see `plan_groups`."""
+    each way reads from other cores itself); `b_band`, `a_band`: see `plan_groups`;
+    `fastest`: only the best plan is wanted, not each algorithm's (fewer are scored)."""
     machine = Machine.of(profile).in_model(model_weights)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     groups = [group for t in sorted({1, budget})
               for group in plan_groups(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
                                        prologue, b_constant, leading, b_transposed, b_band, a_band, split)]  # fmt: skip
-    predictions = promising_predictions(groups, lambda p: p.config.algorithm, lambda p: predict(p, machine),
+    predictions = promising_predictions(groups, None if fastest else lambda p: p.config.algorithm,
+                                        lambda p: predict(p, machine),
                                         lambda p: floor_ns(p, machine) + fixed_terms_ns(p, machine))
     if not predictions:
         raise AutoconfigError(f"no matmul configuration of profile {profile.name} fits {target.name}")
