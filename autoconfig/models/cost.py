@@ -1,7 +1,7 @@
 """The cost framework every operator model shares: a prediction is a configuration's
 time as named terms, each with its reason; how the terms add up (compute and memory
 overlap, stalls and copies add); the micro-kernel, thread-share, output-pass and
-epilogue terms; and the pruned scoring of candidates. `models.matmul` and
+epilogue terms; and the scoring of candidates by branch and bound (`Group`). `models.matmul` and
 `models.conv` price their configurations with it."""
 
 from __future__ import annotations

@@ -294,7 +294,7 @@ while packing, broadcast along whole rows."""
 
 
 BAND_LIMIT = 0.5
-"""The largest share of K a band may cover and still be scored (`candidates`): a resize's
+"""The largest share of K a band may cover and still be scored (`plan_groups`): a resize's
 bands cover a few of K's rows; one over half of K saves less than half the work, which
 the dense plans' K blocking and B prefetch (a banded tile has neither) can make up."""
 
@@ -651,7 +651,7 @@ def _blocked_parameters(p: MatmulPlan, m: Machine) -> list[tuple[str, str]]:
         (name, why if value == model else f"{value} (forced; the model derives {model})")
         for (name, why), value, model in zip(reasons(), (c.kc, c.mc, c.nc), derived)
     ]
-    if c.transposed:  # candidates() gives it one K block
+    if c.transposed:  # plan_groups gives it one K block (`_transposed`)
         blocks[0] = ("kc", f"{shape.k} = K: one block, since every further one gathers and scatters all of C again")
     return _parameters(p, ("tile", _register_budget(c, m)), *blocks,
                        ("unroll", f"{c.unroll} copies of the k step per loop trip"))  # fmt: skip
@@ -816,9 +816,8 @@ def plan_groups(shape: MatmulShape, machine: Machine, target: Target, threads: i
         if not transposed and shape.n == 1 and not prologue and not (b_transposed or leading[1]):
             configs += [MatmulConfig(shape, "dot", lanes, mr=mr, unroll=u, epilogue=epilogue,
                                      a_packed=a_constant and not leading[0], **in_place)
-                        for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)
-                        if mr * u + 2 <= registers]  # fmt: skip
-        return configs
+                        for mr in range(1, MAX_MR + 1) for u in range(1, MAX_SUMS + 1)]  # fmt: skip
+        return [c for c in configs if c.registers_needed()[0] <= registers]
 
     def tiles(lanes: int) -> list[Group[MatmulPlan]]:
         m, groups = machine.at(lanes, threads), []
@@ -859,7 +858,8 @@ def _tile_groups(tile: MatmulConfig, threads: int, splits: tuple[Split, ...], b_
 
 
 def _once(build: Callable[[], list[MatmulConfig]]) -> Callable[[], list[MatmulConfig]]:
-    """`build`, called at most once (the splits of a tile share its configs)."""
+    """`build`, called at most once (the splits of a tile share its configs); not
+    functools.cache, whose wrapper costs more to make than most tiles, never opened, need."""
     kept: list[list[MatmulConfig]] = []
 
     def once() -> list[MatmulConfig]:
