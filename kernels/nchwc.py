@@ -36,6 +36,17 @@ fill a block) or blocked; the output is blocked::
           acc[j][v] += X[n, c, ih, iw(j, kw)] · W[c, kh, kw, co0 + v·L : +L]
         Y[n, co0/L + v, oh, ow0 + j, :] = epilogue(acc[j][v])
 
+In passes (`kc`): where a channel tile's weights outgrow L1 (512 channels of 3x3: over
+a MB per tile), every pixel tile above streams them again from L2, and from memory the
+first time, with only that tile's FMAs to hide it. Summed kc input channels per pass
+over the tile's whole output plane instead, each pass's weights stay in L1 for all of
+the plane's pixel tiles, and each row asks for its share of the next pass's::
+
+    for (n, output-channel tile) in units:
+      for c0 in 0, kc, 2·kc, ...:  for oh:  for ow0 in pixel tiles:
+        acc[j][v] = Y[...] (0 in the first pass) + Σ over c in [c0, c0 + kc) as above
+        Y[...] = acc[j][v], through the epilogue in the last pass
+
 NHWC: the same kernels on a tensor held [N, H, W, C] — NCHW[c] with one block of all C
 channels (`Blocks`: NCHW is b = 1, NCHW[c] b = L, NHWC b = C). A pixel's channels are
 then one contiguous run whatever the vectors' width, so the layout does not tie a
@@ -62,9 +73,9 @@ from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, config_symbol, f32_memref, f32_splat, f32_vector_type, index
 from kernels.emit import single_kernel
-from kernels.gemm import PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY, chain_steps, in_chains
+from kernels.gemm import B_PREFETCH_LOCALITY, PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY, chain_steps, in_chains
 from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, transpose_square
-from kernels.loops import when_else
+from kernels.loops import equal, when_else
 from kernels.mlir import arith, ir, memref, vector
 from kernels.sizes import ceil_div
 from kernels.target import Target
@@ -419,12 +430,18 @@ class BlockedDirectConfig:
     blocked_input: bool = True
     epilogue: ep.Epilogue = field(default=())
     layout: BlockedLayout = "nchwc"
+    kc: int = 0  # input channels of the group per pass over the output plane (0: all in one)
 
     algorithm: str = field(default="direct", init=False)
 
     @property
     def tile(self) -> str:
-        return f"{self.nv} pixels x {self.mv * self.lanes} channels"
+        passes = f", {self.kc} input channels per pass" if self.kc else ""
+        return f"{self.nv} pixels x {self.mv * self.lanes} channels{passes}"
+
+    def k_blocks(self) -> int:
+        """Passes over the output plane: one per `kc` input channels of the group."""
+        return ceil_div(self.shape.in_per_group, self.kc) if self.kc else 1
 
     def group_tiles(self) -> int:
         """Channel tiles per group: its vectors mv at a time, the last may hold fewer."""
@@ -439,10 +456,15 @@ class BlockedDirectConfig:
         return [(g * s.out_per_group + t, g * s.out_per_group + min(t + width, s.out_per_group))
                 for g in range(s.group) for t in range(0, s.out_per_group, width)]  # fmt: skip
 
-    def units(self) -> int:
-        """(image, output-channel tile, output row) triples: what threads divide."""
+    def rows(self) -> int:
+        """(image, output-channel tile, output row) triples: the rows of tiles the kernel runs."""
         s = self.shape
         return s.batch * self.channel_tiles() * s.out_height
+
+    def units(self) -> int:
+        """What threads divide: the rows, or with K blocks (image, output-channel tile)
+        pairs, each a plane whose rows every pass visits in turn."""
+        return self.rows() // (self.shape.out_height if self.kc else 1)
 
     def registers_needed(self) -> tuple[int, str]:
         """Accumulators, a tap's weight vectors and its input broadcasts: LLVM's scheduler
@@ -472,6 +494,8 @@ class BlockedDirectConfig:
                                            **({"the input channels": s.channels}
                                               if self.blocked_input and self.layout == "nchwc" else {})})
         _check_registers(self, target)
+        if self.kc < 0 or self.kc >= s.in_per_group:
+            raise KernelError(f"a pass over {self.kc} input channels needs 0 < kc < {s.in_per_group} (0: one pass)")
 
     def pack_weights(self, weight: np.ndarray) -> np.ndarray:
         """W[Cout, C, KH, KW] as the kernel reads it: per channel tile of mv vectors (the
@@ -488,80 +512,176 @@ class BlockedDirectConfig:
         source = layout_name(self.layout if self.blocked_input else "nchw", self.lanes)
         result = layout_name(self.layout, self.lanes)
         return _signature(self, f"direct convolution {s.describe()}, {source} to {result}",
-                          s.out_channels * s.in_per_group * s.taps)  # fmt: skip
+                          s.out_channels * s.in_per_group * s.taps,
+                          unit="(image, channel tile)" if self.kc else "(image, channel tile, output row)")  # fmt: skip
 
 
 def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
-    s, lanes, mv = cfg.shape, cfg.lanes, cfg.mv
-    out = _Output.of(cfg, target, args)
-    vec = out.vec
-    x = f32_memref(args["x"], [math.prod(s.input_shape)])
-    w = f32_memref(args["w"], [s.out_channels * s.in_per_group * s.taps])
-    (_, kw_count), (sw, dw) = s.kernel, (s.strides[1], s.dilations[1])
-    columns = Columns.of(s.width, s.out_width, kw_count, sw, dw, s.pads[1])
-    tiles, per_group, blocks = cfg.channel_tiles(), cfg.group_tiles(), s.out_per_group // lanes
-    source = Blocks.of(cfg.layout if cfg.blocked_input else "nchw", s.input_shape, lanes)
-    result = Blocks.of(cfg.layout, s.output_shape, lanes)
+    s, kernel = cfg.shape, _Direct.of(cfg, target, args)
+    tiles = cfg.channel_tiles()
 
     def unit(u: ir.Value) -> None:
-        n = arith.divsi(u, index(tiles * s.out_height))
-        oh = arith.remsi(u, index(s.out_height))
-        tile = arith.remsi(arith.divsi(u, index(s.out_height)), index(tiles))
+        if not cfg.kc:  # (image, channel tile, output row)
+            n = arith.divsi(u, index(tiles * s.out_height))
+            tile = arith.remsi(arith.divsi(u, index(s.out_height)), index(tiles))
+            kernel.row(n, tile, arith.remsi(u, index(s.out_height)), None)
+            return
+        n, tile = arith.divsi(u, index(tiles)), arith.remsi(u, index(tiles))  # (image, channel tile): its plane
+
+        def one_pass(c0: ir.Value) -> None:
+            channels = (c0, arith.minsi(offset(c0, cfg.kc), index(s.in_per_group)))
+            for_range(0, s.out_height, 1, lambda oh: kernel.row(n, tile, oh, channels))
+
+        for_range(0, s.in_per_group, cfg.kc, one_pass)
+
+    for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """Where one output row's tiles read: image n, the row's first input row `top` and
+    filter rows [kh_begin, kh_end) inside the image, the tile's group's first input
+    channel, where its weights start, and the input channels summed ([c0, c1): a pass;
+    None: all of the group's)."""
+
+    n: ir.Value
+    top: ir.Value
+    kh_begin: ir.Value
+    kh_end: ir.Value
+    first_channel: ir.Value
+    weights: ir.Value
+    channels: tuple[ir.Value, ir.Value] | None
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A direct kernel's output, input and weights, and how its rows split and address."""
+
+    cfg: BlockedDirectConfig
+    target: Target
+    out: _Output
+    x: ir.Value
+    w: ir.Value
+    columns: Columns
+    source: Blocks
+    result: Blocks
+
+    @classmethod
+    def of(cls, cfg: BlockedDirectConfig, target: Target, args: dict) -> _Direct:
+        s = cfg.shape
+        columns = Columns.of(s.width, s.out_width, s.kernel[1], s.strides[1], s.dilations[1], s.pads[1])
+        return cls(cfg, target, _Output.of(cfg, target, args), f32_memref(args["x"], [math.prod(s.input_shape)]),
+                   f32_memref(args["w"], [s.out_channels * s.in_per_group * s.taps]), columns,
+                   Blocks.of(cfg.layout if cfg.blocked_input else "nchw", s.input_shape, cfg.lanes),
+                   Blocks.of(cfg.layout, s.output_shape, cfg.lanes))  # fmt: skip
+
+    def row(self, n: ir.Value, tile: ir.Value, oh: ir.Value, channels: tuple[ir.Value, ir.Value] | None) -> None:
+        """Output row oh of channel tile `tile`: its sums over the group's input
+        channels, or over those of one pass, `channels` = [c0, c1), added to the sums
+        the earlier passes stored."""
+        cfg, s, lanes = self.cfg, self.cfg.shape, self.cfg.lanes
+        per_group, blocks = cfg.group_tiles(), s.out_per_group // lanes
         group, in_group = _group_of(tile, s.group, per_group)  # the tile's group, its tile within it
-        first_block = arith.addi(arith.muli(group, index(blocks)), arith.muli(in_group, index(mv)))
-        first_channel = arith.muli(group, index(s.in_per_group))
-        vectors = min(mv, blocks)  # a group's last tile may hold fewer: a static count per tile kind
+        co0 = arith.muli(arith.addi(arith.muli(group, index(blocks)), arith.muli(in_group, index(cfg.mv))),
+                         index(lanes))  # fmt: skip
         top, kh_begin, kh_end = row_taps(s, oh)
-        co0 = arith.muli(first_block, index(lanes))
-        tile_weights = arith.muli(co0, index(s.in_per_group * s.taps))  # each tile before it: its width of filters
+        at = _Row(n, top, kh_begin, kh_end, arith.muli(group, index(s.in_per_group)),
+                  arith.muli(co0, index(s.in_per_group * s.taps)), channels)  # each tile before: its width of filters
         if not cfg.blocked_input:
-            _prefetch_next_rows(cfg, x, n, first_channel, top)
+            _prefetch_next_rows(cfg, self.x, n, at.first_channel, top, channels or (index(0), index(s.in_per_group)))
 
-        def channel_of(v: int) -> ir.Value:
-            return offset(co0, v * lanes)
-
-        def output_at(v: int, ow: ir.Value) -> ir.Value:
-            """Where Y[n, channel_of(v) .. + L, oh, ow] starts."""
-            return result.at(n, channel_of(v), oh, ow)
+        def output_at(v: int, ow: ir.Value) -> tuple[ir.Value, ir.Value]:
+            """Where Y[n, its vector v's channels, oh, ow] starts, and its first channel."""
+            return self.result.at(n, offset(co0, v * lanes), oh, ow), offset(co0, v * lanes)
 
         def with_vectors(count: int) -> None:
+            if channels is not None:
+                ahead = arith.addi(at.weights, arith.muli(channels[1], index(s.taps * count * lanes)))
+                _prefetch_next_pass(cfg, self.w, count, ahead, oh)
+
             def tile(ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> None:
-                left = arith.subi(arith.muli(ow0, index(sw)), index(s.pads[1]))
+                sums = self.sums(at, count, ow0, pixels, kws)
+                _store_sums(self.out, sums, [output_at(v, offset(ow0, j)) for j in range(pixels) for v in range(count)],
+                            channels, s.in_per_group)  # fmt: skip
 
-                def channel(c: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:  # c: within the group
-                    def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                        ih = arith.addi(top, arith.muli(kh, index(s.dilations[0])))
-                        start, step = source.at(n, arith.addi(first_channel, c), ih, left), source.step
-                        taps = arith.muli(arith.addi(arith.muli(c, index(s.kernel[0])), kh), index(kw_count))
-
-                        def tap(kw: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                            at = arith.addi(arith.muli(arith.addi(taps, kw), index(count * lanes)), tile_weights)
-                            column = arith.addi(start, arith.muli(kw, index(dw * step)))
-                            return _tap_products(vec, x, w, acc, (column, sw * step, pixels), (at, count))
-
-                        return _row_of_taps(kw_count, kws, acc, tap)
-
-                    return for_carry(kh_begin, kh_end, 1, acc, filter_row)
-
-                acc = in_chains(vec, pixels * count, index(0), index(s.in_per_group), chain_steps(s.taps, 1),
-                                lambda c0, c1, zeros: for_carry(c0, c1, 1, zeros, channel))  # fmt: skip
-                for j in range(pixels):
-                    for v in range(count):
-                        out.store(acc[j * count + v], output_at(v, offset(ow0, j)), channel_of(v))
-
-            pixel_tiles(columns, cfg.nv, tile)
-            for ow in zero_pixels(columns):
+            pixel_tiles(self.columns, cfg.nv, tile)
+            for ow in zero_pixels(self.columns):
                 for v in range(count):
-                    out.store(f32_splat(target, lanes, 0.0), output_at(v, index(ow)), channel_of(v))
+                    self.out.store(f32_splat(self.target, lanes, 0.0), *output_at(v, index(ow)))
 
-        last = blocks - (per_group - 1) * mv
+        vectors, last = min(cfg.mv, blocks), blocks - (per_group - 1) * cfg.mv  # a group's last tile may hold fewer
         if last == vectors:
             with_vectors(vectors)
         else:
             is_last = arith.cmpi(arith.CmpIPredicate.eq, in_group, index(per_group - 1))
             when_else(is_last, lambda: with_vectors(last), lambda: with_vectors(vectors))
 
-    for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+    def sums(self, at: _Row, count: int, ow0: ir.Value, pixels: int, kws: tuple[int, ...] | None) -> list[ir.Value]:
+        """The tile of `pixels` from ow0 x `count` vectors: its sums over the row's input
+        channels, in chains (`in_chains`), through the filter rows inside the image and
+        the taps `kws` (None: all)."""
+        s, lanes, x, w = self.cfg.shape, self.cfg.lanes, self.x, self.w
+        (_, kw_count), (sw, dw), step = s.kernel, (s.strides[1], s.dilations[1]), self.source.step
+        left = arith.subi(arith.muli(ow0, index(sw)), index(s.pads[1]))
+
+        def channel(c: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:  # c: within the group
+            def filter_row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                ih = arith.addi(at.top, arith.muli(kh, index(s.dilations[0])))
+                start = self.source.at(at.n, arith.addi(at.first_channel, c), ih, left)
+                taps = arith.muli(arith.addi(arith.muli(c, index(s.kernel[0])), kh), index(kw_count))
+
+                def tap(kw: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                    weights = arith.addi(arith.muli(arith.addi(taps, kw), index(count * lanes)), at.weights)
+                    column = arith.addi(start, arith.muli(kw, index(dw * step)))
+                    return _tap_products(self.out.vec, x, w, acc, (column, sw * step, pixels), (weights, count))
+
+                return _row_of_taps(kw_count, kws, acc, tap)
+
+            return for_carry(at.kh_begin, at.kh_end, 1, acc, filter_row)
+
+        lo, hi = at.channels or (index(0), index(s.in_per_group))
+        return in_chains(self.out.vec, pixels * count, lo, hi, chain_steps(s.taps, 1),
+                         lambda c0, c1, zeros: for_carry(c0, c1, 1, zeros, channel))  # fmt: skip
+
+
+def _prefetch_next_pass(cfg: BlockedDirectConfig, w: ir.Value, count: int, ahead: ir.Value, oh: ir.Value) -> None:
+    """Ask for output row oh's share of the next pass's weights, which start at `ahead`
+    (the tile's next kc input channels, or after its last pass the next tile's first),
+    into L2: a model's other layers evict them between calls, and a pass's first tile,
+    reading them first, would otherwise wait on memory with little work to overlap."""
+    s = cfg.shape
+    per_row = ceil_div(ceil_div(cfg.kc * s.taps * count * cfg.lanes, PREFETCH_LINE_FLOATS), s.out_height)
+    first = arith.addi(ahead, arith.muli(oh, index(per_row * PREFETCH_LINE_FLOATS)))
+    end = index(s.out_channels * s.in_per_group * s.taps - 1)
+    for_range(0, per_row, 1, lambda i: memref.prefetch(
+        w, [arith.minsi(arith.addi(first, arith.muli(i, index(PREFETCH_LINE_FLOATS))), end)], False,
+        B_PREFETCH_LOCALITY, True))
+
+
+def _store_sums(out: _Output, sums: list[ir.Value], places: list[tuple[ir.Value, ir.Value]],
+                channels: tuple[ir.Value, ir.Value] | None, total: int) -> None:  # fmt: skip
+    """A tile's sums stored at `places` (index, first channel): through the epilogue when
+    whole; in a pass over `channels` = [c0, c1) of `total`, added to what the earlier
+    passes stored (nothing before the first), and through the epilogue after the last
+    (raw before it, for the next pass to add to)."""
+    if channels is not None:
+        first = equal(channels[0], 0)
+        zero = vector.broadcast(out.vec, arith.constant(ir.F32Type.get(), 0.0))
+        sums = [arith.addf(value, arith.select(first, zero, load(out.vec, out.y, [at])))
+                for value, (at, _) in zip(sums, places, strict=True)]  # fmt: skip
+
+    def whole() -> None:
+        for value, (at, channel) in zip(sums, places, strict=True):
+            out.store(value, at, channel)
+
+    def partial() -> None:
+        for value, (at, _) in zip(sums, places, strict=True):
+            store(value, out.y, [at])
+
+    if channels is None:
+        whole()
+    else:
+        when_else(equal(channels[1], total), whole, partial)
 
 
 def _tap_products(vec: ir.VectorType, x: ir.Value, w: ir.Value, acc: list[ir.Value],
@@ -602,11 +722,12 @@ PREFETCH_ROWS_AHEAD = 2
 measured (`_prefetch_next_rows`)."""
 
 
-def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, first: ir.Value, top: ir.Value) -> None:
-    """Ask for the plain NCHW input rows the next output row reads (every channel of the
-    group from `first`, one prefetch per line): a model's first layer reads its input
-    from memory, a few channels' rows at once, which the hardware prefetchers do not
-    follow."""
+def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, first: ir.Value, top: ir.Value,
+                        channels: tuple[ir.Value, ir.Value]) -> None:  # fmt: skip
+    """Ask for the plain NCHW input rows the next output row reads (the `channels` of the
+    group from `first` that the row sums over, one prefetch per line): a model's first
+    layer reads its input from memory, a few channels' rows at once, which the hardware
+    prefetchers do not follow."""
     s = cfg.shape
     lines = ceil_div(s.width, PREFETCH_LINE_FLOATS)
     plane = s.height * s.width
@@ -619,7 +740,7 @@ def _prefetch_next_rows(cfg: BlockedDirectConfig, x: ir.Value, n: ir.Value, firs
             for_range(0, lines, 1, lambda i: memref.prefetch(
                 x, [arith.addi(row, arith.muli(i, index(PREFETCH_LINE_FLOATS)))], False, PREFETCH_LOCALITY, True))
 
-    for_range(0, s.in_per_group, 1, channel)
+    for_range(*channels, 1, channel)
 
 
 # ---------------------------------------------------------------- layout transform

@@ -7,6 +7,7 @@ the model's choices and their explanations; bad input as one error line."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -231,8 +232,10 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
                 for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
     else:
         inputs = (False, True) if s.channels % lanes == 0 or layout == "nhwc" else (False,)
-        configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue, layout)
-                   for nv, mv in ((1, 1), (4, 2), (3, 3)) for blocked in inputs]  # fmt: skip
+        passes = [s.in_per_group // 3 + 1] if s.in_per_group > 1 else []  # passes of unequal length
+        configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue, layout, kc)
+                   for nv, mv, kc in ((1, 1, 0), (4, 2, 0), (3, 3, 0), *((4, 2, kc) for kc in passes))
+                   for blocked in inputs]  # fmt: skip
     return [ConvPlan(c, 2, "bands" if getattr(c, "bands", 1) > 1 else "units") for c in configs
             if c.registers_needed()[0] <= registers]  # fmt: skip
 
@@ -270,9 +273,9 @@ def test_a_1x1_layer_reads_one_layout_and_writes_the_other(case_id, s):
     check_blocked_layer(case_id, "mixed", s)
 
 
-def check_blocked_layer(case_id: str, layout: str, s: ConvShape) -> None:
-    """Every blocked plan of `s` in `layout` equals onnxruntime, with a bias, a residual
-    and a relu."""
+def check_blocked_layer(case_id: str, layout: str, s: ConvShape, which: Callable[[ConvPlan], bool] = bool) -> None:
+    """Every blocked plan of `s` in `layout` (those `which` keeps) equals onnxruntime,
+    with a bias, a residual and a relu."""
     target = target_for(case_id)
     require_runnable(target)
     x, w, b = layer_data(s)
@@ -280,13 +283,23 @@ def check_blocked_layer(case_id: str, layout: str, s: ConvShape) -> None:
     epilogue = (ep.bias(), ep.residual(), ep.relu())
     expected = ep.reference(epilogue, conv_reference(s, x, w, None), [b, residual, None], channel_axis=1)
     for lanes in (target.f32_lanes // 2, target.f32_lanes):
-        plans = blocked_plans(s, lanes, epilogue, target.vector_registers, layout)
+        plans = [plan for plan in blocked_plans(s, lanes, epilogue, target.vector_registers, layout) if which(plan)]
         assert plans
         for plan in plans:
             f = compile_layer(s, w, b, epilogue=epilogue[1:], profile=PROFILE_OF[case_id], target=target, config=plan)
             assert layout in (layout_of(plan.config), "mixed")
             assert_close(f(x, residual), expected,
                          what=f"{layout} {plan.config.algorithm} {plan.config.tile} lanes={lanes}")  # fmt: skip
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+def test_a_direct_convolution_in_passes_over_its_input_channels(case_id):
+    """The direct kernel summing kc input channels per pass over each output plane
+    (passes of 6, 6 and 4 channels here), reading NCHW and NCHW[c], its residual and
+    relu after the last pass only, equals onnxruntime; 2 threads split its (image,
+    channel tile) planes."""
+    s = ConvShape(2, 16, 7, 6, 48, (3, 3), (2, 1), (1, 0, 1, 2))
+    check_blocked_layer(case_id, "nchwc", s, lambda plan: plan.config.kc == 6)
 
 
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
@@ -838,6 +851,29 @@ def test_the_conv_choice_skips_only_plans_that_cannot_win(s):
     chosen = {conv_model._kind(p.config): p for p in choose(s, profile, target, 2).per_algorithm}
     for kind in kinds:
         assert chosen[kind].plan == conv_model._best([p for p in every if conv_model._kind(p.config) == kind]).plan
+
+
+@pytest.mark.parametrize("case_id", ["avx2", "avx512"])
+def test_direct_passes_are_offered_where_a_channel_tiles_weights_outgrow_l1(case_id):
+    """A 7x7 layer of 512 channels: each channel tile's weights (hundreds of kB) outgrow
+    L1, and a single pass streams them again for every pixel tile; in passes of kc input
+    channels, whose weights fit DIRECT_PASS_L1_SHARE of L1, each weight is read once per
+    plane. The model offers passes there, each pass plan priced below its one-pass twin,
+    and none where every tile's weights already fit (4 input channels)."""
+    profile, target = load_profile(PROFILE_OF[case_id]), get_target(case_id)
+    machine = Machine.of(profile)
+    big = ConvShape(1, 512, 7, 7, 512, (3, 3), pads=(1, 1, 1, 1))
+    plans = {(p.config.nv, p.config.mv, p.config.kc): conv_model.predict(p, machine).total_ns
+             for p in conv_model.blocked_candidates(big, machine, target, 1, ())}  # fmt: skip
+    passes = [(tile, ns) for tile, ns in plans.items() if tile[2]]
+    assert passes
+    l1 = dict(machine.capacities())["L1"]
+    for (nv, mv, kc), ns in passes:
+        per_channel = 9 * mv * target.f32_lanes * 4  # bytes of 3x3 weights per input channel
+        assert kc * per_channel <= conv_model.DIRECT_PASS_L1_SHARE * l1 < (kc + 1) * per_channel
+        assert ns < plans[nv, mv, 0]
+    small = ConvShape(1, 4, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1))
+    assert not any(p.config.kc for p in conv_model.blocked_candidates(small, machine, target, 1, ()))
 
 
 @pytest.mark.parametrize("prologue", [(), (ep.scale(), ep.bias(), ep.relu())], ids=["alone", "prologue"])

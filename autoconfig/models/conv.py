@@ -414,14 +414,15 @@ def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int,
     return terms
 
 
-def _blocked_tile_ns(c: BlockedConfig, m: Machine,
-                     per_step: Callable[[int], tuple[float, float, float]]) -> tuple[float, float, float]:  # fmt: skip
+def _blocked_tile_ns(c: BlockedConfig, m: Machine, per_step: Callable[[int], tuple[float, float, float]],
+                     overlapped: bool = False) -> tuple[float, float, float]:  # fmt: skip
     """(FMA issue, latency wait, load wait) of one output row's tiles, per step of the
     micro-kernel (a tap, or a channel and tap): per_step(pixels) = (accumulators,
-    vector loads, broadcasts) of a tile of that many pixels."""
+    vector loads, broadcasts) of a tile of that many pixels; `overlapped` as
+    `microkernel_ns`."""
     totals = [0.0, 0.0, 0.0]
     for count, pixels, taps in _blocked_tiles(c):
-        for i, ns in enumerate(microkernel_ns(*per_step(pixels), m)):
+        for i, ns in enumerate(microkernel_ns(*per_step(pixels), m, overlapped)):
             totals[i] += count * taps * ns
     return totals[0], totals[1], totals[2]
 
@@ -476,22 +477,33 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     vectors = min(c.mv, s.out_per_group // c.lanes)
     # per (channel of the group, tap): an FMA per pixel and vector, mv weight loads, a
     # broadcast per pixel
-    issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels))
-    units = c.units() * share * s.in_per_group
+    kc = c.kc or s.in_per_group
+    chain = kc * max(taps for _, _, taps in _blocked_tiles(c))
+    overlapped = chain <= OVERLAPPED_CHAIN_STEPS
+    issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels), overlapped)
+    units = c.rows() * share * s.in_per_group
+    if overlapped:  # a pass's row waits only while its longest chain outlasts its issue
+        latency = max(0.0, chain * float(m.fma.latency) - issue * kc) * c.k_blocks() / s.in_per_group
     weights = s.out_channels * s.in_per_group * s.taps
-    # every pixel tile streams its channel tile's weights from the level that holds them
+    # every pixel tile streams its channel tile's weights of the pass from the level that holds them
     tile_weights = s.in_per_group * s.taps * vectors * c.lanes * F32
-    level = m.holding_level(tile_weights)
-    tiles = c.units() * share * sum(count for count, _, _ in _blocked_tiles(c))
-    streamed = (level, tiles * tile_weights, f"{tile_weights / 1e3:.0f} kB of weights per channel tile for every "
-                                             f"pixel tile from {level}")  # fmt: skip
+    pass_weights = tile_weights * kc // s.in_per_group
+    level = m.holding_level(pass_weights)
+    tiles = c.rows() * share * sum(count for count, _, _ in _blocked_tiles(c))
+    streamed = (level, tiles * tile_weights, f"{pass_weights / 1e3:.0f} kB of weights per channel tile and pass "
+                                             f"for every pixel tile from {level}")  # fmt: skip
     outputs = s.batch * s.out_channels * s.out_height * s.out_width
-    chains, per_output = chain_ns(outputs, s.in_per_group, s.in_per_group, m, s.taps)
+    chains, per_output = chain_ns(outputs, s.in_per_group, kc, m, s.taps)
+    plane = s.out_height * s.out_width * vectors * c.lanes * F32
     terms = [
-        _input_again(c, m, share, tile_weights),
+        _input_again(c, m, share, pass_weights),
+        output_passes(c.k_blocks(), "input-channel", outputs * F32 * share,
+                      m.holding_level(plane + pass_weights), m),
         Term("fma", issue * units, f"tiles of {c.tile}, {s.in_per_group} channels x {s.taps} taps, at "
                                    f"{m.fma_per_ns():.2f} vector FMAs/ns per thread; border pixels one at a time"),
-        Term("latency", latency * units, f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
+        Term("latency", latency * units, f"a pass's row waits while its longest chain ({chain} dependent FMAs) "
+                                         "outlasts the issue of all its tiles' FMAs" if overlapped else
+                                         f"tiles with fewer than {m.fma.in_flight:.1f} accumulators wait on FMA latency"),
         Term("loads", loads * units, f"{vectors} weight loads and a broadcast per pixel per step beyond the FMA time"),
         Term("c tile", chains * share, f"the tiles' sums saved and reloaded once per chain ({per_output})"),
         *_blocked_once(c, m, share, weights, streamed),
@@ -525,6 +537,27 @@ def mean_ns(outputs: int, m: Machine) -> float:
     return 2 * outputs * F32 / m.bandwidth["L1"]
 
 
+OVERLAPPED_CHAIN_STEPS = 128
+"""The longest chain of dependent FMAs (a tile's pass: its input channels x taps) that
+the out-of-order window, a few hundred instructions, overlaps with the row's other
+tiles, as a depthwise row's: a row then waits on latency only while its longest chain
+outlasts the issue of all its tiles' FMAs, not tile by tile."""
+
+DIRECT_PASS_L1_SHARE = 0.5
+"""The share of L1's capacity a direct convolution's pass may fill with its channel
+tile's weights (`BlockedDirectConfig.kc`): the rest holds the input rows its tiles read
+and the output lines they add to."""
+
+
+def direct_kc(shape: ConvShape, mv: int, lanes: int, m: Machine) -> int:
+    """Input channels per pass over the output plane of a direct convolution's mv-vector
+    channel tile: the most whose weights fit DIRECT_PASS_L1_SHARE of L1; 0 (one pass)
+    when all of the group's do."""
+    per_channel = shape.taps * min(mv, shape.out_per_group // lanes) * lanes * F32
+    kc = max(1, int(dict(m.capacities())["L1"] * DIRECT_PASS_L1_SHARE) // per_channel)
+    return kc if kc < shape.in_per_group else 0
+
+
 MAX_PIXELS = 14
 """Most output pixels per blocked tile the model scores: wider tiles only shorten the
 pixel loop further, and the registers run out first at 3x3 (14 + 16 inputs + 1)."""
@@ -535,7 +568,9 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
     """Every channel-blocked plan the model scores (`kernels.nchwc`), at the target's
     widest vectors, the block size of the whole model: depthwise tiles of pixels, direct
     tiles of pixels × channel vectors reading NCHW (`choose` adds the best one's twin
-    reading NCHW[c], which costs the same: a broadcast per input value either way);
+    reading NCHW[c], which costs the same: a broadcast per input value either way),
+    each in one pass over its input channels and, where a tile's weights outgrow the L1
+    share, in passes of `direct_kc` channels;
     with `mean`, the depthwise ones that also write the channel means."""
     lanes = target.f32_lanes
     if target.scalable or lanes not in machine.fma_by_lanes or shape.out_channels % lanes:
@@ -549,8 +584,10 @@ def blocked_candidates(shape: ConvShape, machine: Machine, target: Target, threa
         configs = [BlockedDepthwiseConfig(shape, lanes, nv, epilogue, mean=mean, bands=bands)
                    for nv in range(1, MAX_PIXELS + 1)]  # fmt: skip
     elif shape.out_per_group % lanes == 0 and not shape.pointwise:  # a pointwise layer is gemm1x1's
-        configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue) for nv in range(1, MAX_PIXELS + 1)
-                   for mv in range(1, min(MAX_NV, shape.out_per_group // lanes) + 1)]  # fmt: skip
+        configs = [BlockedDirectConfig(shape, lanes, nv, mv, False, epilogue, kc=kc)
+                   for mv in range(1, min(MAX_NV, shape.out_per_group // lanes) + 1)
+                   for kc in dict.fromkeys((0, direct_kc(shape, mv, lanes, machine)))
+                   for nv in range(1, MAX_PIXELS + 1)]  # fmt: skip
     plans = [ConvPlan(c, threads, split) for c in configs if c.registers_needed()[0] <= registers]
     return [p for p in plans if threads == 1 or p.split_units() > 1]
 

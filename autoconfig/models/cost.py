@@ -188,12 +188,17 @@ def call_term(parts: int, m: Machine) -> Term:
                 "kernel call" + (" + thread dispatch" if parts > 1 else ""))
 
 
-def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine) -> tuple[float, float, float]:
+def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine,
+                   overlapped: bool = False) -> tuple[float, float, float]:  # fmt: skip
     """Per step of one micro-kernel (one FMA into each of its independent accumulators,
     `loads` vector loads and `broadcasts` scalar broadcast loads): (FMA issue, extra
-    wait on latency, extra wait on loads)."""
+    wait on latency, extra wait on loads). `overlapped`: its chains short enough that
+    other tiles' FMAs fill the latency (the caller prices what remains), so loads wait
+    only beyond the issue."""
     issue = accumulators / m.fma_per_ns()
     busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
+    if overlapped:
+        busy = issue
     load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
     return issue, busy - issue, max(0.0, load_ns - busy)
 
