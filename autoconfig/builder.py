@@ -22,7 +22,7 @@ import numpy as np
 
 from autoconfig import movement
 from autoconfig.decisions import ask, decisions_of
-from autoconfig.errors import AutoconfigError, fail
+from autoconfig.errors import fail
 from autoconfig.families import elementwise
 from autoconfig.fusion.classify import along_channels, gated
 from autoconfig.graph.ir import Graph, Node, TensorType

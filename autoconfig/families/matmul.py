@@ -6,7 +6,7 @@ with the epilogue ops after it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
