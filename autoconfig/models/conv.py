@@ -475,11 +475,11 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
     c: BlockedDirectConfig = p.config
     s = c.shape
     vectors = min(c.mv, s.out_per_group // c.lanes)
-    # per (channel of the group, tap): an FMA per pixel and vector, mv weight loads, a
-    # broadcast per pixel
     kc = c.kc or s.in_per_group
     chain = kc * max(taps for _, _, taps in _blocked_tiles(c))
     overlapped = chain <= OVERLAPPED_CHAIN_STEPS
+    # per (channel of the group, tap): an FMA per pixel and vector, mv weight loads, a
+    # broadcast per pixel
     issue, latency, loads = _blocked_tile_ns(c, m, lambda pixels: (pixels * vectors, vectors, pixels), overlapped)
     units = c.rows() * share * s.in_per_group
     if overlapped:  # a pass's row waits only while its longest chain outlasts its issue
@@ -510,8 +510,13 @@ def _blocked_direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[T
         _call_term(1, p.parts(), m),
     ]  # fmt: skip
     source, result = layout_name(c.layout if c.blocked_input else "nchw", c.lanes), layout_name(c.layout, c.lanes)
-    return terms, _blocked_params(p, m, f"direct to {result}: output pixels x vectors of output channels per "
-                                        "register tile", f"input {source}, output {result}")  # fmt: skip
+    params = _blocked_params(p, m, f"direct to {result}: output pixels x vectors of output channels per register "
+                                   "tile", f"input {source}, output {result}")  # fmt: skip
+    if c.kc:
+        params.append(("passes", f"{c.k_blocks()} passes of {c.kc} input channels over each plane: a pass's weights "
+                                 f"({pass_weights / 1e3:.0f} kB) fit {DIRECT_PASS_L1_SHARE:.0%} of L1, the tile's "
+                                 f"{tile_weights / 1e3:.0f} kB do not"))  # fmt: skip
+    return terms, params
 
 
 def _input_again(c: BlockedDirectConfig, m: Machine, share: float, tile_weights: float) -> Term:
