@@ -72,7 +72,7 @@ from kernels.errors import KernelError
 from kernels import epilogue as ep
 from kernels.abi import KernelSignature, Param, Role
 from kernels.emit import KernelModule, check_blocked, config_symbol, f32_memref, f32_splat, f32_vector_type, index
-from kernels.emit import single_kernel
+from kernels.emit import single_kernel, splat
 from kernels.gemm import B_PREFETCH_LOCALITY, PREFETCH_LINE_FLOATS, PREFETCH_LOCALITY, chain_steps, in_chains
 from kernels.loops import for_carry, for_range, load, offset, store, strided_load, strided_store, transpose_square
 from kernels.loops import equal, when_else
@@ -541,8 +541,8 @@ def _direct(cfg: BlockedDirectConfig, target: Target, args: dict) -> None:
 class _Row:
     """Where one output row's tiles read: image n, the row's first input row `top` and
     filter rows [kh_begin, kh_end) inside the image, the tile's group's first input
-    channel, where its weights start, and the input channels summed ([c0, c1): a pass;
-    None: all of the group's)."""
+    channel, where its weights start, and the input channels summed, [c0, c1) of the
+    group's (all of them, or one pass's)."""
 
     n: ir.Value
     top: ir.Value
@@ -550,7 +550,7 @@ class _Row:
     kh_end: ir.Value
     first_channel: ir.Value
     weights: ir.Value
-    channels: tuple[ir.Value, ir.Value] | None
+    channels: tuple[ir.Value, ir.Value]
 
 
 @dataclass(frozen=True)
@@ -586,9 +586,10 @@ class _Direct:
                          index(lanes))  # fmt: skip
         top, kh_begin, kh_end = row_taps(s, oh)
         at = _Row(n, top, kh_begin, kh_end, arith.muli(group, index(s.in_per_group)),
-                  arith.muli(co0, index(s.in_per_group * s.taps)), channels)  # each tile before: its width of filters
+                  arith.muli(co0, index(s.in_per_group * s.taps)),  # each tile before: its width of filters
+                  channels or (index(0), index(s.in_per_group)))  # fmt: skip
         if not cfg.blocked_input:
-            _prefetch_next_rows(cfg, self.x, n, at.first_channel, top, channels or (index(0), index(s.in_per_group)))
+            _prefetch_next_rows(cfg, self.x, n, at.first_channel, top, at.channels)
 
         def output_at(v: int, ow: ir.Value) -> tuple[ir.Value, ir.Value]:
             """Where Y[n, its vector v's channels, oh, ow] starts, and its first channel."""
@@ -639,8 +640,7 @@ class _Direct:
 
             return for_carry(at.kh_begin, at.kh_end, 1, acc, filter_row)
 
-        lo, hi = at.channels or (index(0), index(s.in_per_group))
-        return in_chains(self.out.vec, pixels * count, lo, hi, chain_steps(s.taps, 1),
+        return in_chains(self.out.vec, pixels * count, *at.channels, chain_steps(s.taps, 1),
                          lambda c0, c1, zeros: for_carry(c0, c1, 1, zeros, channel))  # fmt: skip
 
 
@@ -665,8 +665,7 @@ def _store_sums(out: _Output, sums: list[ir.Value], places: list[tuple[ir.Value,
     passes stored (nothing before the first), and through the epilogue after the last
     (raw before it, for the next pass to add to)."""
     if channels is not None:
-        first = equal(channels[0], 0)
-        zero = vector.broadcast(out.vec, arith.constant(ir.F32Type.get(), 0.0))
+        first, zero = equal(channels[0], 0), splat(out.vec, 0.0)
         sums = [arith.addf(value, arith.select(first, zero, load(out.vec, out.y, [at])))
                 for value, (at, _) in zip(sums, places, strict=True)]  # fmt: skip
 

@@ -196,9 +196,8 @@ def microkernel_ns(accumulators: int, loads: int, broadcasts: int, m: Machine,
     other tiles' FMAs fill the latency (the caller prices what remains), so loads wait
     only beyond the issue."""
     issue = accumulators / m.fma_per_ns()
-    busy = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
-    if overlapped:
-        busy = issue
+    waited = (issue**LATENCY_OVERLAP + float(m.fma.latency) ** LATENCY_OVERLAP) ** (1 / LATENCY_OVERLAP)
+    busy = issue if overlapped else waited
     load_ns = loads / m.vector_loads_per_ns() + broadcasts / m.broadcast_loads_per_ns()
     return issue, busy - issue, max(0.0, load_ns - busy)
 
