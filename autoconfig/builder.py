@@ -134,7 +134,7 @@ class Builder:
         self.cache = cache
         self.decisions = decisions_of(cache)
         self.machine = Machine.of(profile)
-        self.model_weights = graph.constant_bytes()  # do they outgrow the L3?
+        self.model_bytes = graph.inference_bytes()  # does an inference outgrow the L3?
         self.buffers: list[Buffer] = []
         self.where: dict[str, tuple[int, int]] = {}  # value -> (buffer, offset)
         self.copied: dict[str, tuple[int, int, str]] = {}  # value -> (buffer, offset, layout) of a Concat's copy

@@ -109,8 +109,9 @@ class Machine:
     lanes: int = 0  # the vector width of this view (0: the widest)
     threads: int = 1  # threads running at once in this view
     constants_level: str | None = None  # where constant operands wait: None, the level holding them
+    scratch_level: str | None = None  # where a kernel's scratch lines were left: None, warm where they fit
     curves: tuple[tuple[tuple[float, float], ...], ...] = ((), ())  # (working set B, GB/s): one thread, all
-    constants_bytes: int = 0  # the model's constants, all read once per inference (0: a layer alone)
+    inference_bytes: int = 0  # what one inference passes over: `Graph.inference_bytes` (0: a layer alone)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # _per_view's figures of this view
@@ -203,13 +204,13 @@ class Machine:
 
     def constants_read_ns(self, size: float) -> float:
         """Reading `size` bytes of a layer's weights in a pass of their own: inside a model,
-        at the probe's bandwidth for a working set of all its constants (each inference
-        passes over all of them once, as the probe passes over its buffer; between an L3's
-        plateau and DRAM, the curve's figure where the levels' are both wrong), each
-        thread its share; a layer alone finds them where they fit."""
-        if not self.constants_bytes or not all(self.curves):  # a profile without curves: its levels
+        at the probe's bandwidth for a working set of all an inference passes over (it reads
+        every constant once, as the probe passes over its buffer; between an L3's plateau
+        and DRAM, the curve's figure where the levels' are both wrong), each thread its
+        share; a layer alone finds them where they fit."""
+        if not self.inference_bytes or not all(self.curves):  # a profile without curves: its levels
             return self.traffic_ns(size)
-        one, every = (_curve_at(curve, self.constants_bytes) for curve in self.curves)
+        one, every = (_curve_at(curve, self.inference_bytes) for curve in self.curves)
         return size / self._per_thread(one, every)
 
     @_per_view
@@ -246,13 +247,23 @@ class Machine:
             return float(figures.loads)
         return self.bandwidth_one["L1"] / (self.widest_lanes * F32)
 
-    def in_model(self, weights: int) -> Machine:
-        """This view for a layer inside a model with `weights` bytes of constants: each is
-        read once per inference, and when all of them outgrow the L3, the rest of the
-        inference has evicted a layer's weights by the time it runs again, so they come
-        from DRAM. A layer called again and again (`in_model(0)`) finds them where they fit."""
-        evicted = self.holding_level(weights, whole_problem=True) == "DRAM"
-        return replace(self, constants_level="DRAM" if evicted else None, constants_bytes=weights)
+    def in_model(self, passed: int, threads: int = 1) -> Machine:
+        """This view for a layer inside a model whose inference passes over `passed` bytes
+        (`Graph.inference_bytes`), built for `threads`: when they outgrow the L3, the rest
+        of the inference has evicted a layer's weights by the time it runs again, so they
+        come from DRAM; and with several threads, so has it the memory a kernel writes
+        first (the arena reuses memory only once the cores' caches have cooled,
+        `Builder.cooling`; at one thread, at once, so it is warm). A layer called again
+        and again (`in_model(0)`) finds everything where it fits."""
+        evicted = "DRAM" if self.holding_level(passed, whole_problem=True) == "DRAM" else None
+        return replace(self, constants_level=evicted, scratch_level=evicted if threads > 1 else None,
+                       inference_bytes=passed)  # fmt: skip
+
+    def first_touch_ns(self, size: float) -> float:
+        """What writing `size` bytes of a kernel's scratch (its split planes, transformed
+        tiles, copied windows) costs beyond the traffic priced where they fit: where its
+        lines were left in DRAM (`in_model`), the cache reads each before writing it."""
+        return size / self.bandwidth[self.scratch_level] if self.scratch_level else 0.0
 
     def constants_at(self, size: float) -> str:
         """The level a kernel reads `size` bytes of constant operands from."""

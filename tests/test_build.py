@@ -780,7 +780,7 @@ def test_products_with_weights_from_memory_split_the_weights_among_tied_plans():
     assert matmul_family._preferred_split(b, layer, True, False) == "rows"
     assert matmul_family._preferred_split(b, layer, False, True) == "columns"
     assert matmul_family._preferred_split(b, layer, False, False) is None
-    b.model_weights = 1 << 30  # 1 GB: beyond any L3
+    b.model_bytes = 1 << 30  # 1 GB: beyond any L3
     assert matmul_family._preferred_split(b, layer, True, False) == "columns"
     assert matmul_family._preferred_split(b, MatmulShape(768, 128, 768), False, True) == "rows"
     assert matmul_family._preferred_split(b, resize, True, False) == "rows"

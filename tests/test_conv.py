@@ -19,10 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 import autoconfig
 from autoconfig.cli import main as cli
 from autoconfig.errors import AutoconfigError
-from autoconfig.machine import Machine
+from autoconfig.machine import F32, Machine
 from autoconfig.models import conv as conv_model
 from autoconfig.models.conv import ConvPlan, choose
-from autoconfig.models.cost import RESOLUTION
+from autoconfig.models.cost import RESOLUTION, STALL_TERM, busiest_share
 from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
 from kernels import epilogue as ep
@@ -822,7 +822,7 @@ def test_a_layer_writes_into_out_when_given():
 
 
 def test_winograd_filters_of_a_large_model_are_fetched_from_dram():
-    """Inside a model whose weights outgrow the L3, a Winograd layer's transformed
+    """Inside a model whose inference outgrows the L3, a Winograd layer's transformed
     filters come from DRAM, not from the L3 that holds them for a layer on its own."""
     shape = ConvShape(1, 512, 14, 14, 512, (3, 3), pads=(1, 1, 1, 1))
     profile = load_profile(PROFILES / "intel-xeon-model167-avx512.yaml")
@@ -830,8 +830,40 @@ def test_winograd_filters_of_a_large_model_are_fetched_from_dram():
     for plan in conv_model.winograd_plans(shape, profile, get_target("avx512"), 1):
         alone = {t.name: t for t in conv_model.predict(plan, machine).terms}["filters"]
         inside = {t.name: t for t in conv_model.predict(plan, machine.in_model(528_000_000)).terms}["filters"]
-        assert "from L3" in alone.why and "from DRAM (the model's weights outgrow the L3" in inside.why
+        assert "from L3" in alone.why and "from DRAM (the inference outgrows the L3" in inside.why
         assert inside.ns > alone.ns
+
+
+@pytest.mark.parametrize("algorithm", ["winograd", "im2col"])
+def test_scratch_is_fetched_from_dram_at_several_threads_in_a_model_that_outgrows_the_l3(algorithm):
+    """Inside a model whose inference outgrows the L3, built for several threads, the
+    arena reuses memory only once the cores' caches have cooled, so the scratch a plan
+    writes (Winograd's V and M, im2col's windows, their split planes) is read from DRAM
+    before it is written: each such term grows by those bytes at DRAM's bandwidth. At one
+    thread, or in a model that fits, the scratch is warm and the terms are unchanged."""
+    shape = ConvShape(1, 32, 147, 147, 64, (3, 3), pads=(1, 1, 1, 1))
+    profile = load_profile(PROFILES / "intel-xeon-emerald-rapids-avx512.yaml")
+    machine, large, small = Machine.of(profile), 528_000_000, 20_000_000
+    choice = conv_model.choose(shape, profile, get_target("avx512"), 2, model_bytes=large)
+    plan = next(p.plan for p in choice.per_algorithm if p.config.algorithm == algorithm and p.plan.threads == 2)
+    terms = {}
+    for name, view in {"alone": machine, "one thread": machine.in_model(large, 1),
+                       "fits": machine.in_model(small, 2), "outgrows": machine.in_model(large, 2)}.items():
+        terms[name] = {t.name: t for t in conv_model.predict(plan, view).terms}
+    c, dram = plan.config, machine.at(plan.config.lanes, 2).bandwidth["DRAM"]
+    share = busiest_share(shape.batch * shape.channels, 2)
+    scratch = {"transform": c.split().size * F32 * share}
+    if algorithm == "winograd":
+        share_in = c.band_rows / (shape.batch * c.tiles_h) if c.bands > 1 else busiest_share(shape.channels, 2)
+        scratch |= {"transform in": c.v_size() * F32 * share_in, STALL_TERM: c.m_size() * F32 / plan.parts()}
+    else:
+        scratch |= {"im2col": c.im2col().size * F32 * busiest_share(c.im2col().rows, 2)}
+    for name, written in scratch.items():
+        assert terms["outgrows"][name].ns - terms["fits"][name].ns == pytest.approx(written / dram, rel=1e-6)
+        assert "first fetched from DRAM" in terms["outgrows"][name].why
+        for warm in ("alone", "one thread"):
+            assert terms[warm][name].ns == pytest.approx(terms["fits"][name].ns)
+            assert "first fetched" not in terms[warm][name].why
 
 
 @pytest.mark.parametrize("s", [ConvShape(1, 64, 56, 56, 64, (3, 3), pads=(1, 1, 1, 1)),

@@ -303,7 +303,7 @@ def test_a_plan_is_priced_at_the_threads_the_model_runs_on(threads, weights, exc
     tensor's passes shared, each thread still copying all the weights) the tail. The plan
     asks the models at the threads the build runs on."""
     graph = excited_projection()
-    cost = dataclasses.replace(FusionCost.of(PROFILE, graph=graph, threads=threads), model_weights=weights)
+    cost = dataclasses.replace(FusionCost.of(PROFILE, graph=graph, threads=threads), model_bytes=weights)
     groups = [[graph.nodes[v].op for v in g] for g in plan_dp(graph, cost).groups]
     assert (["Conv", "Sigmoid", "Mul"] in groups) is excited, groups
     assert (["Mul", "Conv"] in groups) is not excited, groups

@@ -262,3 +262,18 @@ def test_a_computation_repeated_is_computed_once():
     x = np.random.default_rng(0).standard_normal((1, 4, 5)).astype(np.float32)
     expected = ort.InferenceSession(model.SerializeToString()).run(None, {"input": x})[0]
     np.testing.assert_allclose(run(graph, {"input": x})[y], expected, rtol=1e-6)
+
+
+def test_an_inference_passes_over_its_constants_and_its_most_live_activations():
+    """`Graph.inference_bytes`: every constant once, plus the activations live at once at
+    the busiest point: a branch's input stays live until the Add that joins it reads it."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    w = numpy_helper.from_array(np.ones((4, 4, 1, 1), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w"], ["c"]), helper.make_node("Add", ["c", "x"], ["y"])]
+    graph = import_model(helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w])))
+    tensor, weights = 4 * 8 * 8 * 4, 4 * 4 * 4
+    # the second Conv: x (read by the Add), b and c live together
+    assert graph.constant_bytes() == weights
+    assert graph.inference_bytes() == weights + 3 * tensor

@@ -679,7 +679,7 @@ def test_weights_from_memory_stall_a_tiled_product_read_in_segments(name, case_i
     assert stall(replace(tiled, b_weights=False), big) == stall(tiled, Machine.of(profile))
     assert predict(plans["packed"], big).total_ns == predict(plans["packed"], Machine.of(profile)).total_ns
     assert choose(shape, profile, target_for(case_id), 1, b_constant=True,
-                  model_weights=10**9).best.config.algorithm == "packed"
+                  model_bytes=10**9).best.config.algorithm == "packed"
 
 
 def resize_weights(size: int, out: int, mode: str = "linear", transform: str = "half_pixel") -> np.ndarray:

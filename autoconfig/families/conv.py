@@ -51,7 +51,7 @@ def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.
                            channel_axis=1)  # fmt: skip
     prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
-    choice = b.choose(conv_model.choose, shape, epilogue, model_weights=b.model_weights,
+    choice = b.choose(conv_model.choose, shape, epilogue, model_bytes=b.model_bytes,
                       prologue=tuple(prologue.ops) if prologue else (), mean=tail is not None,
                       fast_winograd=b.fast_winograd)  # fmt: skip
     return choice, chain, prologue
@@ -98,7 +98,7 @@ def _excite(b: Builder, node: Node, others: list[Node], tail: Node) -> KernelGro
     layout = kept_layout(b, b.layout(tensor), out, (n, c, h, w))
     epilogue = ((ep.bias(),) if bias else ()) + tuple(chain.ops)
     best = b.choose(excite_model.choose, excite_model.ExciteShape(n, c, shape.channels, h * w), epilogue,
-                    layout=layout, model_weights=b.model_weights)  # fmt: skip
+                    layout=layout, model_bytes=b.model_bytes)  # fmt: skip
     config, threads = best.plan.config, best.plan.threads
     x = b.read(tensor, layout)
     squeezed = b.read(node.inputs[0], b.layout(node.inputs[0]))  # one pixel: every layout is one order

@@ -52,7 +52,7 @@ def _gemm(b: Builder, node: Node, after: list[Node]) -> KernelGroup:
              "a_band": _column_spans(g.constants[node.inputs[0]], not trans_a) if constant_a else ()}
     choice, at_once = _side_by_side(b, shape, tuple(ops), count, b_constant=one_b, a_constant=as_column,
                                     local=None if as_column else local, **product.options(),
-                                    **({"model_weights": b.model_weights} if one_b else {}),
+                                    **({"model_bytes": b.model_bytes} if one_b else {}),
                                     **{name: rows for name, rows in bands.items() if rows})  # fmt: skip
     plan = choice.best.plan
     if as_column:
@@ -107,11 +107,11 @@ def _first_and_last(nonzero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _preferred_split(b: Builder, shape: mm.MatmulShape, constant_b: bool, constant_a: bool) -> str | None:
     """The split the matmul model takes among tied plans (`models.matmul.preference`):
     the computed operand's tokens, each thread reading the rows it wrote — unless the
-    model's weights outgrow the L3 and stream from memory on every run, and this
+    inference outgrows the L3, its weights stream from memory on every run, and this
     product's weights outweigh its computed operand; then the weights' side, each thread
     fetching its share of them instead of all (a resize's small constant matrix keeps
     each thread on its own rows of a large output)."""
-    streamed = b.machine.in_model(b.model_weights).constants_level == "DRAM"
+    streamed = b.machine.in_model(b.model_bytes).constants_level == "DRAM"
     if constant_b:
         return "columns" if streamed and shape.n > shape.m else "rows"
     if constant_a:

@@ -114,7 +114,7 @@ class FusionCost:
     profile: HardwareProfile
     machine: Machine
     decisions: DecisionCache | None = None  # where the matmul model's answers are kept between builds
-    model_weights: int = 0  # bytes of the graph's constants: where a layer finds its weights
+    model_bytes: int = 0  # bytes an inference passes over (`Graph.inference_bytes`): where a layer finds its weights
     threads: int = 1
     answers: dict = field(default_factory=dict, compare=False)  # the models' answers in this process
 
@@ -123,8 +123,8 @@ class FusionCost:
            threads: int = 1) -> FusionCost:  # fmt: skip
         if profile.bandwidth is None or "DRAM" not in profile.bandwidth.single_thread.levels:
             raise AutoconfigError(f"profile {profile.name} has no bandwidth figures: fusion costs need them")
-        weights = graph.constant_bytes() if graph else 0
-        return cls(profile, Machine.of(profile), decisions, weights, max(1, min(threads, int(profile.cores))))
+        passed = graph.inference_bytes() if graph else 0
+        return cls(profile, Machine.of(profile), decisions, passed, max(1, min(threads, int(profile.cores))))
 
     @property
     def view(self) -> Machine:
@@ -168,8 +168,8 @@ class FusionCost:
         Both inside the model (`Machine.in_model`): a prologue that copies the weights
         reads them from wherever the rest of an inference leaves them. Only the fastest
         plans are asked for (`conv_model.choose`'s `fastest`)."""
-        alone = self._ask(conv_model.choose, shape, model_weights=self.model_weights, fastest=True)
-        inside = self._ask(conv_model.choose, shape, prologue=prologue, model_weights=self.model_weights,
+        alone = self._ask(conv_model.choose, shape, model_bytes=self.model_bytes, fastest=True)
+        inside = self._ask(conv_model.choose, shape, prologue=prologue, model_bytes=self.model_bytes,
                            fastest=True)  # fmt: skip
         return max(0.0, inside.best.total_ns - alone.best.total_ns)
 

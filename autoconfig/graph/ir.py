@@ -66,3 +66,17 @@ class Graph:
     def constant_bytes(self) -> int:
         """Bytes of all the constants: the weights an inference reads once each."""
         return sum(value.nbytes for value in self.constants.values())
+
+    def inference_bytes(self) -> int:
+        """Bytes one inference passes over: every constant, read once, and the most
+        activation bytes live at once (what any arena for it holds). When they outgrow the
+        L3, the rest of an inference has evicted a layer's weights and memory by the
+        time it runs again."""
+        last = {v: i for i, n in enumerate(self.nodes) for v in n.inputs if v and v not in self.constants}
+        live = peak = sum(self.types[v].bytes for v in self.inputs)
+        for i, n in enumerate(self.nodes):
+            live += sum(self.types[v].bytes for v in n.outputs if v)
+            peak = max(peak, live)
+            live -= sum(self.types[v].bytes for v in {*n.inputs, *n.outputs}
+                        if v and last.get(v, i) == i and v not in self.outputs and v not in self.constants)
+        return self.constant_bytes() + peak

@@ -192,8 +192,14 @@ def _transform_term(split: PhaseSplit, m: Machine, share: float) -> Term:
            + (f"; {gathered / split.planes:.0f} lanes per plane gathered)" if gathered else ")"))  # fmt: skip
     # read where the input lies, written where the planes stay, each at its own level,
     # as packing is
-    ns = m.traffic_ns(read) + m.traffic_ns(written)
-    return Term("transform", (ns + gathered / m.broadcast_loads_per_ns()) * share, why)
+    ns = m.traffic_ns(read) + m.traffic_ns(written) + m.first_touch_ns(written)
+    return Term("transform", (ns + gathered / m.broadcast_loads_per_ns()) * share, why + _first_touch(written, m))
+
+
+def _first_touch(written: float, m: Machine) -> str:
+    """The note on scratch whose lines come from DRAM before they are written
+    (`Machine.first_touch_ns`)."""
+    return f"; its {written / 1e6:.2f} MB first fetched from {m.scratch_level}" if m.scratch_level and written else ""
 
 
 def _call_term(calls: int, parts: int, m: Machine) -> Term:
@@ -637,9 +643,10 @@ def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
         share = busiest_share(im2col.rows, p.threads)
         moved = 2 * im2col.size * F32 * count
         terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
-        terms.append(Term("im2col", m.traffic_ns(moved / count) * count * share,
+        written = moved / 2
+        terms.append(Term("im2col", (m.traffic_ns(moved / count) * count + m.first_touch_ns(written)) * share,
                           f"the windows copied into a {im2col.rows}x{s.out_height * s.out_width} matrix "
-                          f"({moved / 1e6:.2f} MB written and read)"))  # fmt: skip
+                          f"({moved / 1e6:.2f} MB written and read){_first_touch(written, m)}"))  # fmt: skip
     product = (f"its transpose {c.gemm.shape} (output channels in the lanes)" if c.gemm.transposed
                else str(s.gemm_shape()))
     params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {product} per image-group"),
@@ -682,24 +689,24 @@ def _winograd_passes(c: WinogradConfig, p: ConvPlan, m: Machine) -> list[Term]:
     b_t, _, a_t = TRANSFORMS[c.m]
     v_bytes, m_bytes, xt_bytes = c.v_size() * F32, c.m_size() * F32, c.split().size * F32
     in_bands = c.bands > 1
-    passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), xt_bytes + v_bytes, "input"),
+    passes = (("transform in", s.channels, 2 * c.t * transform_ops(b_t), xt_bytes + v_bytes, v_bytes, "input"),
               ("transform out", s.out_channels, (c.t + c.m) * transform_ops(a_t),
-               m_bytes + math.prod(s.output_shape) * F32, "output"))  # fmt: skip
+               m_bytes + math.prod(s.output_shape) * F32, 0, "output"))  # fmt: skip
     terms = []
-    for name, channels, ops, moved, side in passes:
+    for name, channels, ops, moved, scratch, side in passes:
         vectors = s.batch * channels * c.tiles_h * ceil_div(c.tiles_w, c.lanes)
         share = c.band_rows / (s.batch * c.tiles_h) if in_bands else busiest_share(channels, p.threads)
         issue = vectors * (ops / m.fma_per_ns() + 2 * t2 / m.vector_loads_per_ns())
-        terms.append(Term(name, (issue + m.traffic_ns(moved)) * share,
+        terms.append(Term(name, (issue + m.traffic_ns(moved) + m.first_touch_ns(scratch)) * share,
                           f"{side} tiles: {ops} vector ops and {t2} loads and stores per {c.lanes} tiles; "
-                          f"{moved / 1e6:.1f} MB read and written"))  # fmt: skip
+                          f"{moved / 1e6:.1f} MB read and written{_first_touch(scratch, m)}"))  # fmt: skip
     # the products' B (V) and C (M) come from and go to the transforms' passes, not warm;
     # divided by rows, each thread's products read all of V
     level = m.holding_level(v_bytes + m_bytes, whole_problem=True)
     read = (v_bytes + m_bytes) / parts if in_bands else v_bytes + m_bytes / parts
-    terms.append(Term(STALL_TERM, read / m.bandwidth[level],
+    terms.append(Term(STALL_TERM, read / m.bandwidth[level] + m.first_touch_ns(m_bytes / parts),
                       f"the products read V and write M ({read / 1e6:.1f} MB a thread) in {level}, "
-                      "between the transform passes"))  # fmt: skip
+                      f"between the transform passes{_first_touch(m_bytes / parts, m)}"))  # fmt: skip
     elsewhere = (parts - 1) / parts * (xt_bytes / parts if in_bands else v_bytes)
     terms.append(Term(CROSS_CORE_TERM, elsewhere / m.bandwidth[CROSS_CORE_LEVEL],
                       f"{elsewhere / 1e6:.2f} MB a thread of what other threads wrote: " +
@@ -713,7 +720,7 @@ def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
     T² of them, beyond what the products' prediction charged: it prices one product, whose
     filters (Cout × Cin) it takes from the level holding them alone. The products stream
     U once, a broadcast per FMA with few tile columns, and wait on it. Inside a model
-    whose weights outgrow the L3, U comes from DRAM whatever its size
+    whose inference outgrows the L3, U comes from DRAM whatever its size
     (`Machine.in_model`)."""
     product = c.gemm_shape()
     one = product.m * product.k * F32
@@ -721,7 +728,7 @@ def _filters_term(c: WinogradConfig, p: ConvPlan, m: Machine) -> Term:
     level_one, level_whole = m.holding_level(one, whole_problem=True), m.constants_at(whole)
     read = whole * (busiest_share(c.gemm.row_tiles(), p.threads) if p.split == "rows" else 1.0)
     extra = read * (1 / m.bandwidth[level_whole] - 1 / m.bandwidth[level_one])
-    evicted = " (the model's weights outgrow the L3: the rest of an inference evicts them)" if m.constants_level else ""
+    evicted = " (the inference outgrows the L3: the rest of it evicts them)" if m.constants_level else ""
     return Term("filters", max(0.0, extra), f"U ({whole / 1e6:.1f} MB) from {level_whole}{evicted}, where one "
                                             f"product's filters ({one / 1e6:.2f} MB) were taken from {level_one}")
 
@@ -932,16 +939,17 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
-           epilogue: ep.Epilogue = (), model_weights: int = 0, prologue: ep.Epilogue = (),
+           epilogue: ep.Epilogue = (), model_bytes: int = 0, prologue: ep.Epilogue = (),
            mean: bool = False, fast_winograd: bool = False, fastest: bool = False) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
-    on its own or inside a model holding `model_weights` bytes of constants; with a
+    on its own or inside a model passing over `model_bytes` bytes per inference; with a
     `prologue` (per-input-channel ops on its input), `_with_prologue`'s; with `mean`
     (each output channel's mean written too), `_with_mean`'s. Winograd's output tiles
     are `winograd_tiles(fast_winograd)`. With `fastest`, only the best plan is wanted,
     not each algorithm and layout's for the layout plan (fewer are scored)."""
-    machine = Machine.of(profile).in_model(model_weights)
+    machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)
+    machine = machine.in_model(model_bytes, budget)
     if prologue:
         return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine, fastest)
     if mean:

@@ -56,10 +56,10 @@ class ExcitePlan:
 
 
 def choose(shape: ExciteShape, profile: HardwareProfile, target: Target, threads: int, epilogue: ep.Epilogue = (),
-           layout: Layout = "nchw", model_weights: int = 0) -> Prediction:  # fmt: skip
+           layout: Layout = "nchw", model_bytes: int = 0) -> Prediction:  # fmt: skip
     """The plan of an excitation at up to `threads` on `target`'s widest vectors, inside a
-    model holding `model_weights` bytes of constants (`Machine.in_model`)."""
-    machine = Machine.of(profile).in_model(model_weights)
+    model passing over `model_bytes` bytes per inference (`Machine.in_model`)."""
+    machine = Machine.of(profile).in_model(model_bytes)
     lanes = target.f32_lanes
     m = machine.at(lanes, 1)
     threads = max(1, min(threads, machine.cores))

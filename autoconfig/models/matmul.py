@@ -359,7 +359,7 @@ def _prologue_term(p: MatmulPlan, m: Machine, share: float, packing_ns: float) -
     ops_ns = vectors * reads * ops / m.fma_per_ns()
     if c.transposed:
         copied = c.b_size() * columns_share * F32
-        where = f"the model's {m.constants_bytes / 1e6:.1f} MB of them" if m.constants_bytes else "where they fit"
+        where = f"the model's {m.inference_bytes / 1e6:.1f} MB" if m.inference_bytes else "where they fit"
         return Term(SCALED_TERM, ops_ns + m.constants_read_ns(copied) + m.traffic_ns(copied),
                     f"the weights scaled by row into the workspace: {copied / 1e6:.2f} MB read (from among {where}) "
                     f"and written, a pass of its own")
@@ -601,7 +601,7 @@ def _blocked_memory_terms(p: MatmulPlan, m: Machine, share: float) -> tuple[list
 
 
 def _weights_in_segments(p: MatmulPlan, m: Machine, share: float) -> tuple[float, str]:
-    """A tiled plan's weights read in place from DRAM (the model's weights outgrow the
+    """A tiled plan's weights read in place from DRAM (the inference outgrows the
     L3): the first row tile of each K block reads B in row segments of one column tile,
     a row apart, which the prefetchers do not run ahead of, so its fetch from memory
     waits instead of overlapping the FMAs (packed weights stream contiguously)."""
@@ -978,7 +978,7 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            epilogue: ep.Epilogue = (), a_constant: bool = False, transposed: bool = False,
            blocked: bool = False, nhwc: tuple[bool, bool] = (False, False),
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
-           b_transposed: bool = False, local: Split | None = None, model_weights: int = 0,
+           b_transposed: bool = False, local: Split | None = None, model_bytes: int = 0,
            split: Split | None = None, b_band: tuple[tuple[int, int], ...] = (),
            a_band: tuple[tuple[int, int], ...] = (), fastest: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
@@ -989,12 +989,12 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     operands stored transposed, channel-blocked, Aᵀ and Cᵀ NHWC; `prologue`: ops on B
     as it is read; `leading`, `b_transposed`: operands in place (see `plan_groups`);
     `local`: the split that keeps each thread on what it wrote (see `preference`);
-    `model_weights`: the bytes of constants of the model holding the product, which
-    decide where its constant B waits between inferences (`Machine.in_model`);
+    `model_bytes`: the bytes an inference of the model holding the product passes over,
+    which decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
     each way reads from other cores itself); `b_band`, `a_band`: see `plan_groups`;
     `fastest`: only the best plan is wanted, not each algorithm's (fewer are scored)."""
-    machine = Machine.of(profile).in_model(model_weights)
+    machine = Machine.of(profile).in_model(model_bytes)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     groups = [group for t in sorted({1, budget})
               for group in plan_groups(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
