@@ -834,6 +834,23 @@ def test_winograd_filters_of_a_large_model_are_fetched_from_dram():
         assert inside.ns > alone.ns
 
 
+def test_direct_convolutions_in_a_model_that_outgrows_the_l3_read_their_weights_from_dram():
+    """A direct convolution (plain or channel-blocked) reads its weights once from where
+    the model leaves its constants: from DRAM inside a model whose inference outgrows
+    the L3, from the level that holds the layer's data on its own."""
+    shape = ConvShape(1, 192, 13, 13, 384, (3, 3), pads=(1, 1, 1, 1))
+    profile = load_profile(PROFILES / "intel-xeon-emerald-rapids-avx512.yaml")
+    machine, weights = Machine.of(profile), 384 * 192 * 9 * F32
+    choice = conv_model.choose(shape, profile, get_target("avx512"), 1, model_bytes=528_000_000)
+    plans = {type(p.config): p.plan for p in choice.per_algorithm if p.config.algorithm == "direct"}
+    assert set(plans) == {DirectConfig, BlockedDirectConfig}
+    for plan in plans.values():
+        alone = {t.name: t for t in conv_model.predict(plan, machine).terms}
+        inside = {t.name: t for t in conv_model.predict(plan, machine.in_model(528_000_000)).terms}
+        assert "memory DRAM" not in alone and "weights once from DRAM" in inside["memory DRAM"].why
+        assert inside["memory DRAM"].ns >= weights / machine.bandwidth["DRAM"]
+
+
 @pytest.mark.parametrize("algorithm", ["winograd", "im2col"])
 def test_scratch_is_fetched_from_dram_at_several_threads_in_a_model_that_outgrows_the_l3(algorithm):
     """Inside a model whose inference outgrows the L3, built for several threads, the

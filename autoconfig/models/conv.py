@@ -251,16 +251,17 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
         reread = (c.row_tiles() - 1) * images * s.in_per_group * window / kc
         traffic["L2"] = traffic.get("L2", 0.0) + reread * share
     once = split.size * F32 + weights + out_bytes
-    once_level = m.holding_level(once, whole_problem=True)
-    if once_level != "L1":
-        input_share, weights_share = _operand_shares(p, share)
-        traffic[once_level] = traffic.get(once_level, 0.0) + (split.size * F32 * input_share + weights * weights_share
-                                                              + OUTPUT_TRANSFERS * out_bytes * share)  # fmt: skip
+    once_level, constants_level = m.holding_level(once, whole_problem=True), m.constants_at(once)
+    input_share, weights_share = _operand_shares(p, share)
+    for level, size in ((once_level, split.size * F32 * input_share + OUTPUT_TRANSFERS * out_bytes * share),
+                        (constants_level, weights * weights_share)):
+        if level != "L1":
+            traffic[level] = traffic.get(level, 0.0) + size
     for level, size in traffic.items():
         terms.append(Term(f"memory {level}", size / m.bandwidth[level],
                           f"{size / 1e6:.2f} MB: weights ({w_level}) per column tile, the window per row "
-                          f"tile if it leaves L1, input and weights once and the output in and out from "
-                          f"{once_level}"))  # fmt: skip
+                          f"tile if it leaves L1, input once and the output in and out from {once_level}, "
+                          f"weights once from {constants_level}"))  # fmt: skip
     output = out_bytes * share  # its passes per channel block, from where it lies
     terms.append(output_passes(blocks, "channel", output, m.holding_level(output, whole_problem=True), m))
     terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
@@ -398,20 +399,22 @@ def _blocked_tiles(c: BlockedConfig) -> list[tuple[int, int, int]]:
 def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int,
                   streamed: tuple[str, float, str] | None = None) -> list[Term]:  # fmt: skip
     """The output stored once, the epilogue, and the input, weights and output brought in
-    once from the level that holds them, with what the kernel `streamed` besides (level,
+    once from the level that holds them (the weights from where the model leaves its
+    constants, `Machine.constants_at`), with what the kernel `streamed` besides (level,
     bytes, why) from its level; no input transform: the borders are skipped, not padded."""
     s = c.shape
     outputs = math.prod(s.output_shape)
     terms = [Term("c tile", outputs * F32 / m.bandwidth["L1"] * share, "each output vector stored once, whole")]
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, outputs // c.lanes, outputs, m, share))
-    once = (math.prod(s.input_shape) + outputs) * F32 * share + weights * F32
-    moved = once + (OUTPUT_TRANSFERS - 1) * outputs * F32 * share
+    data = (math.prod(s.input_shape) + OUTPUT_TRANSFERS * outputs) * F32 * share
+    once = data - (OUTPUT_TRANSFERS - 1) * outputs * F32 * share + weights * F32
+    level, w_level = m.holding_level(once, whole_problem=True), m.constants_at(once)
     traffic: dict[str, list[tuple[float, str]]] = {}
-    level = m.holding_level(once, whole_problem=True)
-    if level != "L1":
-        traffic[level] = [(moved, f"{moved / 1e6:.2f} MB: the input and weights once and the output in and out "
-                                  f"(this thread's share) from {level}")]  # fmt: skip
+    for where, size, what in ((level, data, "the input once and the output in and out (this thread's share)"),
+                              (w_level, weights * F32, "the weights once")):
+        if where != "L1":
+            traffic.setdefault(where, []).append((size, f"{size / 1e6:.2f} MB: {what} from {where}"))
     if streamed is not None and streamed[0] != "L1":
         traffic.setdefault(streamed[0], []).append(streamed[1:])
     for name, parts in traffic.items():
