@@ -251,10 +251,10 @@ class Machine:
         """This view for a layer inside a model whose inference passes over `passed` bytes
         (`Graph.inference_bytes`), built for `threads`: when they outgrow the L3, the rest
         of the inference has evicted a layer's weights by the time it runs again, so they
-        come from DRAM; and with several threads, so has it the memory a kernel writes
-        first (the arena reuses memory only once the cores' caches have cooled,
-        `Builder.cooling`; at one thread, at once, so it is warm). A layer called again
-        and again (`in_model(0)`) finds everything where it fits."""
+        come from DRAM; with several threads, so does the memory a kernel writes first (the
+        arena reuses memory only once the cores' caches have cooled, `Builder.cooling`; at
+        one thread it reuses it at once, warm). A layer called again and again
+        (`in_model(0)`) finds everything where it fits."""
         evicted = "DRAM" if self.holding_level(passed, whole_problem=True) == "DRAM" else None
         return replace(self, constants_level=evicted, scratch_level=evicted if threads > 1 else None,
                        inference_bytes=passed)  # fmt: skip

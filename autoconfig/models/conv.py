@@ -644,9 +644,9 @@ def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
     if c.algorithm == "im2col":
         im2col = c.im2col()
         share = busiest_share(im2col.rows, p.threads)
-        moved = 2 * im2col.size * F32 * count
+        written = im2col.size * F32 * count
+        moved = 2 * written
         terms.append(_transform_term(c.split(), m, busiest_share(s.batch * s.channels, p.threads)))
-        written = moved / 2
         terms.append(Term("im2col", (m.traffic_ns(moved / count) * count + m.first_touch_ns(written)) * share,
                           f"the windows copied into a {im2col.rows}x{s.out_height * s.out_width} matrix "
                           f"({moved / 1e6:.2f} MB written and read){_first_touch(written, m)}"))  # fmt: skip
