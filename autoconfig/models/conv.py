@@ -407,8 +407,9 @@ def _blocked_once(c: BlockedConfig, m: Machine, share: float, weights: int,
     terms = [Term("c tile", outputs * F32 / m.bandwidth["L1"] * share, "each output vector stored once, whole")]
     if c.epilogue:
         terms.append(epilogue_term(c.epilogue, outputs // c.lanes, outputs, m, share))
-    data = (math.prod(s.input_shape) + OUTPUT_TRANSFERS * outputs) * F32 * share
-    once = data - (OUTPUT_TRANSFERS - 1) * outputs * F32 * share + weights * F32
+    inputs, written = math.prod(s.input_shape) * F32 * share, outputs * F32 * share
+    once = inputs + written + weights * F32  # each once: what the level is judged by
+    data = inputs + OUTPUT_TRANSFERS * written
     level, w_level = m.holding_level(once, whole_problem=True), m.constants_at(once)
     traffic: dict[str, list[tuple[float, str]]] = {}
     for where, size, what in ((level, data, "the input once and the output in and out (this thread's share)"),
