@@ -770,9 +770,16 @@ class Reblock:
         """The blocked side's addressing (its pixels as one row)."""
         return Blocks.of(self.layout, (self.batch, self.channels, 1, self.pixels), self.lanes)
 
+    @property
+    def by_pixels(self) -> bool:
+        """Whether threads divide pixels rather than channel vectors: into NHWC, where
+        dividing channels would have both threads store into every pixel's row."""
+        return self.to_blocked and self.layout == "nhwc"
+
     def units(self) -> int:
-        """(image, channel block) pairs: what threads divide."""
-        return self.batch * (self.channels // self.lanes)
+        """What threads divide: (image, pixel) pairs `by_pixels`, else (image, channel
+        vector) pairs."""
+        return self.batch * (self.pixels if self.by_pixels else self.channels // self.lanes)
 
     @property
     def symbol(self) -> str:
@@ -792,48 +799,72 @@ class Reblock:
         return KernelSignature(self.symbol, (Param("y", Role.OUT, extent=(size,)), Param("x", Role.IN, extent=(size,)),
                                              Param("unit_begin", Role.SIZE), Param("unit_end", Role.SIZE)),
                                f"{self.batch}x{self.channels}x{self.pixels} from {way}: "
-                               f"(image, {self.lanes} channels) [unit_begin, unit_end).")  # fmt: skip
+                               f"(image, {'pixel' if self.by_pixels else f'{self.lanes} channels'}) "
+                               "[unit_begin, unit_end).")  # fmt: skip
 
 
 def _reblock(cfg: Reblock, target: Target, args: dict) -> None:
     """y[n][block][p][l] = x[n][block·L + l][p] (NCHW[c]; NHWC: y[n][p][block·L + l]), or
     back: squares of L pixels × L channels read as L vectors, transposed in registers,
-    stored as L vectors; the pixels past the last whole square one vector at a time,
-    gathered (or scattered) `pixels` apart."""
-    lanes, pixels, blocks = cfg.lanes, cfg.pixels, cfg.blocks
-    vec = f32_vector_type(target, lanes)
-    size = cfg.batch * cfg.channels * pixels
-    y, x = f32_memref(args["y"], [size]), f32_memref(args["x"], [size])
-    plain_step, packed_step = (pixels, blocks.step)  # between rows of a square: NCHW channels, blocked pixels
+    stored as L vectors; the pixels past the last whole square of a run one vector at a
+    time, gathered (or scattered) `pixels` apart. A thread's units are channel vectors
+    (all their pixels), or `by_pixels` a run of pixels of each channel vector."""
+    begin, end = index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units()))
+    run = _ReblockRun(cfg, target, args)
+    if not cfg.by_pixels:
+        for_range(begin, end, 1, lambda u: run.pixels(u, index(0), index(cfg.pixels), cfg.pixels // cfg.lanes))
+        return
+    pixels, vectors = index(cfg.pixels), cfg.channels // cfg.lanes
 
-    def unit(u: ir.Value) -> None:  # (image, channel vector)
-        start = arith.muli(u, index(lanes * pixels))
-        base = blocks.at(*blocks.vector_of(u, lanes), index(0), index(0))
+    def image(n: ir.Value) -> None:  # its pixels in [begin, end), of every channel vector
+        first = arith.muli(n, pixels)
+        lo = arith.maxsi(arith.subi(begin, first), index(0))
+        hi = arith.minsi(arith.subi(end, first), pixels)
+        for_range(0, vectors, 1, lambda v: run.pixels(arith.addi(arith.muli(n, index(vectors)), v), lo, hi))
 
-        def square(p0: ir.Value) -> None:
-            plain = arith.addi(start, p0)
-            packed = arith.addi(base, arith.muli(p0, index(packed_step)))
-            source, source_step, target_at, target_step = ((plain, plain_step, packed, packed_step) if cfg.to_blocked
-                                                           else (packed, packed_step, plain, plain_step))  # fmt: skip
-            rows = transpose_square([load(vec, x, [offset(source, r * source_step)]) for r in range(lanes)])
-            for r, row in enumerate(rows):
-                store(row, y, [offset(target_at, r * target_step)])
+    for_range(arith.divsi(begin, pixels), arith.ceildivsi(end, pixels), 1, image)
 
-        def one(p: ir.Value) -> None:
-            plain = arith.addi(start, p)
-            packed = arith.addi(base, arith.muli(p, index(packed_step)))
-            if cfg.to_blocked:
-                store(strided_load(vec, x, [plain], pixels), y, [packed])
-            else:
-                strided_store(load(vec, x, [packed]), y, [plain], pixels)
 
-        whole = pixels // lanes * lanes
-        if whole:
-            for_range(0, whole, lanes, square)
-        if whole < pixels:
-            for_range(whole, pixels, 1, one)
+class _ReblockRun:
+    """The emit helpers of `_reblock`: one channel vector's pixels [lo, hi)."""
 
-    for_range(index(args["unit_begin"]), arith.minsi(index(args["unit_end"]), index(cfg.units())), 1, unit)
+    def __init__(self, cfg: Reblock, target: Target, args: dict):
+        self.cfg, self.lanes, self.vec = cfg, cfg.lanes, f32_vector_type(target, cfg.lanes)
+        size = cfg.batch * cfg.channels * cfg.pixels
+        self.y, self.x = f32_memref(args["y"], [size]), f32_memref(args["x"], [size])
+
+    def pixels(self, u: ir.Value, lo: ir.Value, hi: ir.Value, squares: int | None = None) -> None:
+        """Unit u's pixels [lo, hi): whole squares from lo (`squares` of them where known
+        when emitting), then the rest one at a time."""
+        lanes = self.lanes
+        whole = (index(squares * lanes) if squares is not None else
+                 arith.addi(lo, arith.muli(arith.divsi(arith.subi(hi, lo), index(lanes)), index(lanes))))
+        start = arith.muli(u, index(lanes * self.cfg.pixels))
+        base = self.cfg.blocks.at(*self.cfg.blocks.vector_of(u, lanes), index(0), index(0))
+        if squares != 0:
+            for_range(lo, whole, lanes, lambda p: self.square(start, base, p))
+        if squares is None or squares * lanes < self.cfg.pixels:
+            for_range(whole, hi, 1, lambda p: self.one(start, base, p))
+
+    def square(self, start: ir.Value, base: ir.Value, p0: ir.Value) -> None:
+        cfg, lanes = self.cfg, self.lanes
+        plain_step, packed_step = cfg.pixels, cfg.blocks.step  # between rows of a square: NCHW channels, blocked pixels
+        plain = arith.addi(start, p0)
+        packed = arith.addi(base, arith.muli(p0, index(packed_step)))
+        source, source_step, target_at, target_step = ((plain, plain_step, packed, packed_step) if cfg.to_blocked
+                                                       else (packed, packed_step, plain, plain_step))  # fmt: skip
+        rows = transpose_square([load(self.vec, self.x, [offset(source, r * source_step)]) for r in range(lanes)])
+        for r, row in enumerate(rows):
+            store(row, self.y, [offset(target_at, r * target_step)])
+
+    def one(self, start: ir.Value, base: ir.Value, p: ir.Value) -> None:
+        cfg = self.cfg
+        plain = arith.addi(start, p)
+        packed = arith.addi(base, arith.muli(p, index(cfg.blocks.step)))
+        if cfg.to_blocked:
+            store(strided_load(self.vec, self.x, [plain], cfg.pixels), self.y, [packed])
+        else:
+            strided_store(load(self.vec, self.x, [packed]), self.y, [plain], cfg.pixels)
 
 
 BlockedConfig = BlockedDepthwiseConfig | BlockedDirectConfig

@@ -305,7 +305,9 @@ def test_a_direct_convolution_in_passes_over_its_input_channels(case_id):
 @pytest.mark.parametrize("case_id", ["avx2", "avx512"])
 def test_layout_transform_both_ways(case_id):
     """The layout transform against numpy's reshape: [N, C, H, W] <-> [N, C/L, H, W, L]
-    and <-> [N, H, W, C], with whole L×L squares and a remainder of pixels (3x7 = 21), split among units."""
+    and <-> [N, H, W, C], with whole L×L squares and a remainder of pixels (3x7 = 21), cut
+    into three ranges of units: into NHWC, runs of pixels that start mid-square and
+    cross from one image into the next."""
     from kernels.library import build_library
     from kernels.emit import generate
     from kernels.nchwc import Reblock
@@ -321,9 +323,27 @@ def test_layout_transform_both_ways(case_id):
         config = Reblock(2, 2 * lanes, 21, lanes, to_blocked, layout)
         kernel = build_library(generate(config, target), this_host()).kernel(config.symbol)
         y = np.full(x.size, np.nan, np.float32)
-        kernel(y, np.ascontiguousarray(source).ravel(), 0, 1)
-        kernel(y, np.ascontiguousarray(source).ravel(), 1, config.units())
+        cuts = (0, 1, config.units() // 2 + 1, config.units())
+        for begin, end in zip(cuts, cuts[1:]):
+            kernel(y, np.ascontiguousarray(source).ravel(), begin, end)
         np.testing.assert_array_equal(y, expected.ravel())
+
+
+def test_a_transform_into_nhwc_divides_pixels_and_its_price_counts_the_busiest_threads_runs():
+    """Into NHWC the threads divide (image, pixel) pairs, so no pixel's row is stored by
+    two threads; back to NCHW they divide channel vectors. The price counts the busiest
+    thread's squares and gathered pixels: 49 pixels of 55 vectors of 8 channels cut into
+    25 and 24 pixels (3 squares and 1 gathered pixel, 3 squares), against 28 and 27 of
+    the vectors (6 squares and 1 gathered pixel each)."""
+    from kernels.nchwc import Reblock
+
+    into, back = Reblock(1, 440, 49, 8, True, "nhwc"), Reblock(1, 440, 49, 8, False, "nhwc")
+    assert (into.by_pixels, into.units(), back.by_pixels, back.units()) == (True, 49, False, 55)
+    assert conv_model._reblock_work(into, 2) == (3 * 55, 1 * 55 * 8)
+    assert conv_model._reblock_work(back, 2) == (28 * 6, 28 * 1 * 8)
+    assert conv_model._reblock_work(into, 1) == conv_model._reblock_work(back, 1) == (55 * 6, 55 * 1 * 8)
+    two_images = Reblock(2, 16, 9, 8, True, "nhwc")  # 18 pixels: the first thread's 9 are one image's
+    assert conv_model._reblock_work(two_images, 2) == (2, 16)
 
 
 @pytest.mark.slow

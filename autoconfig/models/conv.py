@@ -61,6 +61,7 @@ from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulP
 from autoconfig.models.matmul import choose as choose_matmul
 from autoconfig.models.matmul import predict as predict_matmul
 from autoconfig.profile import HardwareProfile
+from autoconfig.runtime import split
 from kernels import epilogue as ep
 from kernels.layout import PhaseSplit
 from kernels.conv import ConvConfig, ConvShape, DepthwiseConfig, DirectConfig, GemmConvConfig, Layout, WinogradConfig
@@ -798,8 +799,8 @@ def direct_candidates(shape: ConvShape, machine: Machine, target: Target, thread
                     continue
                 for kc in channel_blocks(shape, mr, nv * lanes, m):
                     config = DirectConfig(shape, lanes, mr, nv, kc, epilogue)
-                    for split in DIRECT_SPLITS if threads > 1 else DIRECT_SPLITS[:1]:
-                        plan = ConvPlan(config, threads, split)
+                    for way in DIRECT_SPLITS if threads > 1 else DIRECT_SPLITS[:1]:
+                        plan = ConvPlan(config, threads, way)
                         if threads == 1 or plan.split_units() > 1:
                             plans.append(plan)
     return plans
@@ -816,16 +817,30 @@ def reblock_ns(config: Reblock, machine: Machine, threads: int) -> tuple[float, 
     share = busiest_share(config.units(), threads)
     elements = config.batch * config.channels * config.pixels
     lanes = config.lanes
-    squares = config.units() * (config.pixels // lanes)
+    squares, gathered = _reblock_work(config, threads)
     shuffles = squares * lanes * max(1, lanes.bit_length() - 1)
-    gathered = config.units() * (config.pixels % lanes) * lanes
     moved = 2 * elements * F32
     step = PROGRAM_STEP_NS + (m.dispatch_ns if threads > 1 else 0.0)
-    ns = (m.traffic_ns(moved) + shuffles / m.fma_per_ns() + gathered / m.broadcast_loads_per_ns()) * share + step
+    ns = m.traffic_ns(moved) * share + shuffles / m.fma_per_ns() + gathered / m.broadcast_loads_per_ns() + step
     way = f"to {layout_name(config.layout, lanes)}" if config.to_blocked else "back to NCHW"
     return ns, (f"layout transform {way}: predicted {ns / 1e3:.1f} µs = {moved / 1e6:.2f} MB read and written, "
                 f"{squares} {lanes}x{lanes} squares transposed in registers, {gathered} elements gathered, "
                 f"+ {step / 1e3:.3f} µs as a step of its program")
+
+
+def _reblock_work(config: Reblock, threads: int) -> tuple[int, int]:
+    """The busiest thread's squares and gathered elements in a layout transform: of its
+    channel vectors, all their pixels; or `by_pixels`, of each channel vector, each run
+    of its pixels in one image."""
+    lanes, pixels, vectors = config.lanes, config.pixels, config.channels // config.lanes
+    if not config.by_pixels:
+        units = math.ceil(config.units() / max(1, min(threads, config.units())))
+        return units * (pixels // lanes), units * (pixels % lanes) * lanes
+    work = []
+    for begin, end in split(config.units(), threads):
+        runs = [min(end, (n + 1) * pixels) - max(begin, n * pixels) for n in range(begin // pixels, -(-end // pixels))]
+        work.append((sum(r // lanes for r in runs) * vectors, sum(r % lanes for r in runs) * vectors * lanes))
+    return max(work, key=lambda w: w[0] * lanes + w[1])
 
 
 def transform_ns(shape: ConvShape, p: Prediction, machine: Machine, given: Layout, wanted: Layout,
