@@ -143,9 +143,8 @@ def _depthwise_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operand
 def _transformed_input(plan: ConvPlan, x: Ref, buffers: Buffers) -> tuple[Ref, Call]:
     """The padded, phase-split input the direct, im2col and Winograd kernels read, and
     the call that writes it."""
-    c, s = plan.config, plan.config.shape
-    xt = buffers.scratch(c.split().size)
-    return xt, _planes_call(c.split().symbol, (xt, x), s.batch * s.channels, plan.threads)
+    xt = buffers.scratch(plan.config.split().size)
+    return xt, Call(plan.config.split().symbol, tuple(Part((xt, x), r) for r in plan.transform_planes()))
 
 
 def _direct_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],

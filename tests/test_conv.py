@@ -652,6 +652,42 @@ def test_winograd_on_two_threads_prices_what_threads_read_from_each_other():
                                     split="bands") is None  # one tile row: no second band
 
 
+def test_a_direct_convolution_on_two_threads_prices_the_lines_its_threads_share():
+    """RegNet-X's 408-channel 3x3 layer in 17 groups on 14x14 pixels: divided by image-
+    groups, each thread transforms the planes of its own groups (so reads only what it
+    wrote) and writes whole output planes; divided by output pixels (rows 0-6 and 7-13),
+    each thread reads 9 of 16 rows of every padded plane, half of them transformed on
+    the other thread, and the threads store into the same lines where their rows meet
+    (98 + 196c: mid-line in all 408 planes) and where planes meet (196c: mid-line unless
+    c is a multiple of 4, 306 of 407). The image-groups split is chosen."""
+    from autoconfig.models.cost import CROSS_CORE_LEVEL, CROSS_CORE_TERM, SHARED_LINE_NS
+
+    profile, target = load_profile(AVX512), get_target("avx512")
+    s = ConvShape(1, 408, 14, 14, 408, (3, 3), pads=(1, 1, 1, 1), group=17)
+    machine = Machine.of(profile)
+    config = DirectConfig(s, 16, 8, 1, 24, (ep.bias(),))
+    groups, columns = (ConvPlan(config, 2, split) for split in ("groups", "columns"))
+    assert groups.transform_planes() == [(0, 9 * 24), (9 * 24, 408)]
+    assert columns.transform_planes() == [(0, 204), (204, 408)]
+    assert conv_model.predict(groups, machine).term(CROSS_CORE_TERM) == 0.0
+    elsewhere = 204 * 16 * 16 * 4 * 7 / 14  # planes of 16x16 padded pixels, 7 of 14 column tiles
+    bandwidth = machine.at(16, 2).bandwidth[CROSS_CORE_LEVEL]
+    assert conv_model.predict(columns, machine).term(CROSS_CORE_TERM) == pytest.approx(
+        elsewhere / bandwidth + (408 + 306) * SHARED_LINE_NS)
+    assert choose(s, profile, target, 2, (ep.bias(),)).best.plan.split == "groups"
+
+
+def test_lines_where_two_threads_runs_meet():
+    """Offsets 98 + 196c (c < 408) are never a multiple of 16 elements; 196c for c in
+    1..407 is one for every fourth c; 4c for c < 10, at c = 0, 4 and 8."""
+    from autoconfig.models.cost import mid_line
+
+    assert mid_line(408, 196, 98, 16) == 408
+    assert mid_line(407, 196, 196, 16) == 306
+    assert (mid_line(10, 4, 0, 16), mid_line(3, 4, 0, 16)) == (7, 2)
+    assert (mid_line(1, 0, 32, 16), mid_line(0, 4, 2, 16)) == (0, 0)
+
+
 def test_a_product_whose_weights_outweigh_its_input_divides_its_output_channels():
     """Among tied plans, a 1x1 layer's product divides its pixels, each thread reading
     the pixels it wrote — unless its weights outweigh its input WEIGHTS_OVER_INPUT

@@ -53,9 +53,9 @@ from typing import Literal
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
-    CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, STALL_TERM, Group, Prediction, Term, best_of,
-    busiest_share, chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
-    tie_bound, total_ns, vector_widths,
+    CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, SHARED_LINE_NS, STALL_TERM, Group, Prediction, Term,
+    best_of, busiest_share, chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
+    mid_line, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split
 from autoconfig.models.matmul import choose as choose_matmul
@@ -126,6 +126,15 @@ class ConvPlan:
 
     def parts(self) -> int:
         return min(self.threads, self.split_units())
+
+    def transform_planes(self) -> list[tuple[int, int]]:
+        """Each thread's planes of the padded, phase-split input: under a direct image-
+        groups split, the planes of its own image-groups (it then reads only what it
+        wrote), else an even share."""
+        s = self.shape
+        if isinstance(self.config, DirectConfig) and self.split == "groups":
+            return [(a * s.in_per_group, b * s.in_per_group) for a, b in split(self.config.groups(), self.threads)]
+        return split(s.batch * s.channels, self.threads)
 
 
 def window_bytes(shape: ConvShape, nr: int) -> int:
@@ -266,6 +275,8 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
     output = out_bytes * share  # its passes per channel block, from where it lies
     terms.append(output_passes(blocks, "channel", output, m.holding_level(output, whole_problem=True), m))
     terms.append(_transform_term(split, m, busiest_share(s.batch * s.channels, p.threads)))
+    if p.parts() > 1:
+        terms.append(_direct_cross_core(p, m))
     terms.append(_call_term(2, p.parts(), m))
     registers, held = c.registers_needed()
     model_kc, kc_why = channel_block(s, c.mr, nr, m, c.kc)
@@ -279,6 +290,34 @@ def _direct_terms(p: ConvPlan, m: Machine, share: float) -> tuple[list[Term], li
         ("threads", _threads_reason(p)),
     ]  # fmt: skip
     return terms, params
+
+
+def _direct_cross_core(p: ConvPlan, m: Machine) -> Term:
+    """What the threads of a direct convolution pay for lines another thread holds: the
+    split planes the input transform wrote on another thread (`ConvPlan.
+    transform_planes`), and the output lines where two threads' parts meet mid-line,
+    which both store into at about the same time."""
+    c: DirectConfig = p.config
+    s, line = c.shape, m.line // F32
+    written = min(b - a for a, b in p.transform_planes())
+    elsewhere = 0.0 if p.split == "groups" else (s.batch * s.channels - written) * c.split().plane_size * F32
+    if p.split == "columns":
+        elsewhere *= busiest_share(c.col_tiles(), p.threads)
+    plane = s.out_height * s.out_width
+    starts = [b for b, _ in split(p.split_units(), p.threads)][1:]
+    if p.split == "columns":  # each plane cut where a thread's tiles start, and where planes meet
+        planes = s.batch * s.out_channels
+        at = [t // c.tiles_per_row() * s.out_width + t % c.tiles_per_row() * c.nr for t in starts]
+        shared = sum(mid_line(planes, plane, a, line) for a in at) + mid_line(planes - 1, plane, plane, line)
+    elif p.split == "rows":  # each image-group cut where a thread's channel tiles start, and where they meet
+        group = s.out_per_group * plane
+        shared = (sum(mid_line(c.groups(), group, t * c.mr * plane, line) for t in starts)
+                  + mid_line(c.groups() - 1, group, group, line))  # fmt: skip
+    else:
+        shared = sum(mid_line(1, 0, g * s.out_per_group * plane, line) for g in starts)
+    return Term(CROSS_CORE_TERM, elsewhere / m.bandwidth[CROSS_CORE_LEVEL] + shared * SHARED_LINE_NS,
+                f"{elsewhere / 1e6:.2f} MB a thread of the split planes another thread wrote; "
+                f"{shared} output lines stored by two threads")  # fmt: skip
 
 
 def _operand_shares(p: ConvPlan, share: float) -> tuple[float, float]:

@@ -141,6 +141,21 @@ CROSS_CORE_LEVEL = "DRAM"
 caches, and writing it again takes it back, at about memory's rate on the 2-vCPU hosts
 measured (docs/calibration.md)."""
 
+SHARED_LINE_NS = 50.0
+"""What a cache line two threads store into at about the same time costs: it moves
+between their cores for each store, 28-185 ns a line in the direct convolutions
+measured (docs/calibration.md); a ping-pong's latency, not a bandwidth."""
+
+
+def mid_line(count: int, stride: int, first: int, line: int) -> int:
+    """How many of the element offsets first + i·stride (i < count) fall inside a line
+    of `line` elements rather than at its start: where two threads' runs meet."""
+    period = line // math.gcd(stride, line)
+    aligned = [(first + i * stride) % line == 0 for i in range(min(period, count))]
+    whole, rest = divmod(count, period)
+    return count - whole * sum(aligned) - sum(aligned[:rest])
+
+
 SCALE_PASS_TERM = "scale pass"
 """An excitation's pass scaling its tensor, after its gates (`models.excite`)."""
 
