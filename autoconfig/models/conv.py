@@ -909,7 +909,9 @@ def choose_layout(choice: ConvChoice, given: Layout, outputs: dict[Layout, float
         return p.total_ns + shift + written_ns(p, outputs, machine, choice.target.f32_lanes), shift
 
     options = [(cost(p), p) for p in choice.per_algorithm if layout_of(p.config) in outputs]
-    (_, shift), best = min(options or [(cost(p), p) for p in choice.per_algorithm], key=lambda option: option[0][0])
+    options = options or [(cost(p), p) for p in choice.per_algorithm]
+    bound = tie_bound(min(ns for (ns, _), _ in options))
+    (_, shift), best = min(options, key=lambda o: (o[0][0] > bound, _reads_elsewhere_in_place(o[1].plan), o[0][0]))
     written = written_ns(best, outputs, machine, choice.target.f32_lanes)
     why = (f"layout: the input is held in {given}; the plan reads {input_layout_of(best.config)} and writes "
            f"{layout_of(best.config)}" + (f", +{shift / 1e3:.1f} µs to transform its input" if shift else "")
@@ -1186,6 +1188,17 @@ def _best(predictions: list[Prediction]) -> Prediction:
     """`cost.best_of` with the convolution model's preference among ties: fewer threads,
     then more lanes times register tile (fewer instructions per multiply-add)."""
     return best_of(predictions, lambda p: (p.plan.threads, -p.config.lanes * _tile_area(p.config)))
+
+
+def _reads_elsewhere_in_place(p: ConvPlan) -> bool:
+    """Whether every thread reads all of an NCHW input in place, one line per input
+    channel and strip of pixels: a transposed gemm1x1 dividing its output channels. The
+    other threads' share of the input then comes from their caches a line at a time,
+    where a product that packs its input streams it: a slower path that no term prices
+    (docs/calibration.md), so among ties (`choose_layout`) another plan is taken."""
+    c = p.config
+    return (isinstance(c, GemmConvConfig) and c.gemm.transposed and input_layout_of(c) == "nchw"
+            and p.parts() > 1 and p.split == "columns")  # fmt: skip
 
 
 def _channels_in_lanes(config: ConvConfig) -> bool:
