@@ -54,8 +54,8 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, PROGRAM_STEP_NS, Machine
 from autoconfig.models.cost import (
     CROSS_CORE_LEVEL, CROSS_CORE_TERM, OUTPUT_TRANSFERS, SHARED_LINE_NS, STALL_TERM, Group, Prediction, Term,
-    best_of, busiest_share, chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, output_passes, promising_predictions,
-    mid_line, tie_bound, total_ns, vector_widths,
+    best_of, busiest_share, chain_ns, epilogue_term, fma_floor_ns, microkernel_ns, mid_line, output_passes,
+    promising_predictions, tie_bound, total_ns, vector_widths,
 )  # fmt: skip
 from autoconfig.models.matmul import MAX_MR, MAX_NV, PAGE_BYTES, Choice, MatmulPlan, Split
 from autoconfig.models.matmul import choose as choose_matmul
