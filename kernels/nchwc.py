@@ -846,11 +846,14 @@ class _ReblockRun:
         if squares is None or squares * lanes < self.cfg.pixels:
             for_range(whole, hi, 1, lambda p: self.one(start, base, p))
 
+    def at(self, start: ir.Value, base: ir.Value, p: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Pixel p of the unit: its place in the NCHW tensor and in the blocked one."""
+        return arith.addi(start, p), arith.addi(base, arith.muli(p, index(self.cfg.blocks.step)))
+
     def square(self, start: ir.Value, base: ir.Value, p0: ir.Value) -> None:
         cfg, lanes = self.cfg, self.lanes
         plain_step, packed_step = cfg.pixels, cfg.blocks.step  # between rows of a square: NCHW channels, blocked pixels
-        plain = arith.addi(start, p0)
-        packed = arith.addi(base, arith.muli(p0, index(packed_step)))
+        plain, packed = self.at(start, base, p0)
         source, source_step, target_at, target_step = ((plain, plain_step, packed, packed_step) if cfg.to_blocked
                                                        else (packed, packed_step, plain, plain_step))  # fmt: skip
         rows = transpose_square([load(self.vec, self.x, [offset(source, r * source_step)]) for r in range(lanes)])
@@ -859,8 +862,7 @@ class _ReblockRun:
 
     def one(self, start: ir.Value, base: ir.Value, p: ir.Value) -> None:
         cfg = self.cfg
-        plain = arith.addi(start, p)
-        packed = arith.addi(base, arith.muli(p, index(cfg.blocks.step)))
+        plain, packed = self.at(start, base, p)
         if cfg.to_blocked:
             store(strided_load(self.vec, self.x, [plain], cfg.pixels), self.y, [packed])
         else:

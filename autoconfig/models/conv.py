@@ -300,9 +300,8 @@ def _direct_cross_core(p: ConvPlan, m: Machine) -> Term:
     c: DirectConfig = p.config
     s, line = c.shape, m.line // F32
     written = min(b - a for a, b in p.transform_planes())
-    elsewhere = 0.0 if p.split == "groups" else (s.batch * s.channels - written) * c.split().plane_size * F32
-    if p.split == "columns":
-        elsewhere *= busiest_share(c.col_tiles(), p.threads)
+    rows_read = {"groups": 0.0, "rows": 1.0, "columns": busiest_share(c.col_tiles(), p.threads)}[p.split]
+    elsewhere = rows_read * (s.batch * s.channels - written) * c.split().plane_size * F32
     plane = s.out_height * s.out_width
     starts = [b for b, _ in split(p.split_units(), p.threads)][1:]
     if p.split == "columns":  # each plane cut where a thread's tiles start, and where planes meet
