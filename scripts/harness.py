@@ -42,6 +42,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations; the functions import numpy where they use it
+    import numpy as np
 
 SCRIPTS = Path(__file__).resolve().parent
 
