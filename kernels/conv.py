@@ -25,12 +25,13 @@ im2col — the windows copied once into a matrix of Cin/G·KH·KW rows × OH·OW
 (from the transformed image: each row is a shifted copy), then the matmul generator's
 kernel on it (`kernels.matmul`, channels along its rows);
 
-gemm1x1 — a 1×1 convolution with stride 1 and no padding, whose image is already
-that matrix: the matmul kernel on the image itself, no copy. Either output pixels in
-the lanes (Y = W·X, W packed once), or output channels in the lanes, for images too
-small to fill the vectors (7×7 = 49 pixels in four 16-lane vectors wastes a quarter):
-Yᵀ = Xᵀ·Wᵀ (`MatmulConfig.transposed`: X read in place, W packed once as Bᵀ, each
-output vector scattered along a channel column of Y).
+gemm1x1 — a 1×1 convolution without padding, whose image is already that matrix:
+the matmul kernel on the image itself, no copy. Either output pixels in the lanes
+(Y = W·X, W packed once; stride 1), or output channels in the lanes, for images too
+small to fill the vectors (7×7 = 49 pixels in four 16-lane vectors wastes a quarter)
+or read at a stride: Yᵀ = Xᵀ·Wᵀ (`MatmulConfig.transposed`: X read in place, every
+stride-th pixel where the stride is larger, `MatmulConfig.subsample`; W packed once as
+Bᵀ, each output vector scattered along a channel column of Y).
 
 winograd — F(2×2 or 4×4, 3×3) for 3×3 stride-1 layers: `kernels.winograd`.
 
@@ -214,9 +215,13 @@ class GemmConvConfig:
             raise KernelError(f"{self.algorithm} is not a matrix-product convolution")
         if self.gemm.prologue and (self.algorithm != "gemm1x1" or self.shape.group > 1):
             raise KernelError("a prologue is applied by an ungrouped gemm1x1 product")
-        if self.algorithm == "gemm1x1" and not self.shape.pointwise:
-            raise KernelError("gemm1x1 needs a 1x1 convolution with stride 1 and no padding, got "
-                                  + self.shape.describe())  # fmt: skip
+        in_place = self.shape.pointwise or self.shape.unpadded_1x1 and self.gemm.transposed
+        if self.algorithm == "gemm1x1" and not in_place:
+            raise KernelError("gemm1x1 needs a 1x1 convolution without padding, of stride 1 unless its product is "
+                              "transposed, got " + self.shape.describe())  # fmt: skip
+        if self.gemm.subsample != (self.shape.subsample() if self.algorithm == "gemm1x1" else (0, 0, 1, 1)):
+            raise KernelError(f"the product of {self.shape.describe()} reads the pixels "
+                              f"{self.shape.subsample()} (height, width, strides), not {self.gemm.subsample}")
         if self.gemm.transposed:
             product = self.shape.gemm_shape()
             if self.algorithm != "gemm1x1" or self.gemm.shape != transposed_shape(product) or \

@@ -74,7 +74,19 @@ class ConvShape:
     @property
     def pointwise(self) -> bool:
         """A 1×1 convolution with stride 1 and no padding: a matrix product on the image."""
-        return self.kernel == (1, 1) and self.strides == (1, 1) and not any(self.pads)
+        return self.unpadded_1x1 and self.strides == (1, 1)
+
+    @property
+    def unpadded_1x1(self) -> bool:
+        """A 1×1 convolution without padding, of any stride: a matrix product on every
+        stride-th pixel of the image (`subsample`)."""
+        return self.kernel == (1, 1) and not any(self.pads)
+
+    def subsample(self) -> tuple[int, int, int, int]:
+        """The pixels an unpadded 1×1 layer's product reads as rows of its Aᵀ
+        (`MatmulConfig.subsample`): the image's height, width and strides; every pixel
+        in order, (0, 0, 1, 1), at stride 1."""
+        return (0, 0, 1, 1) if self.strides == (1, 1) else (self.height, self.width, *self.strides)
 
     @property
     def flops(self) -> int:

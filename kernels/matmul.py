@@ -18,7 +18,8 @@ with `b_packed`, B likewise, in `pack_b`'s layout (and with `a_in_place` as well
 K block, A's rows are read where they lie);
 with `transposed`, A arrives as Aᵀ and is read in place, B as Bᵀ packed once at build
 time by `pack_b`, and C leaves as Cᵀ, each tile's vectors scattered — a 1×1
-convolution with its output channels in the lanes; with `blocked` as well, Aᵀ and Cᵀ
+convolution with its output channels in the lanes (with `subsample`, of a stride above
+1: Aᵀ's rows every stride-th pixel of its image); with `blocked` as well, Aᵀ and Cᵀ
 are channel-blocked images, NCHW[c] (`kernels.nchwc`), and each vector is stored whole)::
 
     for jc in cols step nc:  for pc in 0..K step kc:      [packed: B[pc:,jc:] -> Bp, unless b_packed]
@@ -136,6 +137,10 @@ class MatmulConfig:
     # channels — Aᵀ[k, m] at m·K + k (A row-major): any K
     c_nhwc: bool = False  # blocked only: Cᵀ an NHWC image, Cᵀ[n, m] at m·N + n (C
     # row-major): any N, a pixel's last vector masked
+    subsample: tuple[int, int, int, int] = (0, 0, 1, 1)  # transposed only: (H, W, sh, sw) where
+    # Aᵀ is an H×W image of which the product reads every sh-th row and sw-th column — a 1×1
+    # convolution of stride (sh, sw) on its input in place: row m reads pixel
+    # (m div OW)·sh·W + (m mod OW)·sw, OW = (W − 1) div sw + 1; (0, 0, 1, 1): row m, pixel m
     full_row_edge: bool = False  # tiled and packed: the last row tile, if partial, is
     # computed as a full one (rows past M read A's last row again, or zeros packed once)
     # and only stored as an edge: it has no micro-kernel of its own
@@ -222,11 +227,19 @@ class MatmulConfig:
         s, (a, b, c) = self.shape, self.leading
         return a or s.k, b or (s.k if self.b_transposed else s.n), c or s.n
 
+    def a_pixels(self) -> int:
+        """Pixels of the image a transposed product's Aᵀ holds: M, or the subsampled
+        image's H·W (`subsample`)."""
+        height, width, _, _ = self.subsample
+        return height * width if height else self.shape.m
+
     def a_size(self) -> int:
         """f32 elements of one product's A as the kernel reads it: M×K (its last row
-        ends the span when strided), or packed (every row tile a full mr high, zeros
-        past the last row; dot's rows padded to whole vectors too)."""
+        ends the span when strided; a subsampled Aᵀ's whole image), or packed (every row
+        tile a full mr high, zeros past the last row; dot's rows padded to whole vectors too)."""
         s = self.shape
+        if self.transposed:
+            return self.a_pixels() * s.k
         if self.a_packed:
             depth = ceil_div(s.k, self.lanes) * self.lanes if self.algorithm == "dot" else s.k
             return depth * self.row_tiles() * self.mr
@@ -317,6 +330,7 @@ class MatmulConfig:
         if (self.a_nhwc or self.c_nhwc) and not self.blocked:
             raise KernelError("NHWC operands are channel-blocked ones with one block (set blocked too)")
         self._validate_prologue()
+        self._validate_subsample()
         self._validate_strides()
         self._validate_band()
         if self.blocked:
@@ -336,6 +350,16 @@ class MatmulConfig:
                               f"not {ep.describe(self.prologue)}")  # fmt: skip
         if any(op.operand == "output" for op in self.prologue):
             raise KernelError(f"a prologue's operands hold one value per row of B, not {ep.describe(self.prologue)}")
+
+    def _validate_subsample(self) -> None:
+        height, width, sh, sw = self.subsample
+        if self.subsample == (0, 0, 1, 1):
+            return
+        if not self.transposed:
+            raise KernelError("a subsampled A is a transposed product's Aᵀ (a strided 1x1 convolution)")
+        if min(height, width, sh, sw) < 1 or self.shape.m != ((height - 1) // sh + 1) * ((width - 1) // sw + 1):
+            raise KernelError(f"subsample {self.subsample} (height, width, strides) must be positive and pick "
+                              f"M={self.shape.m} pixels")  # fmt: skip
 
     def _validate_band(self) -> None:
         depth, _, den, _ = self.band
@@ -537,8 +561,8 @@ class _Kernel:
                     f32_memref(args[name], config.c_shape(), config.leading[2])
                     for i, name, kind in ep.operand_names(config.epilogue)}  # fmt: skip
         work = f32_memref(args["work"], [config.workspace()]) if "work" in args else None
-        a_shape = ([config.a_size()] if config.a_packed or config.blocked else [s.k, s.m] if config.transposed
-                   else [s.m, s.k])  # fmt: skip
+        a_shape = ([config.a_size()] if config.a_packed or config.blocked else
+                   [s.k, config.a_pixels()] if config.transposed else [s.m, s.k])  # fmt: skip
         a_rows, b_rows, c_rows = config.leading
         return cls(config, target, f32_vector_type(target, config.lanes),
                    f32_memref(args["c"], config.c_shape(), c_rows), f32_memref(args["a"], a_shape, a_rows),
@@ -552,6 +576,15 @@ class _Kernel:
     @property
     def lanes(self) -> int:
         return self.config.lanes
+
+    def pixels(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """The pixels of a transposed product's Aᵀ that its `rows` read (`MatmulConfig.subsample`)."""
+        height, width, sh, sw = self.config.subsample
+        if not height:
+            return rows
+        out_width = index((width - 1) // sw + 1)
+        return [arith.addi(arith.muli(arith.divsi(row, out_width), index(sh * width)),
+                           arith.muli(arith.remsi(row, out_width), index(sw))) for row in rows]  # fmt: skip
 
     def mask(self, count: int) -> ir.Value | None:
         """The mask of a vector holding `count` valid lanes (None when full)."""
@@ -854,31 +887,32 @@ def _outlined(kn: _Kernel, name: str, extra: list[ir.Value], body: Callable[[_Ke
                   lambda args, values: body(_Kernel.of(kn.config, kn.target, args), values))
 
 
-def _by_channel_blocks(kn: _Kernel, tile_rows: list[ir.Value], vectors: int, k_range: tuple[ir.Value, ir.Value],
+def _by_channel_blocks(kn: _Kernel, pixels: list[ir.Value], vectors: int, k_range: tuple[ir.Value, ir.Value],
                        load_b: Callable[[int, ir.Value, int], ir.Value],
                        ahead: Callable[[ir.Value], None] | None) -> list[ir.Value]:  # fmt: skip
-    """The micro-kernel over an NCHW[c] image Aᵀ one channel block at a time: in block b,
-    Aᵀ[k, row] lies at b·M·L + row·L + (k − b·L), so an unrolled trip's broadcasts are
+    """The micro-kernel over an NCHW[c] image Aᵀ of P pixels one channel block at a time,
+    its rows at `pixels` of the image: in block b, the pixel p's channel k lies at
+    b·P·L + p·L + (k − b·L), so an unrolled trip's broadcasts are
     constant offsets of one base. With the address worked out per k, LLVM hoisted a
     trip's broadcasts above their FMAs and spilled them."""
-    lanes, m = kn.lanes, kn.config.shape.m
+    lanes, image = kn.lanes, kn.config.a_pixels()
     lo, hi = k_range
 
     def block(b: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
         start = arith.muli(b, index(lanes))
-        plane = arith.subi(arith.muli(b, index(m * lanes)), start)  # + k: the block's plane at k − start
+        plane = arith.subi(arith.muli(b, index(image * lanes)), start)  # + k: the block's plane at k − start
 
         def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:
-            return memref.load(kn.a, [arith.addi(arith.addi(plane, arith.muli(tile_rows[r], index(lanes))), k)])
+            return memref.load(kn.a, [arith.addi(arith.addi(plane, arith.muli(pixels[r], index(lanes))), k)])
 
-        return micro_kernel(kn.vec, len(tile_rows), vectors, arith.maxsi(lo, start),
+        return micro_kernel(kn.vec, len(pixels), vectors, arith.maxsi(lo, start),
                             arith.minsi(hi, offset(start, lanes)), kn.config.unroll, load_a, load_b,
                             ahead=ahead, acc=acc)  # fmt: skip
 
     def chain(b0: ir.Value, b1: ir.Value, zeros: list[ir.Value]) -> list[ir.Value]:
         return for_carry(b0, b1, 1, zeros, block)
 
-    return in_chains(kn.vec, len(tile_rows) * vectors, arith.divsi(lo, index(lanes)),
+    return in_chains(kn.vec, len(pixels) * vectors, arith.divsi(lo, index(lanes)),
                      arith.ceildivsi(hi, index(lanes)), chain_steps(lanes, 1), chain)  # fmt: skip
 
 
@@ -899,11 +933,12 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     if last_row is not None:  # the first row of a tile is always within A
         tile_rows[1:] = [arith.minsi(row, index(last_row)) for row in tile_rows[1:]]
     _output_tile(kn, tile_rows, cols, masks).prefetch()
+    a_rows = kn.pixels(tile_rows)
 
     def load_a(r: int, k: ir.Value, _tap: int) -> ir.Value:  # A in place (Aᵀ when transposed)
         if cfg.a_nhwc:  # Aᵀ[k, row] = A[row, k]: the rows K apart
-            return memref.load(kn.a, [arith.addi(arith.muli(tile_rows[r], index(cfg.shape.k)), k)])
-        return memref.load(kn.a, [k, tile_rows[r]] if cfg.transposed else [tile_rows[r], k])
+            return memref.load(kn.a, [arith.addi(arith.muli(a_rows[r], index(cfg.shape.k)), k)])
+        return memref.load(kn.a, [k, a_rows[r]] if cfg.transposed else [a_rows[r], k])
 
     def load_b(v: int, k: ir.Value, _tap: int) -> ir.Value:
         return kn.read_b(k, cols[v], masks[v])
@@ -913,7 +948,7 @@ def _tile(kn: _Kernel, row0: ir.Value, rows: int, col0: ir.Value, columns: int,
     if bp is not None:
         load_b = bp.loader(col0)
     if cfg.blocked and not cfg.a_nhwc:
-        accs = _by_channel_blocks(kn, tile_rows, vectors, k_range, load_b, ahead)
+        accs = _by_channel_blocks(kn, a_rows, vectors, k_range, load_b, ahead)
     else:
         accs = micro_kernel(kn.vec, rows, vectors, *k_range, cfg.unroll, load_a, load_b, ahead=ahead,
                             whole_trips=blocks.whole_trips(cfg.unroll))  # fmt: skip

@@ -109,6 +109,17 @@ def narrow_cnn(seed: int = 6) -> onnx.ModelProto:
     return b.model("input", [1, 3, 50, 50], [(y, [1, 10])])
 
 
+def downsampling_block(seed: int = 8) -> onnx.ModelProto:
+    """ResNet's downsampling block on channel blocks, at odd map sizes: a stem, a 3x3
+    stride-2 layer and a 1x1 one, and the 1x1 stride-2 projection of the stem's output
+    added to theirs; a 3x3 layer after."""
+    b = zoo.Builder("downsampling_block", seed)
+    x = b.cba("input", 3, 64, 3)
+    y = b.bn(b.conv(b.cba(x, 64, 64, 3, stride=2), 64, 128, 1), 128)
+    y = b.op("Relu", [b.op("Add", [y, b.bn(b.conv(x, 64, 128, 1, stride=2), 128)])])
+    return b.model("input", [1, 3, 29, 27], [(b.cba(y, 128, 32, 3), [1, 32, 15, 14])])
+
+
 def squeezed_net(channels: int, squeeze: str, batch: int, seed: int = 9, shown: bool = False,
                  size: tuple[int, int] = (19, 17)) -> onnx.ModelProto:  # fmt: skip
     """An expansion, a strided 5x5 depthwise layer with SiLU, its squeeze (`squeeze`:
@@ -331,6 +342,18 @@ def test_nhwc_activations_match_onnxruntime(tmp_path):
                                  profile=HWPROFILES / "amd-epyc-zen5-avx512.yaml")  # fmt: skip
     layers = [k["choice"] for k in manifest["kernels"] if k["kind"] == "conv"]
     assert sum("nhwc>nchwc" in c for c in layers) >= 2, layers
+
+
+def test_a_strided_1x1_layer_reads_every_other_pixel_of_its_blocked_input(tmp_path):
+    """On two cores of the Zen 4 VM's profile both 1x1 layers of a downsampling block
+    run as products on channel blocks, the strided one reading every other pixel of its
+    input in place (no copy, no transform back to NCHW), and the results match
+    onnxruntime's."""
+    require_runnable(get_target("avx512"))
+    manifest = build_and_compare(downsampling_block(), "avx512", tmp_path / "cnn",
+                                 profile=HWPROFILES / "amd-epyc-zen4-avx512.yaml", threads=2)  # fmt: skip
+    layers = [k["choice"] for k in manifest["kernels"] if k["kind"] == "conv"]
+    assert sum(c.startswith("gemm1x1") and "nchwc" in c for c in layers) == 2, layers
 
 
 def test_a_model_rebuilt_in_place_loads_anew(tmp_path):

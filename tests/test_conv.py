@@ -95,6 +95,7 @@ LAYERS = [
     ConvShape(1, 8, 1, 1, 3, (3, 3), (1, 1), (1, 1, 1, 1)),
     ConvShape(1, 3, 224, 224, 2, (3, 3), (2, 2), (0, 0, 1, 1)),
     ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
+    ConvShape(2, 5, 9, 11, 6, (1, 1), (2, 3)),
     ConvShape(2, 12, 8, 8, 12, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 12),
     ConvShape(3, 7, 13, 22, 9, (3, 3), (1, 1), (0, 1, 2, 0)),  # Winograd: edge tiles both ways, bands
     # of tile rows ending inside an image
@@ -136,9 +137,9 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
                                                                        epilogue=epilogue, channel_axis="rows",
                                                                        a_packed=packed)), 2, "rows")
                   for packed in (False, True)]  # fmt: skip
-    if s.pointwise:  # output channels in the lanes: Yᵀ = Xᵀ·Wᵀ, split by pixels and by channels
+    if s.unpadded_1x1:  # output channels in the lanes: Yᵀ = Xᵀ·Wᵀ, split by pixels and by channels
         gemm_config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, 3, 2, kc=5, epilogue=epilogue,
-                                      transposed=True)  # fmt: skip
+                                      transposed=True, subsample=s.subsample())  # fmt: skip
         plans += [ConvPlan(GemmConvConfig(s, "gemm1x1", gemm_config), 2, split) for split in ("rows", "columns")]
     return plans
 
@@ -207,6 +208,7 @@ BLOCKED_LAYERS = [
     ConvShape(1, 16, 2, 2, 16, (3, 3), (1, 1), (3, 3, 3, 3)),
     ConvShape(1, 32, 5, 7, 16, (1, 1)),
     ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
+    ConvShape(2, 32, 9, 11, 16, (1, 1), (2, 3)),
     ConvShape(1, 64, 7, 9, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # grouped: 32 channels per group
     ConvShape(2, 32, 6, 5, 64, (3, 3), (2, 2), (1, 0, 1, 2), (1, 1), 4),  # 8 in, 16 out per group
 ]
@@ -223,21 +225,29 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
         if s.out_height % 2 == 0:  # and a band of rows per thread
             configs.append(BlockedDepthwiseConfig(s, lanes, 3, epilogue, layout, bands=2))
     elif s.pointwise:
-        product = transposed_shape(s.gemm_shape())
-        a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
-                          else (layout == "nhwc",) * 2)  # fmt: skip
-        return [ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(product, "packed", lanes, 3, 2, kc=kc,
-                                                                      epilogue=epilogue, transposed=True, blocked=True,
-                                                                      a_nhwc=a_nhwc, c_nhwc=c_nhwc)), 2, split)
-                for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
+        return _blocked_products(s, lanes, epilogue, layout)
     else:
         inputs = (False, True) if s.channels % lanes == 0 or layout == "nhwc" else (False,)
         passes = [s.in_per_group // 3 + 1] if s.in_per_group > 1 else []  # passes of unequal length
         configs = [BlockedDirectConfig(s, lanes, nv, mv, blocked, epilogue, layout, kc)
                    for nv, mv, kc in ((1, 1, 0), (4, 2, 0), (3, 3, 0), *((4, 2, kc) for kc in passes))
                    for blocked in inputs]  # fmt: skip
-    return [ConvPlan(c, 2, "bands" if getattr(c, "bands", 1) > 1 else "units") for c in configs
-            if c.registers_needed()[0] <= registers]  # fmt: skip
+    products = _blocked_products(s, lanes, epilogue, layout) if s.unpadded_1x1 and s.group == 1 else []
+    return products + [ConvPlan(c, 2, "bands" if getattr(c, "bands", 1) > 1 else "units") for c in configs
+                       if c.registers_needed()[0] <= registers]  # fmt: skip
+
+
+def _blocked_products(s: ConvShape, lanes: int, epilogue: ep.Epilogue, layout: str) -> list[ConvPlan]:
+    """An unpadded 1x1 layer's transposed products on blocked operands (strided: every
+    stride-th pixel read in place), split by pixels and by output channels."""
+    product = transposed_shape(s.gemm_shape())
+    a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
+                      else (layout == "nhwc",) * 2)  # fmt: skip
+    return [ConvPlan(GemmConvConfig(s, "gemm1x1", mm.MatmulConfig(product, "packed", lanes, 3, 2, kc=kc,
+                                                                  epilogue=epilogue, transposed=True, blocked=True,
+                                                                  a_nhwc=a_nhwc, c_nhwc=c_nhwc,
+                                                                  subsample=s.subsample())), 2, split)
+            for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
 
 
 # NHWC beyond the blocked layers: the channel counts of EfficientNet's 1x1 layers, not
@@ -767,8 +777,9 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
 def test_a_blocked_pointwise_layer_stalls_reading_its_input_again_per_channel_tile():
     """Through a 1x1 window on a small map (ResNet-50's last stride-2 downsample: rows of
     448 bytes per channel block), each channel tile reads the whole input again in runs
-    the prefetchers never get ahead of: a stall on the FMAs, which leaves the layer to
-    im2col; a 3x3 window reads each line for several taps, and its re-reads overlap."""
+    the prefetchers never get ahead of: a stall on the FMAs, which leaves the layer to a
+    product (the transposed one reading every other pixel in place); a 3x3 window reads
+    each line for several taps, and its re-reads overlap."""
     from autoconfig.models.cost import STALL_TERM
     from autoconfig.models.conv import predict
 
@@ -779,7 +790,22 @@ def test_a_blocked_pointwise_layer_stalls_reading_its_input_again_per_channel_ti
               for s in (pointwise, window)}  # fmt: skip
     assert stalls[(1, 1)] > 0.1 * predict(ConvPlan(BlockedDirectConfig(pointwise, 8, 2, 4), 1), profile).total_ns
     assert stalls[(3, 3)] == 0.0
-    assert choose(pointwise, profile, get_target("avx2"), 1).best.config.algorithm == "im2col"
+    assert choose(pointwise, profile, get_target("avx2"), 1).best.config.algorithm == "gemm1x1"
+
+
+def test_a_strided_1x1_layer_is_a_product_on_every_other_pixel():
+    """ResNet-50's first downsampling projection (256 -> 512 channels, stride 2, 56x56)
+    on channel blocks is the transposed product reading every other pixel of its input
+    in place; a config naming other pixels is refused."""
+    from kernels.errors import KernelError
+
+    target = get_target("avx512")
+    s = ConvShape(1, 256, 56, 56, 512, (1, 1), (2, 2))
+    blocked = choose(s, load_profile(AVX512), target, 1).best_in(("nchwc",), ("nchwc",))
+    assert blocked.config.algorithm == "gemm1x1" and blocked.config.gemm.subsample == (56, 56, 2, 2)
+    for pixels in ((0, 0, 1, 1), (56, 55, 2, 2)):
+        with pytest.raises(KernelError, match="reads the pixels|pick M=784"):
+            replace(blocked.config, gemm=replace(blocked.config.gemm, subsample=pixels)).validate(target)
 
 
 def test_the_model_prices_channel_blocked_layouts():

@@ -29,7 +29,8 @@ terms are the matmul model's, counted on the convolution's loop nest:
   of channels): depthwise tiles of output pixels × one vector of channels, each input
   vector of a filter row loaded once for every tap that reads it; direct tiles of
   output pixels × vectors of output channels with a broadcast per input value; gemm1x1
-  the matmul model's blocked transposed product (each output vector stored whole). The
+  the matmul model's blocked transposed product (each output vector stored whole; of
+  an unpadded 1×1 layer at any stride, reading every stride-th pixel in place). The
   same FMA, latency and load terms, no transform (borders are skipped, not padded)
   and no line-crossing loads. Border pixels run one at a time, with their taps only.
 
@@ -1111,9 +1112,14 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
     blocks = reads_blocked(shape, machine, target) and shape.group == 1
     nhwc = not blocks and not target.scalable and shape.group == 1 and all(
         math.gcd(lanes, c) in machine.fma_by_lanes for c in (shape.channels, shape.out_channels))  # its transforms
+    # A 1x1 layer of a larger stride is a transposed product reading every stride-th
+    # pixel in place, offered on blocked operands only: each pixel's channels there are
+    # whole lines, where in NCHW each line read would be used at one float in stride.
+    strided = shape.unpadded_1x1 and not shape.pointwise and (blocks or nhwc)
+    pixels = {"subsample": shape.subsample()}
     for algorithm, transposed in (("gemm1x1", False), ("gemm1x1", True), ("im2col", False)):
-        if algorithm == "gemm1x1" and not shape.pointwise or prologue and (algorithm == "im2col" or
-                                                                           transposed and not scale_only):
+        if algorithm == "gemm1x1" and not (shape.pointwise or strided and transposed) or prologue and (
+                algorithm == "im2col" or transposed and not scale_only):  # fmt: skip
             continue
         if not transposed and beaten(algorithm, shape.flops / 2):
             continue
@@ -1121,22 +1127,24 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
                              transposed=transposed, prologue=prologue, local=_local(shape, transposed),
                              fastest=fastest).best.plan  # fmt: skip
-        config = GemmConvConfig(shape, algorithm, gemm.config if transposed else replace(gemm.config, channel_axis="rows"))
-        predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
+        if not (transposed and strided):
+            config = GemmConvConfig(shape, algorithm, gemm.config if transposed else
+                                    replace(gemm.config, channel_axis="rows"))  # fmt: skip
+            predictions.append(predict(ConvPlan(config, gemm.threads, gemm.split), machine))
         if transposed and blocks:  # the same product, channel-blocked
             if gemm.config.lanes != lanes:  # blocks are the widest vectors: that product's own choice
                 gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
                                      prologue=prologue, local=_local(shape, True),
                                      fastest=fastest).best.plan  # fmt: skip
-            blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True))
+            blocked = GemmConvConfig(shape, algorithm, replace(gemm.config, blocked=True, **pixels))
             predictions.append(predict(ConvPlan(blocked, gemm.threads, gemm.split), machine))
         elif transposed and nhwc:  # any channel counts: a pixel's last vector masked
             sides = (shape.channels % lanes != 0, shape.out_channels % lanes != 0)
             gemm = choose_matmul(product, profile, target, budget, epilogue, transposed=True, blocked=True,
                                  nhwc=sides, prologue=prologue, local=_local(shape, True),
                                  fastest=fastest).best.plan  # fmt: skip
-            predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, gemm.config), gemm.threads,
-                                                gemm.split), machine))  # fmt: skip
+            predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, replace(gemm.config, **pixels)),
+                                                gemm.threads, gemm.split), machine))  # fmt: skip
     return predictions
 
 

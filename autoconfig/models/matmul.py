@@ -552,7 +552,8 @@ def _a_strip_pages(p: MatmulPlan, m: Machine) -> tuple[float, str]:
     shape, c = p.shape, p.config
     if not c.transposed or c.a_nhwc:
         return 0.0, ""
-    steps, stride = (math.ceil(shape.k / c.lanes), shape.m * c.lanes * F32) if c.blocked else (shape.k, shape.m * F32)
+    image = c.a_pixels() * F32
+    steps, stride = (math.ceil(shape.k / c.lanes), image * c.lanes) if c.blocked else (shape.k, image)
     crossings = steps * min(1.0, stride / PAGE_BYTES)
     if crossings <= L1_TLB_PAGES:
         return 0.0, ""
