@@ -196,8 +196,10 @@ def _winograd_ranges(plan: ConvPlan) -> tuple[list[tuple[int, ...]], list[tuple[
 def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands: list[Ref],
                    buffers: Buffers, pre: list[Ref] | None = None) -> list[Call]:  # fmt: skip
     """gemm1x1 and im2col: one product per image and group, on views of the tensors
-    (im2col's on the windows copied into a matrix first); a prologue's operands `pre`
-    (one value per input channel, ungrouped) are the same for every image."""
+    (im2col's on the windows copied into a matrix first), each divided among the threads,
+    or, a gemm1x1 split by image-groups, each on one thread (`_side_by_side`); a
+    prologue's operands `pre` (one value per input channel, ungrouped) are the same for
+    every image."""
     c, s, threads = plan.config, plan.config.shape, plan.threads
     calls, xt = [], None
     if c.algorithm == "im2col":
@@ -205,12 +207,13 @@ def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands:
         calls.append(transform)
     gemm = plan.gemm_plan()
     w = buffers.constant(_gemm_weights(gemm.config, weight, s.group))
-    work = ([buffers.private(gemm.config.workspace(), i) for i in range(len(part_blocks(gemm)))]
-            if gemm.config.workspace() else None)  # fmt: skip
+    workers = plan.parts() if plan.split == "groups" else len(part_blocks(gemm))
+    work = [buffers.private(gemm.config.workspace(), i) for i in range(workers)] if gemm.config.workspace() else None
     im2col = c.im2col() if c.algorithm == "im2col" else None
     columns = buffers.scratch(im2col.size) if im2col else None
     kinds = [kind for _, _, kind in ep.operand_names(c.epilogue)]
     cout, cin, pixels = s.out_per_group, s.in_per_group, s.out_height * s.out_width
+    products = []
     for n in range(s.batch):
         for g in range(s.group):
             out = (n * s.out_channels + g * cout) * pixels
@@ -226,8 +229,20 @@ def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands:
                 a, b = image, at(w, g * gemm.config.b_size())
             else:
                 a, b = at(w, g * gemm.config.a_size()), image
-            calls.append(matmul_call(gemm, at(y, out), a, b, views + list(pre or ()), buffers, work))
-    return calls
+            products.append((at(y, out), a, b, *views, *(pre or ())))
+            if plan.split != "groups":
+                calls.append(matmul_call(gemm, *products[-1][:3], list(products[-1][3:]), buffers, work))
+    return calls + (_side_by_side(gemm, products, work, workers) if plan.split == "groups" else [])
+
+
+def _side_by_side(gemm: MatmulPlan, products: list[tuple[Ref, ...]], work: list[Ref] | None,
+                  workers: int) -> list[Call]:  # fmt: skip
+    """The image-groups' products (each its C, A, B and operands), `workers` at a time,
+    each whole on a thread of its own with its own packing workspace."""
+    (whole,) = part_blocks(gemm)
+    return [Call(gemm.config.symbol, tuple(Part((*refs, *([work[t]] if work else [])), whole)
+                                           for t, refs in enumerate(products[first:first + workers])))
+            for first in range(0, len(products), workers)]  # fmt: skip
 
 
 def _gemm_weights(gemm: MatmulConfig, weight: np.ndarray, groups: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from autoconfig.cli import main as cli
 from autoconfig.errors import AutoconfigError
 from autoconfig.machine import F32, Machine
 from autoconfig.models import conv as conv_model
-from autoconfig.models.conv import ConvPlan, choose
+from autoconfig.models.conv import ConvPlan, choose, predict
 from autoconfig.models.cost import RESOLUTION, STALL_TERM, busiest_share
 from autoconfig.probe.host import this_host
 from autoconfig.profile import load_profile
@@ -96,6 +96,7 @@ LAYERS = [
     ConvShape(1, 3, 224, 224, 2, (3, 3), (2, 2), (0, 0, 1, 1)),
     ConvShape(1, 16, 10, 12, 32, (1, 1), (2, 2)),
     ConvShape(2, 5, 9, 11, 6, (1, 1), (2, 3)),
+    ConvShape(3, 17, 5, 6, 20, (1, 1)),
     ConvShape(2, 12, 8, 8, 12, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 12),
     ConvShape(3, 7, 13, 22, 9, (3, 3), (1, 1), (0, 1, 2, 0)),  # Winograd: edge tiles both ways, bands
     # of tile rows ending inside an image
@@ -107,7 +108,8 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     with tiled and packed GEMMs (the weights packed per call and once, when built), and
     with dot for one output pixel (the weights as they are and packed), gemm1x1 where it
     applies (also with output channels in the lanes); split among two threads
-    (Winograd's by output channels and in bands of tile rows)."""
+    (Winograd's by output channels and in bands of tile rows; gemm1x1's also by
+    image-groups, each product on a thread)."""
     kc = max(1, s.in_per_group // 2)
     gemm = s.gemm_shape()
     plans = [ConvPlan(DirectConfig(s, lanes, 1, 1, 0, epilogue), 2, "columns"),
@@ -131,7 +133,8 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
                                             channel_axis="rows"),
                             mm.MatmulConfig(gemm, "packed", lanes, 3, 2, kc=4, epilogue=epilogue,
                                             channel_axis="rows", a_packed=True)):  # fmt: skip
-            plans.append(ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, "columns"))
+            splits = ("columns", "groups") if algorithm == "gemm1x1" and s.batch * s.group > 1 else ("columns",)
+            plans += [ConvPlan(GemmConvConfig(s, algorithm, gemm_config), 2, split) for split in splits]
     if gemm.n == 1:  # one output pixel: the weights times a column, read as they are or packed when built
         plans += [ConvPlan(GemmConvConfig(s, "im2col", mm.MatmulConfig(gemm, "dot", lanes, mr=3, unroll=2,
                                                                        epilogue=epilogue, channel_axis="rows",
@@ -140,7 +143,8 @@ def forced_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue) -> list[ConvPl
     if s.unpadded_1x1:  # output channels in the lanes: Yᵀ = Xᵀ·Wᵀ, split by pixels and by channels
         gemm_config = mm.MatmulConfig(transposed_shape(gemm), "packed", lanes, 3, 2, kc=5, epilogue=epilogue,
                                       transposed=True, subsample=s.subsample())  # fmt: skip
-        plans += [ConvPlan(GemmConvConfig(s, "gemm1x1", gemm_config), 2, split) for split in ("rows", "columns")]
+        splits = ("rows", "columns", "groups") if s.batch * s.group > 1 else ("rows", "columns")
+        plans += [ConvPlan(GemmConvConfig(s, "gemm1x1", gemm_config), 2, split) for split in splits]
     return plans
 
 
@@ -239,7 +243,7 @@ def blocked_plans(s: ConvShape, lanes: int, epilogue: ep.Epilogue, registers: in
 
 def _blocked_products(s: ConvShape, lanes: int, epilogue: ep.Epilogue, layout: str) -> list[ConvPlan]:
     """An unpadded 1x1 layer's transposed products on blocked operands (strided: every
-    stride-th pixel read in place), split by pixels and by output channels."""
+    stride-th pixel read in place), split by pixels, by output channels and (two images or more) by images."""
     product = transposed_shape(s.gemm_shape())
     a_nhwc, c_nhwc = ((s.channels % lanes != 0, s.out_channels % lanes != 0) if layout == "mixed"
                       else (layout == "nhwc",) * 2)  # fmt: skip
@@ -247,7 +251,7 @@ def _blocked_products(s: ConvShape, lanes: int, epilogue: ep.Epilogue, layout: s
                                                                   epilogue=epilogue, transposed=True, blocked=True,
                                                                   a_nhwc=a_nhwc, c_nhwc=c_nhwc,
                                                                   subsample=s.subsample())), 2, split)
-            for kc, split in ((0, "rows"), (5, "columns"))]  # fmt: skip
+            for kc, split in ((0, "rows"), (5, "columns"), (0, "groups"))[:2 + (s.batch > 1)]]  # fmt: skip
 
 
 # NHWC beyond the blocked layers: the channel counts of EfficientNet's 1x1 layers, not
@@ -762,7 +766,6 @@ def test_threads_dividing_output_channels_each_read_the_whole_input():
     (columns) half of it: the rows split costs more memory time, and 2 threads pick
     another split."""
     from autoconfig.machine import Machine
-    from autoconfig.models.conv import predict
 
     profile = load_profile(AVX512)
     shape = ConvShape(1, 3, 224, 224, 32, (3, 3), strides=(2, 2), pads=(0, 0, 1, 1))
@@ -781,7 +784,6 @@ def test_a_blocked_pointwise_layer_stalls_reading_its_input_again_per_channel_ti
     product (the transposed one reading every other pixel in place); a 3x3 window reads
     each line for several taps, and its re-reads overlap."""
     from autoconfig.models.cost import STALL_TERM
-    from autoconfig.models.conv import predict
 
     profile = load_profile(AVX2)
     pointwise = ConvShape(1, 1024, 14, 14, 2048, (1, 1), strides=(2, 2))
@@ -806,6 +808,25 @@ def test_a_strided_1x1_layer_is_a_product_on_every_other_pixel():
     for pixels in ((0, 0, 1, 1), (56, 55, 2, 2)):
         with pytest.raises(KernelError, match="reads the pixels|pick M=784"):
             replace(blocked.config, gemm=replace(blocked.config.gemm, subsample=pixels)).validate(target)
+
+
+def test_a_batch_of_1x1_products_runs_each_image_whole_on_a_thread():
+    """MobileNet-V2's 14x14 projection (384 -> 64) on four images at two threads: each
+    image's product whole on one thread, two side by side, rather than every image's
+    pixels divided (each a call and a dispatch, and the pixels another thread's
+    depthwise layer wrote); priced as the busiest thread's two products, at the rate of
+    a core with the other one busy. im2col, whose window matrix the threads share,
+    refuses that split."""
+    target, profile = get_target("avx512"), load_profile(AVX512)
+    s = ConvShape(4, 384, 14, 14, 64, (1, 1))
+    best = choose(s, profile, target, 2).best_in(("nchwc",), ("nchwc",))
+    assert best.plan.split == "groups" and best.plan.parts() == 2
+    machine = Machine.of(profile)
+    slower = machine.at(16, 1).fma_per_ns() / machine.at(16, 2).fma_per_ns()
+    assert best.term("fma") == pytest.approx(predict(ConvPlan(best.config, 1), profile).term("fma") / 2 * slower)
+    im2col = next(p for p in forced_plans(s, 16, ()) if p.config.algorithm == "im2col")
+    with pytest.raises(AutoconfigError, match="rows or columns"):
+        conv_model.validate_plan(replace(im2col, split="groups"), target)
 
 
 def test_the_model_prices_channel_blocked_layouts():

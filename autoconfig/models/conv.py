@@ -98,7 +98,8 @@ input planes the column tiles read."""
 class ConvPlan:
     """A convolution config with how the runtime runs it: on how many threads, dividing
     what. Direct divides (image, group) pairs, row tiles (output channels) or column
-    tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns; a
+    tiles (output pixels); a GEMM algorithm divides its matmul's rows or columns (or,
+    gemm1x1, its image-groups, each product whole on a thread); a
     channel-blocked kernel its (image, channel tile, output row) units, a depthwise one
     perhaps in bands of rows (`depthwise_bands`)."""
 
@@ -116,8 +117,8 @@ class ConvPlan:
 
     def gemm_plan(self) -> MatmulPlan:
         """The matmul plan of a GEMM algorithm (Winograd's in bands: one band's, on its
-        thread alone)."""
-        if self.split == "bands":
+        thread alone; a product split by image-groups: one image-group's, likewise)."""
+        if self.split in ("bands", "groups"):
             return MatmulPlan(self.config.gemm, 1, "rows")
         return MatmulPlan(self.config.gemm, self.threads, self.split)
 
@@ -669,19 +670,26 @@ def _threads_reason(p: ConvPlan) -> str:
     if p.split == "bands":
         return (f"{p.threads}: a band of {p.shape.out_height // p.config.bands} output rows each (every channel "
                 "block's), the rows the pixel-split layers around it write and read on that thread")
+    if p.split == "groups" and isinstance(p.config, GemmConvConfig):
+        return f"{p.threads}: the {p.split_units()} image-groups' products, {p.parts()} side by side, each on a thread"
     return f"{p.threads}: the {p.split_units()} {p.split} split into {p.parts()} blocks"
 
 
 def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
-    """The matmul model's prediction of one image-group's product, times the image-groups,
+    """The matmul model's prediction of one image-group's product, times the image-groups
+    (split by image-groups: times the busiest thread's, each call's dispatch added),
     plus the transform and window copy of im2col."""
     c: GemmConvConfig = p.config
     s = c.shape
-    gemm = predict_matmul(p.gemm_plan(), base)
-    count = s.batch * s.group
-    terms = [replace(t, ns=t.ns * count, why=t.why + (f" (x{count} image-groups)" if count > 1 else ""))
-             for t in gemm.terms]  # fmt: skip
+    gemm = predict_matmul(p.gemm_plan(), base, p.threads)
     m = base.at(c.lanes, p.threads)
+    count, each = s.batch * s.group, "image-groups"
+    if p.split == "groups":
+        count, each = math.ceil(count / p.threads), f"image-groups on the busiest thread, {p.parts()} side by side"
+        gemm = replace(gemm, terms=tuple(replace(t, ns=t.ns + m.dispatch_ns, why=f"{t.why} + thread dispatch")
+                                         if t.name == "call" else t for t in gemm.terms))  # fmt: skip
+    terms = [replace(t, ns=t.ns * count, why=t.why + (f" (x{count} {each})" if count > 1 or p.split == "groups"
+                                                        else "")) for t in gemm.terms]  # fmt: skip
     if c.algorithm == "im2col":
         im2col = c.im2col()
         share = busiest_share(im2col.rows, p.threads)
@@ -694,7 +702,8 @@ def _gemm_prediction(p: ConvPlan, base: Machine) -> Prediction:
     product = (f"its transpose {c.gemm.shape} (output channels in the lanes)" if c.gemm.transposed
                else str(s.gemm_shape()))
     params = [("algorithm", f"{c.algorithm}: the matmul model's choice for {product} per image-group"),
-              *[(name, why) for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
+              *[(name, _threads_reason(p) if name == "threads" and p.split == "groups" else why)
+                for name, why in gemm.parameters if name != "algorithm"]]  # fmt: skip
     return Prediction(p, tuple(terms), total_ns(terms), tuple(params))
 
 
@@ -1145,6 +1154,9 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
                                  fastest=fastest).best.plan  # fmt: skip
             predictions.append(predict(ConvPlan(GemmConvConfig(shape, algorithm, replace(gemm.config, **pixels)),
                                                 gemm.threads, gemm.split), machine))  # fmt: skip
+    if budget > 1 and shape.batch * shape.group > 1:  # each image-group's product whole on a thread
+        predictions += [predict(ConvPlan(p.config, budget, "groups"), machine) for p in predictions
+                        if p.config.algorithm == "gemm1x1"]  # fmt: skip
     return predictions
 
 
@@ -1236,7 +1248,8 @@ def _direct_units(p: ConvPlan) -> int:
 
 
 def _product_units(p: ConvPlan) -> int:
-    return p.gemm_plan().split_units()
+    """(image, group) pairs, or the matmul's row or column tiles."""
+    return p.config.shape.batch * p.config.shape.group if p.split == "groups" else p.gemm_plan().split_units()
 
 
 def _winograd_units(p: ConvPlan) -> int:
@@ -1255,7 +1268,7 @@ ALGORITHMS: dict[type, AlgorithmModel] = {
     DirectConfig: AlgorithmModel(DIRECT_SPLITS, _direct_units, _by_terms(_direct_terms), lambda c: c.mr * c.nv),
     DepthwiseConfig: AlgorithmModel(("groups",), lambda p: p.config.planes(), _by_terms(_depthwise_terms),
                                     lambda c: c.mr * c.nv),
-    GemmConvConfig: AlgorithmModel(("rows", "columns"), _product_units, _gemm_prediction, _product_tile),
+    GemmConvConfig: AlgorithmModel(("rows", "columns", "groups"), _product_units, _gemm_prediction, _product_tile),
     WinogradConfig: AlgorithmModel(WINOGRAD_SPLITS, _winograd_units, _winograd_prediction, _product_tile),
     BlockedDepthwiseConfig: AlgorithmModel(("units", "bands"), lambda p: p.config.units(),
                                            _by_terms(_blocked_depthwise_terms), lambda c: c.nv),
@@ -1272,6 +1285,9 @@ def validate_plan(plan: ConvPlan, target: Target) -> None:
     allowed = ALGORITHMS[type(plan.config)].splits
     if plan.split not in allowed:
         raise AutoconfigError(f"{plan.config.algorithm} splits threads by {' or '.join(allowed)}, not {plan.split!r}")
+    if plan.config.algorithm == "im2col" and plan.split == "groups":
+        raise AutoconfigError("im2col copies each image-group's windows into one matrix, which its threads share: "
+                              "it splits threads by rows or columns")  # fmt: skip
     bands = getattr(plan.config, "bands", 1)
     if bands != (plan.threads if plan.split == "bands" else 1):
         raise AutoconfigError(f"{plan.config.algorithm} in bands runs one per thread, not {bands} band(s) on "

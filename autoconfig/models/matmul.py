@@ -236,12 +236,13 @@ class MatmulPlan:
         return busiest_share(self.split_units(), self.threads, size, extent)
 
 
-def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
+def predict(plan: MatmulPlan, machine: Machine | HardwareProfile, running: int = 0) -> Prediction:
     """Predicted time of `plan` on the machine, as named terms (a banded plan's: the
-    dense product of its depth, `as_dense`)."""
+    dense product of its depth, `as_dense`); with `running` threads at once, more than
+    the plan's own (other products beside it), each at the rates that many share."""
     dense = as_dense(plan)
     if dense is not plan:
-        p = predict(dense, machine)
+        p = predict(dense, machine, running)
         depth, k = plan.config.band[0], plan.shape.k
         if plan.config.band_rows:
             own = (("band", f"{depth} of K={k} columns of A per row tile, the rest zero: priced as the product "
@@ -255,7 +256,7 @@ def predict(plan: MatmulPlan, machine: Machine | HardwareProfile) -> Prediction:
         return Prediction(plan, p.terms, p.total_ns, (*kept, *own))
     base = machine if isinstance(machine, Machine) else Machine.of(machine)
     config = plan.config
-    m = base.at(config.lanes, plan.threads)
+    m = base.at(config.lanes, max(plan.threads, running))
     share = plan.busiest_share()
     terms_of = {"broadcast": _broadcast_terms, "dot": _dot_terms}.get(config.algorithm, _blocked_terms)
     terms, params = terms_of(plan, m, share)
