@@ -142,6 +142,7 @@ class Builder:
         self.weight_floats = 0
         self.weights_at: dict[int, int] = {}  # step -> floats of constants its kernel reads
         self.step = 0  # the kernel being lowered
+        self.read_roots: set[int] = set()  # buffers some kernel has read (`unread`)
         self.cooled = 0  # the cooling the arena plan used (`place`)
         self.consumers = graph.consumers()
         self.producer = {out: n for n in graph.nodes for out in n.outputs}
@@ -250,8 +251,14 @@ class Builder:
         buffer, offset = self.where[value]
         root = self._absolute(buffer, 0)[0]
         self.buffers[root].last = max(self.buffers[root].last, self.step)
+        self.read_roots.add(root)
         self._touch(root)
         return Ref(VIRTUAL + buffer, offset)
+
+    def unread(self, value: str) -> bool:
+        """Whether no kernel has read `value` since the kernels that wrote it, or it is
+        yet to be written (a later reader finds its lines shared, in its own caches)."""
+        return value not in self.where or self._absolute(self.where[value][0], 0)[0] not in self.read_roots
 
     def write(self, value: str, layout: kc.Layout = "nchw") -> Ref:
         """A new buffer for `value`, written by the current kernel in `layout`."""

@@ -112,6 +112,8 @@ class Machine:
     scratch_level: str | None = None  # where a kernel's scratch lines were left: None, warm where they fit
     curves: tuple[tuple[tuple[float, float], ...], ...] = ((), ())  # (working set B, GB/s): one thread, all
     inference_bytes: int = 0  # what one inference passes over: `Graph.inference_bytes` (0: a layer alone)
+    fresh_input: bool = False  # the kernel is the first to read its input since the threads of the
+    # kernel before it wrote it: its lines sit in their caches (`Builder.unread`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # _per_view's figures of this view

@@ -1312,3 +1312,28 @@ def test_a_3d_convolution_is_a_2d_one_over_stacked_depth_slices(tmp_path, kernel
     y = b.op("Relu", [b.bn(y, 8)])
     model = b.model("input", [2, 4, 7, 9, 10], [(y, None), (b.op("GlobalAveragePool", [y]), None)])
     build_and_compare(model, "avx2", tmp_path / "built")
+
+
+def test_only_the_first_reader_of_a_tensor_finds_it_in_the_writers_caches(monkeypatch):
+    """Two 1x1 layers read one tensor on two threads: the first lowered is asked for
+    its plan as the first reader since the threads before it wrote the tensor
+    (`fresh_input`), the second, which finds its lines shared, is not; on one thread
+    neither is."""
+    b = zoo.Builder("two_readers", 4)
+    x = b.cba("input", 3, 32, 3)
+    model = b.model("input", [1, 3, 20, 20], [(b.conv(x, 32, 48, 1), [1, 48, 20, 20]),
+                                             (b.conv(x, 32, 64, 1), [1, 64, 20, 20])])  # fmt: skip
+    asked: dict[tuple[int, int], set[bool]] = {}
+    choose = conv_model.choose
+
+    def recording(shape, *args, fresh_input=False, **options):
+        asked.setdefault((shape.kernel[0], shape.out_channels), set()).add(fresh_input)
+        return choose(shape, *args, fresh_input=fresh_input, **options)
+
+    monkeypatch.setattr(conv_model, "choose", recording)
+    profile, target = load_profile(PROFILES["avx512"]), get_target("avx512")
+    build_model(import_model(model), profile, target, "none", 2)
+    assert asked[(1, 48)] == {True} and False in asked[(1, 64)]
+    asked.clear()
+    build_model(import_model(model), profile, target, "none", 1)
+    assert asked[(1, 48)] == asked[(1, 64)] == {False}

@@ -829,6 +829,20 @@ def test_a_batch_of_1x1_products_runs_each_image_whole_on_a_thread():
         conv_model.validate_plan(replace(im2col, split="groups"), target)
 
 
+def test_a_layer_first_to_read_its_input_passes_over_a_tiled_product_divided_by_rows():
+    """GoogLeNet's 14x14 512 -> 64 layer on two threads: in NCHW its best product is
+    tiled and divided by rows (each thread all of the input in place); as the first
+    reader of a tensor the threads before it wrote, its row segments from the other
+    core's lines make another product cheaper."""
+    profile, target = load_profile(PROFILES / "intel-xeon-emerald-rapids-avx512.yaml"), get_target("avx512")
+    s = ConvShape(1, 512, 14, 14, 64, (1, 1))
+    plain = {fresh: choose(s, profile, target, 2, (ep.bias(),), 30_000_000, fresh_input=fresh).best_in(("nchw",),
+                                                                                                      ("nchw",))
+             for fresh in (False, True)}  # fmt: skip
+    assert (plain[False].config.gemm.algorithm, plain[False].plan.split) == ("tiled", "rows")
+    assert (plain[True].config.gemm.algorithm, plain[True].plan.split) != ("tiled", "rows")
+
+
 def test_the_model_prices_channel_blocked_layouts():
     """On MobileNet-V1's first depthwise layer the model prefers channel blocks (aligned
     whole-vector loads, no input transform); a layer on its own, which takes and returns

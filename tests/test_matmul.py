@@ -810,3 +810,22 @@ def test_a_band_needs_a_in_place_a_and_b_packed():
     with pytest.raises(KernelError, match="a band of B's rows is for one packed product"):
         mm.MatmulConfig(mm.MatmulShape(8, 16, 8), "packed", 8, 2, 1, b_packed=True, band=(2, 8, 16, 0)).validate(
             target_for("avx2"))
+
+
+def test_a_tiled_product_first_to_read_its_input_waits_on_the_other_cores_lines():
+    """GoogLeNet's 14x14 512 -> 64 layer as a tiled product divided by rows on two
+    threads, the first to read the tensor the threads before it wrote: each thread reads
+    all of B in place, in row segments of one column tile, half of them from the other
+    core's lines — priced per segment. Divided by columns (each thread the pixels it
+    wrote), read again by a later kernel, or on one thread: no such term."""
+    from autoconfig.models.cost import CROSS_CORE_TERM
+    from autoconfig.models.matmul import REMOTE_SEGMENT_NS
+
+    machine = Machine.of(load_profile(PROFILES / "intel-xeon-emerald-rapids-avx512.yaml"))
+    config = mm.MatmulConfig(mm.MatmulShape(64, 196, 512), "tiled", 16, 8, 2, 256, 64, 0, 4, channel_axis="rows")
+    fresh = replace(machine, fresh_input=True)
+    term = predict(MatmulPlan(config, 2, "rows"), fresh).term(CROSS_CORE_TERM)
+    assert term == pytest.approx(config.col_tiles() * 512 / 2 * REMOTE_SEGMENT_NS)  # one row block a thread
+    for plan, at in ((MatmulPlan(config, 2, "columns"), fresh), (MatmulPlan(config, 2, "rows"), machine),
+                     (MatmulPlan(config, 1, "rows"), fresh)):  # fmt: skip
+        assert CROSS_CORE_TERM not in {t.name for t in predict(plan, at).terms}

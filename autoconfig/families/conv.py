@@ -51,9 +51,13 @@ def conv_choice(b: Builder, node: Node, others: list[Node]) -> tuple[conv_model.
                            channel_axis=1)  # fmt: skip
     prologue = _prologue(b, node, before) if before else None
     epilogue = tuple([ep.bias()] if bias else []) + tuple(chain.ops)
+    source = streamed_input(b.graph, before[0]) if before else node.inputs[0]
+    # the first reader of its input since the threads before wrote it (an NCHW plan on a
+    # blocked input reads the transform's output, written just before, too)
+    fresh = b.threads > 1 and (b.unread(source) or b.layout(source) != "nchw")
     choice = b.choose(conv_model.choose, shape, epilogue, model_bytes=b.model_bytes,
                       prologue=tuple(prologue.ops) if prologue else (), mean=tail is not None,
-                      fast_winograd=b.fast_winograd)  # fmt: skip
+                      fast_winograd=b.fast_winograd, fresh_input=fresh)  # fmt: skip
     return choice, chain, prologue
 
 

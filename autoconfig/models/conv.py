@@ -1009,16 +1009,19 @@ def _why_not(p: Prediction, best: Prediction) -> str:
 
 def choose(shape: ConvShape, profile: HardwareProfile, target: Target, threads: int | None = None,
            epilogue: ep.Epilogue = (), model_bytes: int = 0, prologue: ep.Epilogue = (),
-           mean: bool = False, fast_winograd: bool = False, fastest: bool = False) -> ConvChoice:  # fmt: skip
+           mean: bool = False, fast_winograd: bool = False, fastest: bool = False,
+           fresh_input: bool = False) -> ConvChoice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads, for a layer
     on its own or inside a model passing over `model_bytes` bytes per inference; with a
     `prologue` (per-input-channel ops on its input), `_with_prologue`'s; with `mean`
     (each output channel's mean written too), `_with_mean`'s. Winograd's output tiles
     are `winograd_tiles(fast_winograd)`. With `fastest`, only the best plan is wanted,
-    not each algorithm and layout's for the layout plan (fewer are scored)."""
+    not each algorithm and layout's for the layout plan (fewer are scored); with
+    `fresh_input`, the layer is the first to read its input since the threads of the
+    kernel before it wrote it (`Machine.fresh_input`)."""
     machine = Machine.of(profile)
     budget = min(threads or machine.cores, machine.cores)
-    machine = machine.in_model(model_bytes, budget)
+    machine = replace(machine.in_model(model_bytes, budget), fresh_input=fresh_input)
     if prologue:
         return _with_prologue(shape, profile, target, budget, epilogue, prologue, machine, fastest)
     if mean:
@@ -1135,7 +1138,7 @@ def _products(shape: ConvShape, profile: HardwareProfile, target: Target, budget
         product = transposed_shape(shape.gemm_shape()) if transposed else shape.gemm_shape()
         gemm = choose_matmul(product, profile, target, budget, epilogue, a_constant=not transposed,
                              transposed=transposed, prologue=prologue, local=_local(shape, transposed),
-                             fastest=fastest).best.plan  # fmt: skip
+                             fastest=fastest, fresh_input=machine.fresh_input).best.plan  # fmt: skip
         if not (transposed and strided):
             config = GemmConvConfig(shape, algorithm, gemm.config if transposed else
                                     replace(gemm.config, channel_axis="rows"))  # fmt: skip

@@ -45,7 +45,8 @@ from autoconfig.errors import AutoconfigError
 from autoconfig.profile import HardwareProfile
 from autoconfig.machine import F32, THREAD_DISPATCH_NS, Machine
 from autoconfig.models.cost import (
-    OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Group, Prediction, Term, best_of, busiest_share, call_term,
+    CROSS_CORE_TERM, OUTPUT_TRANSFERS, OVERLAP, SCALED_TERM, STALL_TERM, Group, Prediction, Term, best_of,
+    busiest_share, call_term,
     chain_ns, compute_and_memory_ns, epilogue_term, every_plan, fma_floor_ns, microkernel_ns, output_passes,
     promising_predictions, total_ns, vector_widths,
 )  # fmt: skip
@@ -462,9 +463,35 @@ def _blocked_terms(p: MatmulPlan, m: Machine, share: float):
     terms = [*_tile_terms(p, m, share, k_blocks), *memory]
     if c.algorithm == "tiled" or c.transposed:
         terms.append(stall)
+    if remote := _remote_segments(p, m):
+        terms.append(remote)
     terms.append(_c_passes(p, m, share, k_blocks))
     terms += _packing_terms(p, m, share)
     return terms, _blocked_parameters(p, m)
+
+
+def _remote_segments(p: MatmulPlan, m: Machine) -> Term | None:
+    """A tiled plan divided by rows on several threads, the first to read its computed B
+    since its producer's threads wrote it (`Machine.fresh_input`): each thread reads all
+    of B in place, in row segments of one column tile, most of them from lines the other
+    threads wrote (threads dividing the columns read the pixels they wrote). The first
+    row tile of each of its row blocks waits on each such segment (`REMOTE_SEGMENT_NS`);
+    a packed plan's copy streams whole rows instead, and a later reader finds the lines
+    shared in its own caches."""
+    c = p.config
+    if not m.fresh_input or c.algorithm != "tiled" or p.b_weights or p.split != "rows" or p.parts() < 2:
+        return None
+    rows = math.ceil(c.row_tiles() / p.parts()) * c.mr
+    segments = math.ceil(rows / c.blocks()[1]) * c.col_tiles() * p.shape.k * (p.parts() - 1) / p.parts()
+    return Term(CROSS_CORE_TERM, segments * REMOTE_SEGMENT_NS,
+                f"{segments:.0f} row segments of B read in place from lines other threads wrote")
+
+
+REMOTE_SEGMENT_NS = 14.0
+"""What a row segment of B that another core wrote costs a tiled product reading it in
+place: its lines cross between the cores at about a ping-pong's latency (SHARED_LINE_NS),
+with a few segments in flight as the micro-kernel's k steps run ahead; 14 ns measured
+on GoogLeNet's 14x14 layers (docs/calibration.md)."""
 
 
 def _packing_terms(p: MatmulPlan, m: Machine, share: float) -> list[Term]:
@@ -982,7 +1009,8 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
            prologue: ep.Epilogue = (), b_constant: bool = False, leading: tuple[int, int, int] = (0, 0, 0),
            b_transposed: bool = False, local: Split | None = None, model_bytes: int = 0,
            split: Split | None = None, b_band: tuple[tuple[int, int], ...] = (),
-           a_band: tuple[tuple[int, int], ...] = (), fastest: bool = False) -> Choice:  # fmt: skip
+           a_band: tuple[tuple[int, int], ...] = (), fastest: bool = False,
+           fresh_input: bool = False) -> Choice:  # fmt: skip
     """The plan with the lowest predicted time using at most `threads` threads (the
     profile's cores if None): a small problem may be faster on fewer threads than the
     dispatch to more costs. `a_constant`: A is known when the kernel is built (a layer's
@@ -995,8 +1023,10 @@ def choose(shape: MatmulShape, profile: HardwareProfile, target: Target, threads
     which decide where its constant B waits between inferences (`Machine.in_model`);
     `split`: only plans on several threads divided this way (a caller that prices what
     each way reads from other cores itself); `b_band`, `a_band`: see `plan_groups`;
-    `fastest`: only the best plan is wanted, not each algorithm's (fewer are scored)."""
-    machine = Machine.of(profile).in_model(model_bytes)
+    `fastest`: only the best plan is wanted, not each algorithm's (fewer are scored);
+    `fresh_input`: the product is the first to read its computed operand since the
+    threads before it wrote it (`Machine.fresh_input`)."""
+    machine = replace(Machine.of(profile).in_model(model_bytes), fresh_input=fresh_input)
     budget = min(threads or machine.cores, machine.cores)  # more threads would time-share cores
     groups = [group for t in sorted({1, budget})
               for group in plan_groups(shape, machine, target, t, epilogue, a_constant, transposed, blocked, nhwc,
