@@ -229,19 +229,19 @@ def _product_calls(plan: ConvPlan, x: Ref, y: Ref, weight: np.ndarray, operands:
                 a, b = image, at(w, g * gemm.config.b_size())
             else:
                 a, b = at(w, g * gemm.config.a_size()), image
-            products.append((at(y, out), a, b, *views, *(pre or ())))
+            products.append((at(y, out), a, b, views + list(pre or ())))
             if plan.split != "groups":
-                calls.append(matmul_call(gemm, *products[-1][:3], list(products[-1][3:]), buffers, work))
+                calls.append(matmul_call(gemm, *products[-1], buffers, work))
     return calls + (_side_by_side(gemm, products, work, workers) if plan.split == "groups" else [])
 
 
-def _side_by_side(gemm: MatmulPlan, products: list[tuple[Ref, ...]], work: list[Ref] | None,
+def _side_by_side(gemm: MatmulPlan, products: list[tuple[Ref, Ref, Ref, list[Ref]]], work: list[Ref] | None,
                   workers: int) -> list[Call]:  # fmt: skip
-    """The image-groups' products (each its C, A, B and operands), `workers` at a time,
-    each whole on a thread of its own with its own packing workspace."""
+    """The image-groups' products (each its C, A, B and epilogue operands), `workers` at
+    a time, each whole on a thread of its own with its own packing workspace."""
     (whole,) = part_blocks(gemm)
-    return [Call(gemm.config.symbol, tuple(Part((*refs, *([work[t]] if work else [])), whole)
-                                           for t, refs in enumerate(products[first:first + workers])))
+    return [Call(gemm.config.symbol, tuple(Part((c, a, b, *operands, *([work[t]] if work else [])), whole)
+                                           for t, (c, a, b, operands) in enumerate(products[first:first + workers])))
             for first in range(0, len(products), workers)]  # fmt: skip
 
 
